@@ -1,0 +1,377 @@
+"""The library face of bakeoff: what the CLI and the tests call.
+
+Data flows one way: workload -> candidates -> built variants -> reference ->
+measured trials -> verdicts -> document (store, JSON, terminal).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import bakeoff
+from bakeoff import environment
+from bakeoff.backends import Variant
+from bakeoff.candidates import Candidate, candidate_document, enumerate_candidates
+from bakeoff.errors import BakeoffError, UserError
+from bakeoff.measure.process import WorkerFailed, run_job
+from bakeoff.measure.scheduler import GroupContext, MeasureSettings, measure_group
+from bakeoff.paths import DEFAULT_STORE
+from bakeoff.report import NullReporter, Reporter
+from bakeoff.store import Store
+from bakeoff.verdict import Measured, Verdict, decide, objective_for
+from bakeoff.workload import PRECISIONS, RUNTIMES, Workload, load_workload
+
+SCHEMA_VERSION = 1
+# History of the result document:
+#   1 (0.1.0): first version: workload, environment, candidates, verdicts, timing.
+SPLIT_SEED = 0
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    runtimes: list[str] | None = None
+    precisions: list[str] | None = None
+    batch_sizes: list[int] | None = None
+    budget_s: float | None = None
+    trial_timeout_s: float = 300.0
+    build_timeout_s: float = 900.0
+    quick: bool = False
+    store: str | Path = DEFAULT_STORE
+    json_path: str | Path | None = None
+    threads: int | None = None
+    seed: int = 0
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    document: dict[str, Any]
+    verdicts: list[Verdict] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if any(v.winner for v in self.verdicts) else 1
+
+
+def _check_choices(values: list[str] | None, allowed: tuple[str, ...], flag: str) -> None:
+    for v in values or []:
+        if v not in allowed:
+            raise UserError(f"{flag}: unknown value {v!r}; expected one of {', '.join(allowed)}")
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def _split(workload: Workload, quick: bool) -> dict[str, np.ndarray]:
+    """Shuffle once (seeded), then cut: quality hold-out | timing pool (+ calibration)."""
+    n = workload.n_samples
+    order = np.random.default_rng(SPLIT_SEED).permutation(n)
+    wanted = workload.spec.data.quality_samples or min(64 if quick else 256, n // 2)
+    n_quality = max(1, min(wanted, n - 2))
+    quality_idx, pool_idx = order[:n_quality], order[n_quality:]
+    calib_idx = pool_idx[: min(len(pool_idx), 32 if quick else 128)]
+    arrays: dict[str, np.ndarray] = {}
+    for name, arr in workload.inputs.items():
+        arrays[f"quality/{name}"] = arr[quality_idx]
+        arrays[f"pool/{name}"] = arr[pool_idx]
+        arrays[f"calib/{name}"] = arr[calib_idx]
+    if workload.labels is not None:
+        arrays["quality_labels"] = workload.labels[quality_idx]
+    return arrays
+
+
+def _reference_variant(kind: str) -> Variant:
+    if kind == "onnx":
+        return Variant("onnxruntime", "fp32")
+    if kind == "fake":
+        return Variant("fake", "fp32")
+    return Variant("torch", "fp32")
+
+
+def _measure_settings(opts: RunOptions, threads: int, n_groups: int) -> MeasureSettings:
+    budget = opts.budget_s if opts.budget_s is not None else (40.0 if opts.quick else 240.0)
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return MeasureSettings(
+        threads=threads,
+        cpus=cpus,
+        trial_timeout_s=opts.trial_timeout_s,
+        warmup_s=0.3 if opts.quick else 1.0,
+        warmup_calls=2 if opts.quick else 5,
+        slice_s=0.15 if opts.quick else 0.5,
+        min_rounds=5 if opts.quick else 10,
+        max_rounds=15 if opts.quick else 60,
+        budget_s=budget / max(1, n_groups),
+        seed=opts.seed,
+    )
+
+
+def run(
+    workload_ref: str | None, opts: RunOptions | None = None, reporter: Reporter | None = None
+) -> RunResult:
+    """Build, check and measure every candidate; decide per batch size; store everything."""
+    opts = opts or RunOptions()
+    rep = reporter or NullReporter()
+    _check_choices(opts.runtimes, RUNTIMES, "--runtimes")
+    _check_choices(opts.precisions, PRECISIONS, "--precisions")
+    if opts.batch_sizes is not None and any(b < 1 for b in opts.batch_sizes):
+        raise UserError("--batch-sizes: every batch size must be a positive integer")
+    t_start = time.perf_counter()
+    rep.stage("loading workload")
+    workload = load_workload(workload_ref)
+    search = workload.spec.search
+    runtimes = opts.runtimes or search.runtimes
+    if workload.source.kind == "fake" and opts.runtimes is None:
+        runtimes = ["fake"]
+    precisions = opts.precisions or list(search.precisions)
+    batch_sizes = sorted(set(opts.batch_sizes or search.batch_sizes))
+    threads = opts.threads or search.threads or environment.default_threads()
+
+    store_path = Path(opts.store)
+    store = Store(store_path)
+    run_id = new_run_id()
+    run_dir = store_path.parent / "runs" / run_id
+    (run_dir / "artifacts").mkdir(parents=True)
+    data_path = run_dir / "data.npz"
+    split = _split(workload, opts.quick)
+    np.savez(data_path, **split)  # type: ignore[arg-type]
+    labels = split.get("quality_labels")
+    input_names = list(workload.inputs)
+    env = environment.fingerprint()
+    settings = {
+        "runtimes": runtimes,
+        "precisions": precisions,
+        "batch_sizes": batch_sizes,
+        "threads": threads,
+        "quick": opts.quick,
+        "budget_s": opts.budget_s,
+        "trial_timeout_s": opts.trial_timeout_s,
+        "seed": opts.seed,
+    }
+    store.start_run(run_id, workload.origin, env, settings)
+    job_base = {
+        "source": workload.source.__dict__,
+        "data_path": str(data_path),
+        "input_names": input_names,
+        "artifacts_dir": str(run_dir / "artifacts"),
+    }
+    candidates = enumerate_candidates(runtimes, precisions, batch_sizes, workload.source.kind)
+    rep.candidates(candidates)
+    status = "failed"
+    try:
+        result = _run_stages(
+            workload, opts, rep, store, run_id, run_dir, job_base, candidates, threads,
+            labels, batch_sizes, env, settings, t_start,
+        )
+        status = "done"
+        return result
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        if status != "done":
+            store.finish_run(run_id, status, None)
+        store.close()
+
+
+def _run_stages(
+    workload: Workload,
+    opts: RunOptions,
+    rep: Reporter,
+    store: Store,
+    run_id: str,
+    run_dir: Path,
+    job_base: dict[str, Any],
+    candidates: list[Candidate],
+    threads: int,
+    labels: np.ndarray | None,
+    batch_sizes: list[int],
+    env: dict[str, Any],
+    settings: dict[str, Any],
+    t_start: float,
+) -> RunResult:
+    def save(c: Candidate) -> None:
+        store.put_candidate(run_id, candidate_document(c))
+
+    for c in candidates:
+        save(c)
+
+    # ---- build every distinct variant once, each in its own process
+    t_build = time.perf_counter()
+    reference_variant = _reference_variant(workload.source.kind)
+    variants: dict[str, Variant] = {}
+    for c in candidates:
+        if c.status == "pending":
+            variants.setdefault(c.variant.id, c.variant)
+    variants.setdefault(reference_variant.id, reference_variant)
+    built: dict[str, dict[str, Any] | str] = {}
+    for i, (vid, variant) in enumerate(variants.items()):
+        rep.progress("building", i, len(variants))
+        rep.stage(f"building {vid}")
+        try:
+            reply = run_job(
+                {**job_base, "kind": "build", "variant": variant.__dict__, "threads": threads},
+                threads,
+                run_dir / "logs" / f"build-{vid}.log",
+                opts.build_timeout_s,
+            )
+            built[vid] = {**reply["artifact"], "_build_s": reply["build_s"]}
+        except WorkerFailed as exc:
+            built[vid] = f"build failed: {exc}"
+        for c in candidates:
+            if c.variant.id == vid and c.status == "pending":
+                b = built[vid]
+                if isinstance(b, str):
+                    c.set_status("failed", b)
+                else:
+                    c.artifact = {k: v for k, v in b.items() if k != "_build_s"}
+                    c.build_s = b["_build_s"]
+                save(c)
+        rep.candidates(candidates)
+    rep.progress("building", len(variants), len(variants))
+    build_s = time.perf_counter() - t_build
+
+    # ---- the FP32 reference outputs on the quality hold-out
+    t_ref = time.perf_counter()
+    rep.stage(f"computing reference outputs ({reference_variant.id})")
+    ref_art = built.get(reference_variant.id)
+    if isinstance(ref_art, str) or ref_art is None:
+        raise BakeoffError(f"the FP32 reference {reference_variant.id} could not be built: {ref_art}")
+    ref_path = run_dir / "reference.npy"
+    try:
+        run_job(
+            {
+                **job_base,
+                "kind": "reference",
+                "variant": reference_variant.__dict__,
+                "artifact": {k: v for k, v in ref_art.items() if k != "_build_s"},
+                "batch_size": batch_sizes[0],
+                "threads": threads,
+                "outputs_path": str(ref_path),
+            },
+            threads,
+            run_dir / "logs" / "reference.log",
+            opts.trial_timeout_s,
+        )
+    except WorkerFailed as exc:
+        raise BakeoffError(
+            f"the FP32 reference ({reference_variant.id}, batch {batch_sizes[0]}) failed, so "
+            f"no variant can be quality-checked: {exc}"
+        ) from None
+    reference = np.load(ref_path, allow_pickle=False)
+    reference_s = time.perf_counter() - t_ref
+
+    # ---- measure each batch-size group: candidates interleaved within a group
+    t_measure = time.perf_counter()
+    ms = _measure_settings(opts, threads, len(batch_sizes))
+    ctx = GroupContext(
+        job_base=job_base,
+        run_dir=run_dir,
+        reference=reference,
+        labels=labels,
+        metric=workload.spec.quality.metric,
+        max_drop=workload.spec.quality.max_drop,
+    )
+
+    def record(c: Candidate, r: int, kind: str, lat: list[int], block: int | None) -> None:
+        store.add_trial(run_id, c.id, r, kind, lat, block)
+
+    def notify(message: str, c: Candidate | None) -> None:
+        rep.stage(message)
+        if c is not None:
+            save(c)
+        rep.candidates(candidates)
+
+    verdicts: list[Verdict] = []
+    baseline_variant = reference_variant
+    for bs in batch_sizes:
+        group = [c for c in candidates if c.batch_size == bs and c.status == "pending"]
+        rep.stage(f"measuring batch size {bs} ({len(group)} candidates)")
+        measure_group(group, ctx, ms, record, notify)
+        for c in candidates:
+            if c.batch_size == bs:
+                save(c)
+        rep.candidates(candidates)
+        same_bs = [c for c in candidates if c.batch_size == bs]
+        measured = [
+            Measured(c.id, c.samples(), np.asarray(c.block_ns), bs)
+            for c in same_bs
+            if c.status == "ok"
+        ]
+        not_ok = {c.id: f"{c.status}: {c.reason}" for c in same_bs if c.status != "ok"}
+        baseline_id = f"{baseline_variant.id}-b{bs}"
+        objective = objective_for(bs, workload.spec.search.objective)
+        verdicts.append(decide(bs, objective, measured, baseline_id, not_ok))
+    measure_s = time.perf_counter() - t_measure
+
+    document = {
+        "schema_version": SCHEMA_VERSION,
+        "bakeoff_version": bakeoff.__version__,
+        "run_id": run_id,
+        "workload": {
+            "name": workload.name,
+            "origin": workload.origin,
+            "model_kind": workload.source.kind,
+            "metric": workload.spec.quality.metric,
+            "max_drop": workload.spec.quality.max_drop,
+            "samples": workload.n_samples,
+            "quality_samples": int(len(reference)),
+            "reference": reference_variant.id,
+        },
+        "environment": env,
+        "settings": settings,
+        "candidates": [candidate_document(c) for c in candidates],
+        "verdicts": [v.to_dict() for v in verdicts],
+        "timing_s": {
+            "build": round(build_s, 3),
+            "reference": round(reference_s, 3),
+            "measure": round(measure_s, 3),
+            "total": round(time.perf_counter() - t_start, 3),
+        },
+    }
+    store.finish_run(run_id, "done", document)
+    if opts.json_path:
+        write_json(document, Path(opts.json_path))
+    return RunResult(run_id, document, verdicts)
+
+
+def write_json(document: dict[str, Any], path: Path) -> None:
+    """Write atomically: a reader never sees half a document."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(document, indent=2, default=_json_default))
+    os.replace(tmp, path)
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def list_runs(store: str | Path = DEFAULT_STORE, limit: int = 50) -> list[dict[str, Any]]:
+    if not Path(store).exists():
+        return []
+    s = Store(store)
+    try:
+        return s.runs(limit)
+    finally:
+        s.close()
+
+
+def show_run(run_id: str, store: str | Path = DEFAULT_STORE) -> dict[str, Any]:
+    if not Path(store).exists():
+        raise UserError(f"no store at {store} (run `bakeoff run` first, or pass --store)")
+    s = Store(store)
+    try:
+        return s.run(run_id)
+    finally:
+        s.close()

@@ -1,0 +1,85 @@
+"""A fake runtime with deterministic timings, for testing the scheduler, statistics,
+verdicts and the store quickly. It is never offered for a real model.
+
+Its runner carries a virtual clock (`clock_ns`) that the measuring loop uses in
+place of the wall clock: each call advances it by a latency drawn from a seeded
+generator, so the same workload gives the same samples on any machine.
+
+Model options (``[model] kind = "fake"``, ``options = {...}``), each keyed by
+precision: ``latency_ms`` (per call at batch 1), ``per_sample_ms`` (added per
+sample in the batch), ``jitter`` (relative spread), ``error`` (relative error
+added to outputs, to exercise the quality gate).
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import numpy as np
+
+from bakeoff.backends import Availability, BuildContext, LoadContext, Offer, Variant
+
+RUNTIME = "fake"
+PRECISIONS = ("fp32", "int8")
+
+
+def availability() -> Availability:
+    return Availability(True, "1")
+
+
+def offers(precision: str, model_kind: str) -> list[Offer]:
+    if model_kind != "fake":
+        return [Offer(Variant(RUNTIME, precision), "the fake runtime only runs fake models")]
+    if precision not in PRECISIONS:
+        return [Offer(Variant(RUNTIME, precision), f"the fake runtime has no {precision}")]
+    return [Offer(Variant(RUNTIME, precision))]
+
+
+def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
+    return {}
+
+
+def _option(options: dict[str, Any], key: str, precision: str, default: float) -> float:
+    value = options.get(key, default)
+    if isinstance(value, dict):
+        value = value.get(precision, default)
+    return float(value)
+
+
+class FakeRunner:
+    def __init__(self, variant: Variant, ctx: LoadContext) -> None:
+        opts = ctx.source.options
+        p = variant.precision
+        self.latency_ns = 1e6 * (
+            _option(opts, "latency_ms", p, 1.0)
+            + _option(opts, "per_sample_ms", p, 0.0) * ctx.batch_size
+        )
+        self.jitter = _option(opts, "jitter", p, 0.02)
+        self.error = _option(opts, "error", p, 0.0)
+        seed = zlib.crc32(f"{variant.id}/b{ctx.batch_size}/{opts.get('seed', 0)}".encode())
+        self.rng = np.random.default_rng(seed)
+        self.now = 0
+        self.settings = {"virtual_clock": True, "latency_ms": self.latency_ns / 1e6}
+
+    def clock_ns(self) -> int:
+        return self.now
+
+    def prepare(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        return np.asarray(next(iter(batch.values())), dtype=np.float32)
+
+    def run(self, prepared: np.ndarray) -> np.ndarray:
+        factor = float(self.rng.lognormal(0.0, self.jitter)) if self.jitter > 0 else 1.0
+        self.now += max(1, int(self.latency_ns * factor))
+        out = prepared.reshape(len(prepared), -1)
+        if self.error:
+            # A deterministic distortion whose size tracks `error` for every metric.
+            out = out + self.error * np.abs(out).mean() * np.sign(np.sin(np.arange(out.shape[1])))
+        return out
+
+    def to_numpy(self, output: np.ndarray) -> np.ndarray:
+        return np.asarray(output, dtype=np.float32)
+
+
+def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> FakeRunner:
+    return FakeRunner(variant, ctx)

@@ -1,0 +1,102 @@
+"""ONNX Runtime on the CPU execution provider: FP32, INT8 dynamic and INT8 static."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from bakeoff.backends import (
+    Availability,
+    BuildContext,
+    LoadContext,
+    Offer,
+    Variant,
+    package_availability,
+)
+from bakeoff.backends.common import calibration_data, example_inputs, map_inputs
+from bakeoff.transforms import cached_step
+
+RUNTIME = "onnxruntime"
+INSTALL = "pip install onnxruntime==1.32.0"
+_NUMPY_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(double)": np.float64,
+    "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(bool)": np.bool_,
+    "tensor(uint8)": np.uint8,
+    "tensor(int8)": np.int8,
+}
+
+
+def availability() -> Availability:
+    return package_availability("onnxruntime", "onnxruntime", INSTALL)
+
+
+def offers(precision: str, model_kind: str) -> list[Offer]:
+    if model_kind not in ("torch", "hf", "onnx"):
+        return [Offer(Variant(RUNTIME, precision), f"the model is {model_kind}, not ONNX-able")]
+    if precision == "fp32":
+        return [Offer(Variant(RUNTIME, "fp32"))]
+    if precision == "int8":
+        return [Offer(Variant(RUNTIME, "int8", "dynamic")), Offer(Variant(RUNTIME, "int8", "static"))]
+    return [Offer(Variant(RUNTIME, precision), f"{precision} is not built by this version")]
+
+
+def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
+    from bakeoff.transforms.onnx_export import ensure_onnx
+    from bakeoff.transforms.ort_quantize import dynamic_int8, static_int8
+
+    fp32 = ensure_onnx(ctx.source, ctx.artifacts_dir, example_inputs(ctx))
+    if variant.precision == "fp32":
+        return dict(fp32)
+    if variant.method == "dynamic":
+        step = cached_step(ctx.artifacts_dir, "ort-int8-dynamic", lambda d: dynamic_int8(fp32["path"], d))
+    else:
+        calib = calibration_data(ctx)
+        step = cached_step(
+            ctx.artifacts_dir, "ort-int8-static", lambda d: static_int8(fp32["path"], d, calib)
+        )
+    return {**step, "exporter": fp32["exporter"]}
+
+
+class OrtRunner:
+    def __init__(self, session: Any, settings: dict[str, Any]) -> None:
+        self.session = session
+        self.settings = settings
+        self.inputs = [(i.name, _NUMPY_TYPES.get(i.type)) for i in session.get_inputs()]
+
+    def prepare(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return map_inputs(batch, self.inputs)
+
+    def run(self, prepared: dict[str, np.ndarray]) -> Any:
+        return self.session.run(None, prepared)
+
+    def to_numpy(self, output: Any) -> np.ndarray:
+        return np.asarray(output[0], dtype=np.float32)
+
+
+def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> OrtRunner:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = ctx.threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.log_severity_level = 3
+    session = ort.InferenceSession(artifact["path"], opts, providers=["CPUExecutionProvider"])
+    settings = {
+        "onnxruntime_version": ort.__version__,
+        "providers": session.get_providers(),
+        "intra_op_threads": opts.intra_op_num_threads,
+        "inter_op_threads": opts.inter_op_num_threads,
+        "execution_mode": "sequential",
+        "graph_optimization_level": "ORT_ENABLE_ALL",
+        "exporter": artifact.get("exporter"),
+    }
+    if "quantization" in artifact:
+        settings["quantization"] = artifact["quantization"]
+    return OrtRunner(session, settings)

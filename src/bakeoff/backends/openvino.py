@@ -1,0 +1,103 @@
+"""OpenVINO on the CPU: FP32 and NNCF post-training INT8.
+
+The inference precision hint is always set explicitly: on CPUs with BF16
+support OpenVINO otherwise runs an FP32 model in bf16 without saying so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from bakeoff.backends import (
+    Availability,
+    BuildContext,
+    LoadContext,
+    Offer,
+    Variant,
+    package_availability,
+)
+from bakeoff.backends.common import calibration_data, example_inputs, is_transformer, map_inputs
+from bakeoff.transforms import cached_step
+
+RUNTIME = "openvino"
+INSTALL = "pip install openvino==2026.4.1 nncf==3.4.0"
+
+
+def availability() -> Availability:
+    return package_availability("openvino", "openvino", INSTALL)
+
+
+def offers(precision: str, model_kind: str) -> list[Offer]:
+    if model_kind not in ("torch", "hf", "onnx"):
+        return [Offer(Variant(RUNTIME, precision), f"the model is {model_kind}, not convertible")]
+    if precision == "fp32":
+        return [Offer(Variant(RUNTIME, "fp32"))]
+    if precision == "int8":
+        from bakeoff.backends import package_availability as pa
+
+        nncf = pa("nncf", "nncf", "pip install nncf==3.4.0")
+        if not nncf.available:
+            return [Offer(Variant(RUNTIME, "int8", "nncf"), f"{nncf.reason}; {nncf.install}")]
+        return [Offer(Variant(RUNTIME, "int8", "nncf"))]
+    return [Offer(Variant(RUNTIME, precision), f"{precision} is not built by this version")]
+
+
+def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
+    from bakeoff.transforms.onnx_export import ensure_onnx
+    from bakeoff.transforms.openvino_convert import ir_from_onnx, nncf_int8
+
+    onnx_fp32 = ensure_onnx(ctx.source, ctx.artifacts_dir, example_inputs(ctx))
+    ir = cached_step(ctx.artifacts_dir, "ov-fp32", lambda d: ir_from_onnx(onnx_fp32["path"], d))
+    if variant.precision == "fp32":
+        return {**ir, "exporter": onnx_fp32["exporter"]}
+    calib = calibration_data(ctx)
+    step = cached_step(
+        ctx.artifacts_dir,
+        "ov-int8-nncf",
+        lambda d: nncf_int8(ir["path"], d, calib, transformer=is_transformer(ctx)),
+    )
+    return {**step, "exporter": onnx_fp32["exporter"]}
+
+
+_NUMPY_TYPES = {"f32": np.float32, "i64": np.int64, "i32": np.int32, "f16": np.float16}
+
+
+class OpenVinoRunner:
+    def __init__(self, compiled: Any, settings: dict[str, Any]) -> None:
+        self.request = compiled.create_infer_request()
+        self.settings = settings
+        self.inputs = [
+            (p.get_any_name(), _NUMPY_TYPES.get(p.get_element_type().get_type_name()))
+            for p in compiled.inputs
+        ]
+
+    def prepare(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return map_inputs(batch, self.inputs)
+
+    def run(self, prepared: dict[str, np.ndarray]) -> Any:
+        return self.request.infer(prepared)
+
+    def to_numpy(self, output: Any) -> np.ndarray:
+        return np.asarray(output[0], dtype=np.float32)
+
+
+def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> OpenVinoRunner:
+    import openvino as ov
+
+    core = ov.Core()
+    config = {
+        "INFERENCE_PRECISION_HINT": "f32",
+        "INFERENCE_NUM_THREADS": ctx.threads,
+        "NUM_STREAMS": 1,
+        "PERFORMANCE_HINT": "LATENCY",
+    }
+    compiled = core.compile_model(core.read_model(artifact["path"]), "CPU", config)
+    settings: dict[str, Any] = {"openvino_version": ov.get_version(), "device": "CPU"}
+    for key in config:  # record what OpenVINO actually applied, not what we asked for
+        settings[key] = str(compiled.get_property(key))
+    settings["exporter"] = artifact.get("exporter")
+    if "quantization" in artifact:
+        settings["quantization"] = artifact["quantization"]
+    return OpenVinoRunner(compiled, settings)

@@ -1,0 +1,113 @@
+"""Candidates: runtime x precision (x method) x batch size, and their results.
+
+A `Candidate` is the orchestrator's mutable record while a run is in flight;
+`candidate_document` turns it into the JSON the store and `--json` carry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from bakeoff.backends import Variant, get_backend
+from bakeoff.measure import stats
+from bakeoff.quality import Quality
+
+STATUSES = ("pending", "ok", "rejected", "failed", "unavailable")
+
+
+@dataclass
+class Candidate:
+    variant: Variant
+    batch_size: int
+    status: str = "pending"
+    reason: str = ""
+    artifact: dict[str, Any] = field(default_factory=dict)
+    build_s: float | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    quality: Quality | None = None
+    load_s: float | None = None
+    first_call_s: float | None = None
+    warmup_ns: list[int] = field(default_factory=list)
+    rounds_ns: list[list[int]] = field(default_factory=list)
+    block_ns: list[int] = field(default_factory=list)
+    peak_rss_mb: float | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.variant.id}-b{self.batch_size}"
+
+    def set_status(self, status: str, reason: str = "") -> None:
+        if status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}")
+        if status in ("rejected", "failed", "unavailable") and not reason:
+            raise ValueError(f"a {status} candidate needs a reason")
+        self.status, self.reason = status, reason
+
+    def samples(self) -> np.ndarray:
+        """(rounds, calls) matrix of latencies in ns."""
+        return np.asarray(self.rounds_ns, dtype=np.int64)
+
+
+def enumerate_candidates(
+    runtimes: list[str], precisions: list[str], batch_sizes: list[int], model_kind: str
+) -> list[Candidate]:
+    """Every combination, with unavailable ones kept and explained, never dropped."""
+    out: list[Candidate] = []
+    for runtime in runtimes:
+        backend = get_backend(runtime)
+        available = backend.availability()
+        for precision in precisions:
+            offers = backend.offers(precision, model_kind)
+            for offer in offers:
+                for bs in batch_sizes:
+                    c = Candidate(offer.variant, bs)
+                    if not available.available:
+                        c.set_status("unavailable", f"{available.reason}; install: {available.install}")
+                    elif offer.reason:
+                        c.set_status("unavailable", offer.reason)
+                    out.append(c)
+    return out
+
+
+def _ci_pair(iv: stats.Interval) -> list[float]:
+    return [round(iv.lo, 6), round(iv.hi, 6)]
+
+
+def candidate_document(c: Candidate) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "id": c.id,
+        "runtime": c.variant.runtime,
+        "precision": c.variant.precision,
+        "method": c.variant.method,
+        "batch_size": c.batch_size,
+        "status": c.status,
+        "reason": c.reason,
+        "quality": None if c.quality is None else c.quality.to_dict(),
+        "latency_ms": None,
+        "throughput": None,
+        "peak_rss_mb": None if c.peak_rss_mb is None else round(c.peak_rss_mb, 1),
+        "cold_start_s": {"build": c.build_s, "load": c.load_s, "first_call": c.first_call_s},
+        "exporter": c.artifact.get("exporter"),
+        "settings": c.settings,
+    }
+    samples = c.samples()
+    if c.rounds_ns and samples.size:
+        pct = stats.latency_percentiles(samples)
+        n = int(samples.size)
+        doc["latency_ms"] = {
+            **{k: round(iv.value, 6) for k, iv in pct.items()},
+            "n": n,
+            "rounds": int(samples.shape[0]),
+            "calls_per_round": int(samples.shape[1]),
+            "ci95": {k: _ci_pair(iv) for k, iv in pct.items()},
+            "unsupported": stats.unsupported_percentiles(n),
+            "cv": round(stats.coefficient_of_variation(samples), 4),
+        }
+        thr = stats.throughput(
+            np.full(samples.shape[0], samples.shape[1]), np.asarray(c.block_ns), c.batch_size
+        )
+        doc["throughput"] = {"samples_per_s": round(thr.value, 4), "ci95": _ci_pair(thr)}
+    return doc

@@ -1,0 +1,189 @@
+"""The `bakeoff` command: a thin Typer layer over bakeoff.api.
+
+Exit codes: 0 a verdict was reached (or the command did its job), 2 invalid
+input, 1 anything else. User errors print a message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from bakeoff import api, environment
+from bakeoff.errors import BakeoffError, UserError
+from bakeoff.paths import DEFAULT_STORE
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Which deep learning stack should run this model, on this machine? Measured.",
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+StoreOpt = Annotated[Path, typer.Option("--store", help="SQLite store of runs")]
+
+
+def _csv(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items:
+        raise UserError("an empty list was given")
+    return items
+
+
+def _ints(value: str | None, flag: str) -> list[int] | None:
+    items = _csv(value)
+    if items is None:
+        return None
+    try:
+        return [int(v) for v in items]
+    except ValueError:
+        raise UserError(f"{flag}: expected comma-separated integers, got {value!r}") from None
+
+
+@app.command()
+def run(
+    workload: Annotated[
+        str | None, typer.Argument(help="a workload .toml or builtin:NAME (default builtin:minilm)")
+    ] = None,
+    runtimes: Annotated[str | None, typer.Option(help="comma-separated, e.g. torch,onnxruntime")] = None,
+    precisions: Annotated[str | None, typer.Option(help="comma-separated, e.g. fp32,int8")] = None,
+    batch_sizes: Annotated[str | None, typer.Option(help="comma-separated, e.g. 1,32")] = None,
+    budget: Annotated[
+        float | None, typer.Option(help="seconds of measuring (split over batch sizes)")
+    ] = None,
+    trial_timeout: Annotated[
+        float, typer.Option(help="seconds a worker may take to answer before it is killed")
+    ] = 300.0,
+    quick: Annotated[bool, typer.Option("--quick", help="a short smoke run")] = False,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the result document")] = None,
+    threads: Annotated[int | None, typer.Option(help="threads per runtime (default: physical cores)")] = None,
+    store: StoreOpt = DEFAULT_STORE,
+) -> None:
+    """Build, check and measure every candidate stack, then name the winner."""
+    from bakeoff.report.terminal import RichReporter, print_result
+
+    opts = api.RunOptions(
+        runtimes=_csv(runtimes),
+        precisions=_csv(precisions),
+        batch_sizes=_ints(batch_sizes, "--batch-sizes"),
+        budget_s=budget,
+        trial_timeout_s=trial_timeout,
+        quick=quick,
+        store=store,
+        json_path=json_path,
+        threads=threads,
+    )
+    if threads is not None and threads < 1:
+        raise UserError("--threads must be at least 1")
+    with RichReporter(err) as reporter:
+        result = api.run(workload, opts, reporter)
+    print_result(result.document, out)
+    if json_path:
+        out.print(f"[dim]wrote {json_path}[/]")
+    raise typer.Exit(result.exit_code)
+
+
+@app.command("ls")
+def ls(store: StoreOpt = DEFAULT_STORE, limit: int = 20) -> None:
+    """List stored runs, newest first."""
+    runs = api.list_runs(store, limit)
+    if not runs:
+        out.print(f"no runs in {store}")
+        return
+    t = Table()
+    for col in ("run id", "when", "workload", "status", "candidates", "winners"):
+        t.add_column(col)
+    for r in runs:
+        when = datetime.datetime.fromtimestamp(r["created_at"]).strftime("%Y-%m-%d %H:%M")
+        winners = ", ".join(f"b{bs}: {w}" for bs, w in r["winners"] if w) or "-"
+        t.add_row(r["run_id"], when, r["workload"], r["status"], str(r["candidates"]), winners)
+    out.print(t)
+
+
+@app.command()
+def show(
+    run_id: Annotated[str, typer.Argument(help="a run id (or a unique prefix)")],
+    store: StoreOpt = DEFAULT_STORE,
+    as_json: Annotated[bool, typer.Option("--json", help="print the JSON document")] = False,
+) -> None:
+    """Show one stored run: the table and the verdicts, or its JSON."""
+    from bakeoff.report.terminal import print_result
+
+    record = api.show_run(run_id, store)
+    doc = record["document"]
+    if as_json:
+        sys.stdout.write(json.dumps(doc or record, indent=2) + "\n")
+        return
+    if doc is None:
+        out.print(f"run {record['run_id']} is {record['status']}; finished candidates:")
+        for c in record["candidates"]:
+            out.print(f"  {c['id']}: {c['status']} {c['reason']}")
+        return
+    print_result(doc, out)
+
+
+@app.command()
+def env(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """This machine's fingerprint and every runtime's availability."""
+    fp = environment.fingerprint()
+    rts = environment.runtimes()
+    if as_json:
+        sys.stdout.write(json.dumps({"environment": fp, "runtimes": rts}, indent=2) + "\n")
+        return
+    cpu = fp["cpu"]
+    out.print(f"[bold]bakeoff {fp['bakeoff_version']}[/] on Python {fp['python']}, {fp['platform']}")
+    out.print(
+        f"CPU: {cpu['model']} ({cpu['physical_cores']} physical / {cpu['logical_cores']} logical "
+        f"cores, flags: {', '.join(cpu['flags']) or 'none notable'})"
+    )
+    out.print(f"memory: {fp['memory_gb']} GiB; GPU: {fp['gpu'] or 'none (no CUDA device)'}")
+    out.print(f"default threads per runtime: {environment.default_threads()}")
+    t = Table(title="runtimes")
+    for col in ("runtime", "available", "version", "why not / install"):
+        t.add_column(col)
+    for r in rts:
+        why = "" if r["available"] else f"{r['reason']}; {r['install']}"
+        t.add_row(r["runtime"], "yes" if r["available"] else "[red]no[/]", r["version"] or "-", why)
+    out.print(t)
+
+
+def main() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        app(standalone_mode=False)
+    except UserError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        sys.exit(exc.exit_code)
+    except BakeoffError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err.print("interrupted; finished results are in the store")
+        sys.exit(1)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # click usage errors carry their own exit code
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(2)
+        if isinstance(exc, click.exceptions.Abort):
+            sys.exit(1)
+        raise
+
+
+if __name__ == "__main__":
+    main()

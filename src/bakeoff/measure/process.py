@@ -1,0 +1,136 @@
+"""Starting workers and talking to them, from the orchestrator's side.
+
+Waiting is always a blocking wait on the socket (select under the hood, with
+the trial timeout), never a polling loop: on a 2-core machine a spinning parent
+would steal half the machine from the worker it measures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "TF_NUM_INTRAOP_THREADS",
+)
+
+
+class WorkerFailed(Exception):
+    """The worker crashed, hung, or reported an error; the message says which."""
+
+
+def worker_env(threads: int) -> dict[str, str]:
+    """The same explicit thread settings for every runtime (rule 2)."""
+    env = dict(os.environ)
+    for name in THREAD_VARIABLES:
+        env[name] = str(threads)
+    env["TF_NUM_INTEROP_THREADS"] = "1"
+    env["HF_HUB_OFFLINE"] = "1"
+    env["TRANSFORMERS_OFFLINE"] = "1"
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("PYTHONWARNINGS", "ignore")
+    return env
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "worker stopped answering"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"worker killed by signal {name} ({-returncode})"
+    return f"worker exited with code {returncode}"
+
+
+def _log_tail(path: Path, lines: int = 3) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    tail = [line.strip() for line in text[-lines:] if line.strip()]
+    return "; last output: " + " | ".join(tail) if tail else ""
+
+
+class WorkerProcess:
+    """One worker process with a JSON message channel."""
+
+    def __init__(self, job: dict[str, Any], threads: int, log_path: Path) -> None:
+        parent_sock, child_sock = socket.socketpair()
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "bakeoff.measure.worker", str(child_sock.fileno())],
+                pass_fds=[child_sock.fileno()],
+                env=worker_env(threads),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
+        child_sock.close()
+        self.conn = Connection(parent_sock.detach())
+        self._send(job)
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        try:
+            self.conn.send_bytes(json.dumps(msg).encode())
+        except OSError:
+            raise WorkerFailed(self._death()) from None
+
+    def _death(self) -> str:
+        try:
+            rc = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            rc = self.proc.returncode
+        return describe_exit(rc) + _log_tail(self.log_path)
+
+    def reply(self, timeout: float) -> dict[str, Any]:
+        """Block until the worker answers, dies, or `timeout` seconds pass."""
+        if not self.conn.poll(timeout):
+            self.kill()
+            raise WorkerFailed(f"exceeded the trial timeout of {timeout:g} s (worker killed)")
+        try:
+            data = self.conn.recv_bytes()
+        except (EOFError, OSError):
+            raise WorkerFailed(self._death()) from None
+        msg = dict(json.loads(data))
+        if not msg.get("ok"):
+            raise WorkerFailed(str(msg.get("reason", "worker reported an error")))
+        return msg
+
+    def request(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
+        self._send(msg)
+        return self.reply(timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def close(self) -> None:
+        self.kill()
+        self.conn.close()
+
+
+def run_job(job: dict[str, Any], threads: int, log_path: Path, timeout: float) -> dict[str, Any]:
+    """A one-shot job (build, reference) in its own process."""
+    worker = WorkerProcess(job, threads, log_path)
+    try:
+        return worker.reply(timeout)
+    finally:
+        worker.close()

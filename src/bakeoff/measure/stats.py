@@ -1,0 +1,106 @@
+"""Statistics on interleaved samples: percentiles and throughput with bootstrap CIs,
+and paired ratios between candidates measured in the same rounds.
+
+Samples are kept as a matrix (rounds x calls per round): every candidate runs a
+fixed number of calls in each round. The bootstrap resamples whole rounds
+(a block bootstrap), so drift between rounds widens the intervals honestly
+instead of being averaged away, and two candidates are paired round by round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+N_BOOTSTRAP = 2000
+SEED = 20261129
+# Fewer samples than this and the percentile is an extrapolation, not a measurement.
+MIN_SAMPLES = {"p50": 5, "p90": 20, "p99": 200, "mean": 5}
+
+
+@dataclass(frozen=True)
+class Interval:
+    value: float
+    lo: float
+    hi: float
+
+    def __post_init__(self) -> None:
+        if not (self.lo <= self.value <= self.hi) and np.isfinite(self.value):
+            # Percentile intervals can exclude the point estimate on tiny samples;
+            # widen to include it rather than print an interval that lies about it.
+            object.__setattr__(self, "lo", min(self.lo, self.value))
+            object.__setattr__(self, "hi", max(self.hi, self.value))
+
+    def excludes(self, x: float) -> bool:
+        return x < self.lo or x > self.hi
+
+
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(SEED)
+
+
+def _round_indices(n_rounds: int, n_boot: int = N_BOOTSTRAP) -> np.ndarray:
+    return _rng().integers(0, n_rounds, size=(n_boot, n_rounds))
+
+
+def _ci(values: np.ndarray) -> tuple[float, float]:
+    lo, hi = np.percentile(values, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def latency_percentiles(samples_ns: np.ndarray) -> dict[str, Interval]:
+    """p50, p90, p99 and mean in ms, each with a block-bootstrap 95% CI."""
+    rounds, per_round = samples_ns.shape
+    ms = samples_ns.astype(np.float64) / 1e6
+    flat = ms.reshape(-1)
+    boot = ms[_round_indices(rounds)].reshape(N_BOOTSTRAP, rounds * per_round)
+    qs = np.percentile(boot, [50, 90, 99], axis=1)
+    means = boot.mean(axis=1)
+    point = np.percentile(flat, [50, 90, 99])
+    out = {
+        name: Interval(float(point[i]), *_ci(qs[i])) for i, name in enumerate(("p50", "p90", "p99"))
+    }
+    out["mean"] = Interval(float(flat.mean()), *_ci(means))
+    return out
+
+
+def unsupported_percentiles(n: int) -> list[str]:
+    return [name for name, need in MIN_SAMPLES.items() if n < need]
+
+
+def throughput(calls: np.ndarray, block_ns: np.ndarray, batch_size: int) -> Interval:
+    """Measured samples/s: samples done over wall time of the timed blocks (not 1/latency)."""
+    samples = calls.astype(np.float64) * batch_size
+    seconds = block_ns.astype(np.float64) / 1e9
+    idx = _round_indices(len(calls))
+    boot = samples[idx].sum(axis=1) / seconds[idx].sum(axis=1)
+    return Interval(float(samples.sum() / seconds.sum()), *_ci(boot))
+
+
+def paired_latency_ratio(base_ns: np.ndarray, cand_ns: np.ndarray) -> Interval:
+    """median(base) / median(cand), rounds resampled together: > 1 means cand is faster."""
+    rounds = min(len(base_ns), len(cand_ns))
+    base, cand = base_ns[:rounds].astype(np.float64), cand_ns[:rounds].astype(np.float64)
+    idx = _round_indices(rounds)
+    b = np.median(base[idx].reshape(N_BOOTSTRAP, -1), axis=1)
+    c = np.median(cand[idx].reshape(N_BOOTSTRAP, -1), axis=1)
+    return Interval(float(np.median(base) / np.median(cand)), *_ci(b / c))
+
+
+def paired_throughput_ratio(
+    base_calls: np.ndarray, base_block_ns: np.ndarray, cand_calls: np.ndarray, cand_block_ns: np.ndarray
+) -> Interval:
+    """throughput(cand) / throughput(base), rounds resampled together: > 1 means cand is faster."""
+    rounds = min(len(base_calls), len(cand_calls))
+    bc, bt = base_calls[:rounds].astype(np.float64), base_block_ns[:rounds].astype(np.float64)
+    cc, ct = cand_calls[:rounds].astype(np.float64), cand_block_ns[:rounds].astype(np.float64)
+    idx = _round_indices(rounds)
+    ratio = (cc[idx].sum(1) / ct[idx].sum(1)) / (bc[idx].sum(1) / bt[idx].sum(1))
+    point = (cc.sum() / ct.sum()) / (bc.sum() / bt.sum())
+    return Interval(float(point), *_ci(ratio))
+
+
+def coefficient_of_variation(samples_ns: np.ndarray) -> float:
+    flat = samples_ns.astype(np.float64).reshape(-1)
+    return float(flat.std() / flat.mean()) if flat.size > 1 and flat.mean() > 0 else 0.0

@@ -1,0 +1,206 @@
+"""The worker process: builds a variant, or loads one and times it on command.
+
+Run as ``python -m bakeoff.measure.worker FD``: FD is one end of a socket pair.
+Messages both ways are JSON (never pickle). The parent sets thread variables in
+the environment before this process starts, so they hold before numpy or any
+runtime is imported.
+
+Jobs (the first message):
+- ``build``: run a backend's build step; reply with the artifact.
+- ``reference``: run a variant on the quality inputs and save its outputs.
+- ``measure``: load the variant, time the first call, save outputs on the
+  quality inputs (the same loaded variant that is timed: rule 12), then
+  answer ``warmup`` / ``measure`` / ``exit`` commands until told to stop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+from bakeoff.backends import BuildContext, LoadContext, Runner, Variant, get_backend
+from bakeoff.transforms import StepFailed
+from bakeoff.workload import ModelSource
+
+
+def send(conn: Connection, msg: dict[str, Any]) -> None:
+    conn.send_bytes(json.dumps(msg).encode())
+
+
+def recv(conn: Connection) -> dict[str, Any]:
+    return dict(json.loads(conn.recv_bytes()))
+
+
+def timed_calls(
+    run: Callable[[Any], Any], pool: list[Any], n: int, clock: Callable[[], int]
+) -> tuple[list[int], int]:
+    """Time `n` calls cycling through `pool`; return per-call ns and the block's ns.
+
+    The loop body is kept minimal: its overhead is measured by
+    benchmarks/harness_overhead.py and must stay far below the calls it times.
+    """
+    latencies = [0] * n
+    k = len(pool)
+    block_start = clock()
+    for i in range(n):
+        x = pool[i % k]
+        t0 = clock()
+        run(x)
+        latencies[i] = clock() - t0
+    return latencies, clock() - block_start
+
+
+def _source(job: dict[str, Any]) -> ModelSource:
+    return ModelSource(**job["source"])
+
+
+def _variant(job: dict[str, Any]) -> Variant:
+    return Variant(**job["variant"])
+
+
+def _batches(arrays: dict[str, np.ndarray], batch_size: int, count: int) -> list[dict]:
+    """`count` batches of exactly `batch_size`, cycling through the samples.
+
+    Always full batches: a short last batch would change the shape, and a
+    compiled model would recompile (or fail) on it.
+    """
+    n = len(next(iter(arrays.values())))
+    idx = np.arange(count * batch_size) % n
+    return [
+        {k: np.ascontiguousarray(v[idx[i * batch_size : (i + 1) * batch_size]]) for k, v in arrays.items()}
+        for i in range(count)
+    ]
+
+
+def _outputs(runner: Runner, arrays: dict[str, np.ndarray], batch_size: int) -> np.ndarray:
+    n = len(next(iter(arrays.values())))
+    count = -(-n // batch_size)
+    outs = [runner.to_numpy(runner.run(runner.prepare(b))) for b in _batches(arrays, batch_size, count)]
+    return np.concatenate(outs)[:n]
+
+
+def _load_split(data_path: str, split: str, names: list[str]) -> dict[str, np.ndarray]:
+    with np.load(data_path, allow_pickle=False) as z:
+        return {n: z[f"{split}/{n}"] for n in names}
+
+
+def _load_runner(job: dict[str, Any]) -> Runner:
+    ctx = LoadContext(
+        source=_source(job),
+        threads=job["threads"],
+        batch_size=job["batch_size"],
+        input_names=tuple(job["input_names"]),
+        options=job.get("options", {}),
+    )
+    return get_backend(job["variant"]["runtime"]).load(_variant(job), job["artifact"], ctx)
+
+
+def do_build(job: dict[str, Any]) -> dict[str, Any]:
+    ctx = BuildContext(
+        source=_source(job),
+        artifacts_dir=job["artifacts_dir"],
+        data_path=job["data_path"],
+        input_names=tuple(job["input_names"]),
+        threads=job["threads"],
+    )
+    t0 = time.perf_counter()
+    artifact = get_backend(job["variant"]["runtime"]).build(_variant(job), ctx)
+    return {"ok": True, "artifact": artifact, "build_s": time.perf_counter() - t0}
+
+
+def do_reference(job: dict[str, Any]) -> dict[str, Any]:
+    runner = _load_runner(job)
+    quality = _load_split(job["data_path"], "quality", job["input_names"])
+    np.save(job["outputs_path"], _outputs(runner, quality, job["batch_size"]))
+    return {"ok": True, "settings": runner.settings}
+
+
+def serve_measure(conn: Connection, job: dict[str, Any], started: float) -> None:
+    runner = _load_runner(job)
+    load_s = time.perf_counter() - started
+    clock: Callable[[], int] = getattr(runner, "clock_ns", time.perf_counter_ns)
+    names, batch_size = job["input_names"], job["batch_size"]
+    pool_arrays = _load_split(job["data_path"], "pool", names)
+    pool_n = len(next(iter(pool_arrays.values())))
+    # A pool of distinct real batches, cycled: rule 5 (never one tensor repeated).
+    count = min(16, max(4, -(-pool_n // batch_size)))
+    pool = [runner.prepare(b) for b in _batches(pool_arrays, batch_size, count)]
+    t0 = clock()
+    runner.run(pool[0])
+    first_call_s = (clock() - t0) / 1e9
+    quality = _load_split(job["data_path"], "quality", names)
+    np.save(job["outputs_path"], _outputs(runner, quality, batch_size))
+    send(
+        conn,
+        {
+            "ok": True,
+            "event": "ready",
+            "load_s": load_s,
+            "first_call_s": first_call_s,
+            "settings": runner.settings,
+            "pid": os.getpid(),
+        },
+    )
+    while True:
+        cmd = recv(conn)
+        if cmd["cmd"] == "warmup":
+            # Warm up for at least `seconds` and `min_calls`: caches, allocators
+            # and thread pools reach steady state before any sample is kept.
+            lat: list[int] = []
+            deadline = clock() + int(cmd["seconds"] * 1e9)
+            while len(lat) < cmd["min_calls"] or clock() < deadline:
+                lat += timed_calls(runner.run, pool, 1, clock)[0]
+                if len(lat) >= cmd.get("max_calls", 10_000):
+                    break
+            send(conn, {"ok": True, "latency_ns": lat})
+        elif cmd["cmd"] == "measure":
+            lat, block_ns = timed_calls(runner.run, pool, cmd["calls"], clock)
+            send(conn, {"ok": True, "latency_ns": lat, "block_ns": block_ns})
+        elif cmd["cmd"] == "exit":
+            peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            send(conn, {"ok": True, "peak_rss_mb": peak_kib / 1024})
+            return
+        else:
+            send(conn, {"ok": False, "reason": f"unknown command {cmd['cmd']!r}"})
+
+
+def main(fd: int) -> int:
+    started = time.perf_counter()
+    conn = Connection(fd)
+    job = recv(conn)
+    if cpus := job.get("cpus"):
+        os.sched_setaffinity(0, cpus)
+    try:
+        if job["kind"] == "build":
+            send(conn, do_build(job))
+        elif job["kind"] == "reference":
+            send(conn, do_reference(job))
+        elif job["kind"] == "measure":
+            serve_measure(conn, job, started)
+        else:
+            send(conn, {"ok": False, "reason": f"unknown job kind {job['kind']!r}"})
+    except StepFailed as exc:
+        send(conn, {"ok": False, "reason": str(exc)})
+    except Exception as exc:
+        traceback.print_exc()  # into the job's log file
+        send(conn, {"ok": False, "reason": f"{type(exc).__name__}: {exc}"})
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1])))
+
+
+

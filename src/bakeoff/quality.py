@@ -1,0 +1,72 @@
+"""The quality gate: a variant's outputs on held-out data against the FP32 reference."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Floating-point noise must not reject an exact variant whose max_drop is 0.
+_EPSILON = 1e-9
+
+
+@dataclass(frozen=True)
+class Quality:
+    metric: str
+    value: float
+    reference: float
+    drop: float
+    max_drop: float
+    worst: float | None = None  # cosine: the least similar sample
+
+    @property
+    def passed(self) -> bool:
+        return bool(np.isfinite(self.drop)) and self.drop <= self.max_drop + _EPSILON
+
+    def describe(self) -> str:
+        return (
+            f"{self.metric} {self.value:.4f} vs reference {self.reference:.4f}: "
+            f"drop {self.drop:.4f} {'within' if self.passed else 'exceeds'} "
+            f"max_drop {self.max_drop:g}"
+        )
+
+    def to_dict(self) -> dict[str, float | str | None]:
+        return {
+            "metric": self.metric,
+            "value": self.value,
+            "reference": self.reference,
+            "drop": self.drop,
+            "max_drop": self.max_drop,
+            "worst": self.worst,
+        }
+
+
+def evaluate(
+    metric: str,
+    outputs: np.ndarray,
+    reference: np.ndarray,
+    labels: np.ndarray | None,
+    max_drop: float,
+) -> Quality:
+    if outputs.shape != reference.shape:
+        raise ValueError(f"output shape {outputs.shape} differs from reference {reference.shape}")
+    out = outputs.reshape(len(outputs), -1).astype(np.float64)
+    ref = reference.reshape(len(reference), -1).astype(np.float64)
+    if metric == "cosine":
+        norms = np.linalg.norm(out, axis=1) * np.linalg.norm(ref, axis=1)
+        cos = np.sum(out * ref, axis=1) / np.maximum(norms, 1e-12)
+        cos = np.where(np.isfinite(cos), cos, -1.0)
+        return Quality(metric, float(cos.mean()), 1.0, float(1.0 - cos.mean()), max_drop, float(cos.min()))
+    if metric == "max_abs":
+        diff = float(np.max(np.abs(out - ref))) if np.isfinite(out).all() else float("inf")
+        return Quality(metric, diff, 0.0, diff, max_drop)
+    if metric == "agreement":
+        agree = float(np.mean(out.argmax(axis=1) == ref.argmax(axis=1)))
+        return Quality(metric, agree, 1.0, 1.0 - agree, max_drop)
+    if metric == "accuracy":
+        if labels is None:
+            raise ValueError("the accuracy metric needs labels")
+        acc = float(np.mean(out.argmax(axis=1) == labels))
+        ref_acc = float(np.mean(ref.argmax(axis=1) == labels))
+        return Quality(metric, acc, ref_acc, ref_acc - acc, max_drop)
+    raise ValueError(f"unknown metric {metric!r}")

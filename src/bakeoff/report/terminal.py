@@ -1,0 +1,152 @@
+"""Rich output: a live progress view and candidate table while working, and the
+final table with the verdicts in words."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from bakeoff.candidates import Candidate
+
+_STATUS_STYLE = {
+    "ok": "green",
+    "pending": "dim",
+    "rejected": "yellow",
+    "failed": "red",
+    "unavailable": "dim",
+}
+
+
+def _fmt(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _live_table(candidates: list[Candidate]) -> Table:
+    t = Table(expand=False, show_edge=False, pad_edge=False)
+    for col in ("candidate", "status", "quality", "load s", "rounds", "p50 ms"):
+        t.add_column(col)
+    for c in candidates:
+        if c.status == "unavailable":
+            continue
+        samples = c.samples()
+        p50 = float(__import__("numpy").median(samples)) / 1e6 if samples.size else None
+        t.add_row(
+            c.id,
+            f"[{_STATUS_STYLE.get(c.status, '')}]{c.status}[/]",
+            "-" if c.quality is None else f"{c.quality.value:.4f}",
+            _fmt(c.load_s),
+            str(len(c.rounds_ns)),
+            _fmt(p50, 3),
+        )
+    return t
+
+
+class RichReporter:
+    """Progress bars and a live table; everything goes to stderr-safe Rich console."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        self.progress_bar = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=self.console,
+        )
+        self.stage_task = self.progress_bar.add_task("starting", total=None)
+        self.tasks: dict[str, Any] = {}
+        self._candidates: list[Candidate] = []
+        self.live = Live(self._render(), console=self.console, refresh_per_second=4, transient=True)
+        self.started = time.perf_counter()
+
+    def __enter__(self) -> RichReporter:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.live.__exit__(None, None, None)
+
+    def _render(self) -> Group:
+        return Group(self.progress_bar, _live_table(self._candidates))
+
+    def stage(self, text: str) -> None:
+        self.progress_bar.update(self.stage_task, description=text)
+        self.live.update(self._render())
+
+    def progress(self, task: str, done: int, total: int) -> None:
+        if task not in self.tasks:
+            self.tasks[task] = self.progress_bar.add_task(task, total=total)
+        self.progress_bar.update(self.tasks[task], completed=done, total=total)
+
+    def candidates(self, candidates: list[Candidate]) -> None:
+        self._candidates = candidates
+        self.live.update(self._render())
+
+
+def _ci(ci: list[float] | None, digits: int = 2) -> str:
+    return "" if not ci else f" [{ci[0]:.{digits}f}-{ci[1]:.{digits}f}]"
+
+
+def results_table(document: dict[str, Any]) -> Table:
+    t = Table(title=f"bakeoff {document['run_id']} - {document['workload']['name']}")
+    for col, justify in (
+        ("candidate", "left"),
+        ("status", "left"),
+        ("quality", "right"),
+        ("p50 ms [95% CI]", "right"),
+        ("p99 ms", "right"),
+        ("samples/s [95% CI]", "right"),
+        ("peak MB", "right"),
+        ("load s", "right"),
+        ("1st call s", "right"),
+    ):
+        t.add_column(col, justify=justify)  # type: ignore[arg-type]
+    winners = {v["winner"] for v in document["verdicts"] if v["winner"]}
+    for c in document["candidates"]:
+        lat, thr, q = c["latency_ms"], c["throughput"], c["quality"]
+        name = f"[bold]{c['id']} *[/]" if c["id"] in winners else c["id"]
+        status = f"[{_STATUS_STYLE.get(c['status'], '')}]{c['status']}[/]"
+        p99 = "-"
+        if lat:
+            p99 = f"{lat['p99']:.2f}" + ("?" if "p99" in lat["unsupported"] else "")
+        t.add_row(
+            name,
+            status,
+            "-" if q is None else f"{q['value']:.4f}",
+            "-" if not lat else f"{lat['p50']:.2f}{_ci(lat['ci95']['p50'])}",
+            p99,
+            "-" if not thr else f"{thr['samples_per_s']:.1f}{_ci(thr['ci95'], 1)}",
+            _fmt(c["peak_rss_mb"], 0),
+            _fmt(c["cold_start_s"]["load"]),
+            _fmt(c["cold_start_s"]["first_call"]),
+        )
+    return t
+
+
+def print_result(document: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(results_table(document))
+    console.print("[dim]* winner; ? marks a p99 with too few samples to support it[/]")
+    not_ok = [c for c in document["candidates"] if c["status"] not in ("ok",)]
+    if not_ok:
+        console.print("\n[bold]Not measured or not eligible[/]")
+        for c in not_ok:
+            console.print(f"  {c['id']}: [{_STATUS_STYLE[c['status']]}]{c['status']}[/] - {c['reason']}")
+    console.print("\n[bold]Verdict[/]")
+    for v in document["verdicts"]:
+        mark = f"[bold green]{v['winner']}[/]" if v["winner"] else "[red]no winner[/]"
+        console.print(f"  batch {v['batch_size']} ({v['objective']}): {mark}")
+        console.print(f"    {v['reason']}")
+    timing = document.get("timing_s")
+    if timing:
+        console.print(
+            f"\n[dim]run {document['run_id']}: build {timing['build']:.0f} s, reference "
+            f"{timing['reference']:.0f} s, measure {timing['measure']:.0f} s, total "
+            f"{timing['total']:.0f} s[/]"
+        )

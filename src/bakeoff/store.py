@@ -1,0 +1,193 @@
+"""SQLite store of runs, candidates, trials with their raw samples, and environments.
+
+Written as results arrive, each write in its own transaction, with WAL, so a
+killed orchestrator loses nothing that finished. Raw latencies are stored as
+little-endian int64 nanoseconds in a BLOB per trial.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bakeoff.errors import UserError
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    workload TEXT NOT NULL,
+    status TEXT NOT NULL,            -- running | done | failed | interrupted
+    environment TEXT NOT NULL,       -- JSON fingerprint
+    settings TEXT NOT NULL,          -- JSON: budget, threads, quick, ...
+    document TEXT                    -- the final JSON result document
+);
+CREATE TABLE IF NOT EXISTS candidates (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    candidate_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    document TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (run_id, candidate_id)
+);
+CREATE TABLE IF NOT EXISTS trials (
+    run_id TEXT NOT NULL,
+    candidate_id TEXT NOT NULL,
+    round INTEGER NOT NULL,          -- -1 for warm-up
+    kind TEXT NOT NULL,              -- warmup | measure
+    calls INTEGER NOT NULL,
+    block_ns INTEGER,
+    latency_ns BLOB NOT NULL,
+    recorded_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS trials_by_candidate ON trials (run_id, candidate_id);
+"""
+
+
+class Store:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        with self._tx():
+            for stmt in _SCHEMA.split(";"):
+                if stmt.strip():
+                    self.db.execute(stmt)
+            row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is None:
+                self.db.execute(
+                    "INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+                )
+            elif int(row[0]) > SCHEMA_VERSION:
+                raise UserError(
+                    f"{self.path}: store schema {row[0]} is newer than this bakeoff "
+                    f"({SCHEMA_VERSION}); upgrade bakeoff"
+                )
+
+    @contextmanager
+    def _tx(self) -> Iterator[None]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def close(self) -> None:
+        self.db.close()
+
+    # ------------------------------------------------------------ writes
+
+    def start_run(
+        self, run_id: str, workload: str, environment: dict[str, Any], settings: dict[str, Any]
+    ) -> None:
+        with self._tx():
+            self.db.execute(
+                "INSERT INTO runs VALUES (?, ?, ?, 'running', ?, ?, NULL)",
+                (run_id, time.time(), workload, json.dumps(environment), json.dumps(settings)),
+            )
+
+    def put_candidate(self, run_id: str, doc: dict[str, Any]) -> None:
+        with self._tx():
+            self.db.execute(
+                "INSERT OR REPLACE INTO candidates VALUES (?, ?, ?, ?, ?)",
+                (run_id, doc["id"], doc["status"], json.dumps(doc), time.time()),
+            )
+
+    def add_trial(
+        self,
+        run_id: str,
+        candidate_id: str,
+        round_index: int,
+        kind: str,
+        latency_ns: list[int],
+        block_ns: int | None,
+    ) -> None:
+        blob = np.asarray(latency_ns, dtype="<i8").tobytes()
+        with self._tx():
+            self.db.execute(
+                "INSERT INTO trials VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, candidate_id, round_index, kind, len(latency_ns), block_ns, blob, time.time()),
+            )
+
+    def finish_run(self, run_id: str, status: str, document: dict[str, Any] | None) -> None:
+        with self._tx():
+            self.db.execute(
+                "UPDATE runs SET status = ?, document = ? WHERE run_id = ?",
+                (status, json.dumps(document) if document is not None else None, run_id),
+            )
+
+    # ------------------------------------------------------------ reads
+
+    def runs(self, limit: int = 50) -> list[dict[str, Any]]:
+        rows = self.db.execute(
+            "SELECT r.run_id, r.created_at, r.workload, r.status, "
+            "(SELECT COUNT(*) FROM candidates c WHERE c.run_id = r.run_id), r.document "
+            "FROM runs r ORDER BY r.created_at DESC LIMIT ?",
+            (limit,),
+        ).fetchall()
+        out = []
+        for run_id, created, workload, status, n, doc in rows:
+            winners = []
+            if doc:
+                for v in json.loads(doc).get("verdicts", []):
+                    winners.append((v["batch_size"], v["winner"]))
+            out.append(
+                {
+                    "run_id": run_id,
+                    "created_at": created,
+                    "workload": workload,
+                    "status": status,
+                    "candidates": n,
+                    "winners": winners,
+                }
+            )
+        return out
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        row = self.db.execute(
+            "SELECT run_id, created_at, workload, status, environment, settings, document "
+            "FROM runs WHERE run_id = ? OR run_id LIKE ? ORDER BY created_at DESC",
+            (run_id, run_id + "%"),
+        ).fetchall()
+        if not row:
+            raise UserError(f"no run {run_id!r} in {self.path} (see `bakeoff ls`)")
+        if len(row) > 1 and row[0][0] != run_id:
+            raise UserError(f"run id prefix {run_id!r} is ambiguous in {self.path}")
+        rid, created, workload, status, env, settings, doc = row[0]
+        cands = [
+            json.loads(d)
+            for (d,) in self.db.execute(
+                "SELECT document FROM candidates WHERE run_id = ? ORDER BY candidate_id", (rid,)
+            )
+        ]
+        return {
+            "run_id": rid,
+            "created_at": created,
+            "workload": workload,
+            "status": status,
+            "environment": json.loads(env),
+            "settings": json.loads(settings),
+            "document": json.loads(doc) if doc else None,
+            "candidates": cands,
+        }
+
+    def samples(self, run_id: str, candidate_id: str, kind: str = "measure") -> list[np.ndarray]:
+        rows = self.db.execute(
+            "SELECT latency_ns FROM trials WHERE run_id = ? AND candidate_id = ? AND kind = ? "
+            "ORDER BY round",
+            (run_id, candidate_id, kind),
+        ).fetchall()
+        return [np.frombuffer(blob, dtype="<i8") for (blob,) in rows]

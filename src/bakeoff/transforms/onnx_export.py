@@ -1,0 +1,118 @@
+"""torch -> ONNX, with the dynamo exporter first and the TorchScript exporter as fallback.
+
+The batch axis is dynamic so one file serves every batch size. When both
+exporters fail, the reason names the operator that stopped them.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bakeoff.transforms import StepFailed, cached_step
+from bakeoff.workload import ModelSource
+
+OPSET = 18
+_OPERATOR_PATTERNS = (
+    # TorchScript exporter: "Exporting the operator 'aten::foo' to ONNX opset ..."
+    re.compile(r"operator '([\w:.]+)'"),
+    # dynamo exporter / torch.export: "aten.foo.default", "mylib.op.default", "mylib::op"
+    re.compile(r"\b([a-z_][\w]*::[\w.]+)"),
+    re.compile(r"\b((?:aten|prims|[a-z_]+lib[\w]*)\.[\w]+(?:\.[\w]+)?)\b"),
+    re.compile(r"OpOverload\(op='([\w.:]+)'"),
+)
+
+
+def operator_in(message: str) -> str | None:
+    """The first operator name an exporter's error message mentions."""
+    for pattern in _OPERATOR_PATTERNS:
+        m = pattern.search(message)
+        if m:
+            return m.group(1)
+    return None
+
+
+def ensure_onnx(source: ModelSource, artifacts_dir: str, example: dict[str, np.ndarray]) -> dict:
+    """The FP32 ONNX file of the workload's model: {"path", "exporter"}."""
+    if source.kind == "onnx":
+        assert source.path is not None
+        return {"path": source.path, "exporter": "user-provided"}
+    return cached_step(artifacts_dir, "onnx-fp32", lambda out: _export(source, example, out))
+
+
+def _export(source: ModelSource, example: dict[str, np.ndarray], out_dir: Path) -> dict:
+    import torch
+
+    from bakeoff.models import build_torch_model
+
+    model = build_torch_model(source)
+    names = list(example)
+    args = tuple(torch.from_numpy(np.ascontiguousarray(example[n])) for n in names)
+    path = out_dir / "model.onnx"
+    errors: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            batch = torch.export.Dim("batch")
+            program = torch.onnx.export(
+                model,
+                args,
+                input_names=names,
+                output_names=["output"],
+                opset_version=OPSET,
+                dynamo=True,
+                dynamic_shapes={n: {0: batch} for n in _forward_arg_names(model, names)},
+                external_data=False,
+                verbose=False,
+            )
+            assert program is not None
+            program.save(str(path))
+            _check_loads(path)
+            return {"path": str(path), "exporter": "dynamo"}
+        except Exception as exc:
+            errors.append(f"dynamo exporter: {type(exc).__name__}: {_first_lines(exc)}")
+        try:
+            torch.onnx.export(
+                model,
+                args,
+                str(path),
+                input_names=names,
+                output_names=["output"],
+                opset_version=OPSET,
+                dynamo=False,
+                dynamic_axes={n: {0: "batch"} for n in [*names, "output"]},
+            )
+            _check_loads(path)
+            return {"path": str(path), "exporter": "torchscript"}
+        except Exception as exc:
+            errors.append(f"torchscript exporter: {type(exc).__name__}: {_first_lines(exc)}")
+    op = next((o for o in map(operator_in, errors) if o), None)
+    head = f"ONNX export failed on operator {op}" if op else "ONNX export failed"
+    raise StepFailed(head + "; " + " | ".join(errors))
+
+
+def _forward_arg_names(model: Any, fallback: list[str]) -> list[str]:
+    """dynamic_shapes keys must be forward's own argument names."""
+    import inspect
+
+    params = [
+        p.name
+        for p in inspect.signature(model.forward).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    return params[: len(fallback)] if len(params) >= len(fallback) else fallback
+
+
+def _check_loads(path: Path) -> None:
+    import onnx
+
+    onnx.checker.check_model(str(path))
+
+
+def _first_lines(exc: BaseException, limit: int = 600) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -1,0 +1,121 @@
+"""Naming a winner per batch size, honestly.
+
+The objective is p50 latency at batch 1 and measured throughput above it,
+unless the workload says otherwise. "A beats B" needs the paired ratio's 95%
+CI to exclude 1; otherwise the two are reported as tied, with why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bakeoff.measure import stats
+from bakeoff.measure.stats import Interval
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The timing record of one ok candidate: rounds x calls samples, paired by round."""
+
+    id: str
+    samples_ns: np.ndarray  # shape (rounds, calls per round)
+    block_ns: np.ndarray  # shape (rounds,): wall time of each round's timed block
+    batch_size: int
+
+    @property
+    def calls(self) -> np.ndarray:
+        return np.full(len(self.block_ns), self.samples_ns.shape[1])
+
+
+@dataclass(frozen=True)
+class Verdict:
+    batch_size: int
+    objective: str
+    winner: str | None
+    baseline: str | None
+    speedup: Interval | None
+    ranking: list[str]
+    ties: list[list[str]] = field(default_factory=list)
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if self.winner is not None and self.winner not in self.ranking:
+            raise ValueError("the winner must be ranked")
+        if not self.reason:
+            raise ValueError("a verdict needs a reason in words")
+
+    def to_dict(self) -> dict:
+        return {
+            "batch_size": self.batch_size,
+            "objective": self.objective,
+            "winner": self.winner,
+            "baseline": self.baseline,
+            "speedup": None
+            if self.speedup is None
+            else {"value": self.speedup.value, "ci95": [self.speedup.lo, self.speedup.hi]},
+            "ranking": self.ranking,
+            "ties": self.ties,
+            "reason": self.reason,
+        }
+
+
+def objective_for(batch_size: int, requested: str) -> str:
+    if requested in ("latency", "throughput"):
+        return requested
+    return "latency" if batch_size == 1 else "throughput"
+
+
+def score(m: Measured, objective: str) -> float:
+    """Higher is better."""
+    if objective == "latency":
+        return -float(np.median(m.samples_ns))
+    return stats.throughput(m.calls, m.block_ns, m.batch_size).value
+
+
+def speedup(base: Measured, cand: Measured, objective: str) -> Interval:
+    """How many times faster `cand` is than `base` on the objective (> 1: faster)."""
+    if objective == "latency":
+        return stats.paired_latency_ratio(base.samples_ns, cand.samples_ns)
+    return stats.paired_throughput_ratio(base.calls, base.block_ns, cand.calls, cand.block_ns)
+
+
+def _fmt(iv: Interval) -> str:
+    return f"{iv.value:.2f}x (95% CI {iv.lo:.2f}-{iv.hi:.2f})"
+
+
+def decide(
+    batch_size: int, objective: str, measured: list[Measured], baseline_id: str | None,
+    not_ok: dict[str, str] | None = None,
+) -> Verdict:
+    """Rank ok candidates; `not_ok` maps other candidate ids to why they were left out."""
+    label = "p50 latency" if objective == "latency" else "throughput"
+    if not measured:
+        why = "; ".join(f"{k}: {v}" for k, v in (not_ok or {}).items()) or "no candidates"
+        return Verdict(batch_size, objective, None, baseline_id, None, [], [],
+                       f"No candidate completed with acceptable quality at batch {batch_size} ({why}).")
+    ranked = sorted(measured, key=lambda m: score(m, objective), reverse=True)
+    winner = ranked[0]
+    ranking = [m.id for m in ranked]
+    tied = [m.id for m in ranked[1:] if not speedup(m, winner, objective).lo > 1.0]
+    by_id = {m.id: m for m in measured}
+    base = by_id.get(baseline_id) if baseline_id else None
+    gain = speedup(base, winner, objective) if base is not None else None
+
+    parts = [f"At batch {batch_size}, {winner.id} has the best {label}"]
+    if gain is not None and base is not None and base.id != winner.id:
+        parts[0] += f": {_fmt(gain)} over the baseline {base.id}."
+    elif base is not None:
+        parts[0] += "; it is the baseline itself, so nothing measured beat it."
+    else:
+        why = (not_ok or {}).get(baseline_id or "", "it was not measured")
+        parts[0] += f"; no speedup is given because the baseline {baseline_id} is out ({why})."
+    if tied:
+        detail = ", ".join(f"{t} ({_fmt(speedup(by_id[t], winner, objective))})" for t in tied)
+        parts.append(
+            f"Tied with {detail}: the 95% CI of the paired ratio includes 1, so the "
+            "measured difference could be noise; pick by memory, cold start or quality."
+        )
+    ties = [[winner.id, *tied]] if tied else []
+    return Verdict(batch_size, objective, winner.id, baseline_id, gain, ranking, ties, " ".join(parts))

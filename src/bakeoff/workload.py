@@ -1,0 +1,319 @@
+"""Workload specs: a TOML file validated with pydantic, or a built-in workload.
+
+A spec says what model, what data, how quality is judged and what to search.
+`load_workload` turns a spec into a `Workload`: the spec plus the data arrays,
+ready for the orchestrator. Every mistake in a spec becomes a `UserError` that
+names the file, the key and what was expected.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import sys
+import tomllib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+
+from bakeoff.errors import UserError
+
+RUNTIMES = ("torch", "torch-compile", "onnxruntime", "openvino", "fake")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8", "int4")
+DEFAULT_RUNTIMES = ["torch", "torch-compile", "onnxruntime", "openvino"]
+
+Metric = Literal["accuracy", "agreement", "cosine", "max_abs"]
+Objective = Literal["auto", "latency", "throughput"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Strict):
+    kind: Literal["torch", "hf", "onnx", "builtin", "fake"]
+    factory: str | None = Field(None, description='"module:callable" returning a torch.nn.Module')
+    path: str | None = Field(None, description="a model file (onnx) or a local folder (hf)")
+    options: dict[str, Any] = Field(default_factory=dict, description="settings for kind=fake")
+
+    @model_validator(mode="after")
+    def _needs_source(self) -> ModelSpec:
+        if self.kind == "torch" and not self.factory:
+            raise ValueError('kind = "torch" needs factory = "module:callable"')
+        if self.kind in ("onnx", "hf") and not self.path:
+            raise ValueError(f'kind = "{self.kind}" needs path = "..."')
+        if self.factory is not None and ":" not in self.factory:
+            raise ValueError(f'factory must look like "module:callable", got {self.factory!r}')
+        return self
+
+
+class DataSpec(_Strict):
+    factory: str | None = None
+    path: str | None = None
+    quality_samples: PositiveInt | None = Field(
+        None, description="how many held-out samples the quality gate uses"
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DataSpec:
+        if (self.factory is None) == (self.path is None):
+            raise ValueError('give exactly one of factory = "module:callable" or path = "x.npz"')
+        if self.factory is not None and ":" not in self.factory:
+            raise ValueError(f'factory must look like "module:callable", got {self.factory!r}')
+        return self
+
+
+class QualitySpec(_Strict):
+    metric: Metric = "cosine"
+    max_drop: float = Field(0.01, ge=0.0)
+
+
+class SearchSpec(_Strict):
+    runtimes: list[str] = Field(default_factory=lambda: list(DEFAULT_RUNTIMES))
+    precisions: list[Literal["fp32", "fp16", "bf16", "int8", "int4"]] = Field(
+        default_factory=lambda: ["fp32", "int8"]
+    )
+    batch_sizes: list[PositiveInt] = Field(default_factory=lambda: [1, 32])
+    objective: Objective = "auto"
+    threads: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _known_runtimes(self) -> SearchSpec:
+        for name in self.runtimes:
+            if name not in RUNTIMES:
+                hint = difflib.get_close_matches(name, RUNTIMES, n=1)
+                more = f" (did you mean {hint[0]!r}?)" if hint else ""
+                raise ValueError(
+                    f"unknown runtime {name!r}{more}; expected one of {', '.join(RUNTIMES)}"
+                )
+        if not self.runtimes or not self.precisions or not self.batch_sizes:
+            raise ValueError("runtimes, precisions and batch_sizes must not be empty")
+        return self
+
+
+class WorkloadSpec(_Strict):
+    name: str = Field(min_length=1)
+    description: str = ""
+    model: ModelSpec
+    data: DataSpec
+    quality: QualitySpec = QualitySpec()
+    search: SearchSpec = SearchSpec()
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Everything a worker process needs to rebuild the model; plain and picklable."""
+
+    kind: str
+    factory: str | None
+    path: str | None
+    base_dir: str | None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A validated spec plus its data. Samples are on axis 0 of every array."""
+
+    spec: WorkloadSpec
+    origin: str  # the file path or "builtin:NAME"
+    source: ModelSource
+    inputs: dict[str, np.ndarray]
+    labels: np.ndarray | None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def n_samples(self) -> int:
+        return int(next(iter(self.inputs.values())).shape[0])
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _format_validation_error(origin: str, err: ValidationError, spec_cls: type) -> str:
+    lines = [f"{origin}: invalid workload"]
+    for e in err.errors():
+        loc = [str(p) for p in e["loc"]]
+        key = ".".join(loc) if loc else "(top level)"
+        if e["type"] == "extra_forbidden":
+            known = _known_keys(spec_cls, loc[:-1])
+            hint = difflib.get_close_matches(loc[-1], known, n=1)
+            more = f"; did you mean {hint[0]!r}?" if hint else ""
+            lines.append(
+                f"  {key}: unknown key{more} (expected one of: {', '.join(sorted(known))})"
+            )
+        elif e["type"] == "missing":
+            lines.append(f"  {key}: required key is missing")
+        else:
+            msg = e["msg"].removeprefix("Value error, ")
+            lines.append(f"  {key}: {msg} (got {e.get('input')!r})")
+    return "\n".join(lines)
+
+
+def _known_keys(spec_cls: type, path: list[str]) -> list[str]:
+    cls: Any = spec_cls
+    for part in path:
+        ann = cls.model_fields[part].annotation if part in cls.model_fields else None
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return []
+        cls = ann
+    return list(cls.model_fields)
+
+
+def parse_spec(text: str, origin: str) -> WorkloadSpec:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{origin}: not valid TOML: {exc}") from None
+    try:
+        return WorkloadSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise UserError(_format_validation_error(origin, exc, WorkloadSpec)) from None
+
+
+@contextmanager
+def _on_path(base_dir: str | None) -> Iterator[None]:
+    """User factories are looked up next to the workload file."""
+    if base_dir is None:
+        yield
+        return
+    sys.path.insert(0, base_dir)
+    try:
+        yield
+    finally:
+        try:
+            sys.path.remove(base_dir)
+        except ValueError:
+            pass
+
+
+def import_factory(ref: str, base_dir: str | None, origin: str, key: str) -> Callable[..., Any]:
+    """Import "module:callable"; a failure is a UserError naming the key."""
+    module_name, _, attr = ref.partition(":")
+    with _on_path(base_dir):
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:  # the user's module may raise anything on import
+            where = f" (looked next to the workload, in {base_dir})" if base_dir else ""
+            raise UserError(
+                f"{origin}: {key} = {ref!r}: cannot import module {module_name!r}{where}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise UserError(
+                f"{origin}: {key} = {ref!r}: module {module_name!r} has no attribute {attr!r}"
+            )
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise UserError(f"{origin}: {key} = {ref!r}: {attr!r} is not callable")
+    return obj  # type: ignore[no-any-return]
+
+
+def normalize_data(raw: Any, origin: str) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """Accept ndarray, dict name -> ndarray, or (inputs, labels); check shapes agree."""
+    labels = None
+    if isinstance(raw, tuple) and len(raw) == 2:
+        raw, labels = raw
+        labels = np.asarray(labels)
+    if isinstance(raw, np.ndarray):
+        inputs = {"input": raw}
+    elif isinstance(raw, dict) and raw:
+        inputs = {str(k): np.asarray(v) for k, v in raw.items()}
+    else:
+        raise UserError(
+            f"{origin}: [data] must give an np.ndarray, a dict name -> np.ndarray, or "
+            f"(inputs, labels); got {type(raw).__name__}"
+        )
+    sizes = {k: v.shape[0] if v.ndim else 0 for k, v in inputs.items()}
+    if labels is not None:
+        sizes["labels"] = labels.shape[0] if labels.ndim else 0
+    if len(set(sizes.values())) != 1:
+        raise UserError(f"{origin}: [data] arrays disagree on the number of samples: {sizes}")
+    n = next(iter(sizes.values()))
+    if n < 4:
+        raise UserError(f"{origin}: [data] needs at least 4 samples on axis 0, got {n}")
+    for k, v in inputs.items():
+        if v.dtype.kind not in "biuf":
+            raise UserError(f"{origin}: [data] input {k!r} must be numeric, got dtype {v.dtype}")
+    return inputs, labels
+
+
+def _load_data_file(path: Path, origin: str) -> Any:
+    if not path.exists():
+        raise UserError(f"{origin}: data.path = {str(path)!r}: no such file")
+    try:
+        if path.suffix == ".npy":
+            return np.load(path, allow_pickle=False)
+        if path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+            labels = arrays.pop("labels", None)
+            return (arrays, labels) if labels is not None else arrays
+    except ValueError as exc:  # allow_pickle=False refuses object arrays: never unpickle
+        raise UserError(f"{origin}: data.path = {str(path)!r}: {exc}") from None
+    raise UserError(f"{origin}: data.path = {str(path)!r}: expected a .npz or .npy file")
+
+
+def load_workload(ref: str | None) -> Workload:
+    """Load `builtin:NAME` or a workload TOML path, with its data."""
+    ref = ref or "builtin:minilm"
+    if ref.startswith("builtin:"):
+        from bakeoff.builtins import load_builtin
+
+        return load_builtin(ref.removeprefix("builtin:"))
+    path = Path(ref)
+    if not path.is_file():
+        raise UserError(
+            f"{ref}: no such workload file (give a .toml path or builtin:minilm / builtin:digits)"
+        )
+    spec = parse_spec(path.read_text(encoding="utf-8"), str(path))
+    base_dir = str(path.resolve().parent)
+    return workload_from_spec(spec, origin=str(path), base_dir=base_dir)
+
+
+def workload_from_spec(spec: WorkloadSpec, origin: str, base_dir: str | None) -> Workload:
+    model_path = spec.model.path
+    if model_path is not None and base_dir is not None:
+        resolved = Path(base_dir, model_path)
+        if not resolved.exists():
+            raise UserError(f"{origin}: model.path = {model_path!r}: {resolved} does not exist")
+        model_path = str(resolved)
+    if spec.model.kind == "torch" and spec.model.factory:
+        import_factory(spec.model.factory, base_dir, origin, "model.factory")  # fail early
+    if spec.data.factory:
+        make = import_factory(spec.data.factory, base_dir, origin, "data.factory")
+        with _on_path(base_dir):
+            try:
+                raw = make()
+            except Exception as exc:
+                raise UserError(
+                    f"{origin}: data.factory = {spec.data.factory!r} raised "
+                    f"{type(exc).__name__}: {exc}"
+                ) from None
+    else:
+        assert spec.data.path is not None
+        raw = _load_data_file(Path(base_dir or ".", spec.data.path), origin)
+    inputs, labels = normalize_data(raw, origin)
+    if spec.quality.metric == "accuracy" and labels is None:
+        raise UserError(
+            f"{origin}: quality.metric = 'accuracy' needs labels: make data give (inputs, labels)"
+            " or put a 'labels' array in the .npz"
+        )
+    source = ModelSource(
+        kind=spec.model.kind,
+        factory=spec.model.factory,
+        path=model_path,
+        base_dir=base_dir,
+        options=dict(spec.model.options),
+    )
+    return Workload(spec=spec, origin=origin, source=source, inputs=inputs, labels=labels)
