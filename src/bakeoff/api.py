@@ -98,7 +98,7 @@ def _reference_variant(kind: str) -> Variant:
 
 
 def _measure_settings(opts: RunOptions, threads: int, n_groups: int) -> MeasureSettings:
-    budget = opts.budget_s if opts.budget_s is not None else (40.0 if opts.quick else 240.0)
+    budget = opts.budget_s if opts.budget_s is not None else (40.0 if opts.quick else 150.0)
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     return MeasureSettings(
         threads=threads,
@@ -106,7 +106,8 @@ def _measure_settings(opts: RunOptions, threads: int, n_groups: int) -> MeasureS
         trial_timeout_s=opts.trial_timeout_s,
         warmup_s=0.3 if opts.quick else 1.0,
         warmup_calls=2 if opts.quick else 5,
-        slice_s=0.15 if opts.quick else 0.5,
+        slice_s=0.3 if opts.quick else 0.5,
+        settle_s=0.05,
         min_rounds=5 if opts.quick else 10,
         max_rounds=15 if opts.quick else 60,
         budget_s=budget / max(1, n_groups),
@@ -157,19 +158,31 @@ def run(
         "seed": opts.seed,
     }
     store.start_run(run_id, workload.origin, env, settings)
-    job_base = {
-        "source": workload.source.__dict__,
-        "data_path": str(data_path),
-        "input_names": input_names,
-        "artifacts_dir": str(run_dir / "artifacts"),
-    }
-    candidates = enumerate_candidates(runtimes, precisions, batch_sizes, workload.source.kind)
-    rep.candidates(candidates)
     status = "failed"
     try:
+        job_base = {
+            "source": workload.source.__dict__,
+            "data_path": str(data_path),
+            "input_names": input_names,
+            "artifacts_dir": str(run_dir / "artifacts"),
+        }
+        candidates = enumerate_candidates(runtimes, precisions, batch_sizes, workload.source.kind)
+        rep.candidates(candidates)
         result = _run_stages(
-            workload, opts, rep, store, run_id, run_dir, job_base, candidates, threads,
-            labels, batch_sizes, env, settings, t_start,
+            workload,
+            opts,
+            rep,
+            store,
+            run_id,
+            run_dir,
+            job_base,
+            candidates,
+            threads,
+            labels,
+            batch_sizes,
+            env,
+            settings,
+            t_start,
         )
         status = "done"
         return result
@@ -244,7 +257,9 @@ def _run_stages(
     rep.stage(f"computing reference outputs ({reference_variant.id})")
     ref_art = built.get(reference_variant.id)
     if isinstance(ref_art, str) or ref_art is None:
-        raise BakeoffError(f"the FP32 reference {reference_variant.id} could not be built: {ref_art}")
+        raise BakeoffError(
+            f"the FP32 reference {reference_variant.id} could not be built: {ref_art}"
+        )
     ref_path = run_dir / "reference.npy"
     try:
         run_job(
@@ -323,7 +338,7 @@ def _run_stages(
             "metric": workload.spec.quality.metric,
             "max_drop": workload.spec.quality.max_drop,
             "samples": workload.n_samples,
-            "quality_samples": int(len(reference)),
+            "quality_samples": len(reference),
             "reference": reference_variant.id,
         },
         "environment": env,

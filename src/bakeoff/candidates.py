@@ -65,7 +65,9 @@ def enumerate_candidates(
                 for bs in batch_sizes:
                     c = Candidate(offer.variant, bs)
                     if not available.available:
-                        c.set_status("unavailable", f"{available.reason}; install: {available.install}")
+                        c.set_status(
+                            "unavailable", f"{available.reason}; install: {available.install}"
+                        )
                     elif offer.reason:
                         c.set_status("unavailable", offer.reason)
                     out.append(c)

@@ -29,6 +29,8 @@ app = typer.Typer(
 )
 out = Console()
 err = Console(stderr=True)
+if not out.is_terminal:  # pipes and CI logs: wide enough for the results table
+    out = Console(width=160)
 
 StoreOpt = Annotated[Path, typer.Option("--store", help="SQLite store of runs")]
 
@@ -57,7 +59,9 @@ def run(
     workload: Annotated[
         str | None, typer.Argument(help="a workload .toml or builtin:NAME (default builtin:minilm)")
     ] = None,
-    runtimes: Annotated[str | None, typer.Option(help="comma-separated, e.g. torch,onnxruntime")] = None,
+    runtimes: Annotated[
+        str | None, typer.Option(help="comma-separated, e.g. torch,onnxruntime")
+    ] = None,
     precisions: Annotated[str | None, typer.Option(help="comma-separated, e.g. fp32,int8")] = None,
     batch_sizes: Annotated[str | None, typer.Option(help="comma-separated, e.g. 1,32")] = None,
     budget: Annotated[
@@ -67,8 +71,12 @@ def run(
         float, typer.Option(help="seconds a worker may take to answer before it is killed")
     ] = 300.0,
     quick: Annotated[bool, typer.Option("--quick", help="a short smoke run")] = False,
-    json_path: Annotated[Path | None, typer.Option("--json", help="write the result document")] = None,
-    threads: Annotated[int | None, typer.Option(help="threads per runtime (default: physical cores)")] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="write the result document")
+    ] = None,
+    threads: Annotated[
+        int | None, typer.Option(help="threads per runtime (default: physical cores)")
+    ] = None,
     store: StoreOpt = DEFAULT_STORE,
 ) -> None:
     """Build, check and measure every candidate stack, then name the winner."""
@@ -143,7 +151,9 @@ def env(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
         sys.stdout.write(json.dumps({"environment": fp, "runtimes": rts}, indent=2) + "\n")
         return
     cpu = fp["cpu"]
-    out.print(f"[bold]bakeoff {fp['bakeoff_version']}[/] on Python {fp['python']}, {fp['platform']}")
+    out.print(
+        f"[bold]bakeoff {fp['bakeoff_version']}[/] on Python {fp['python']}, {fp['platform']}"
+    )
     out.print(
         f"CPU: {cpu['model']} ({cpu['physical_cores']} physical / {cpu['logical_cores']} logical "
         f"cores, flags: {', '.join(cpu['flags']) or 'none notable'})"

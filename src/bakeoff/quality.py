@@ -18,12 +18,15 @@ class Quality:
     drop: float
     max_drop: float
     worst: float | None = None  # cosine: the least similar sample
+    non_finite: int = 0  # samples whose output held NaN or inf
 
     @property
     def passed(self) -> bool:
         return bool(np.isfinite(self.drop)) and self.drop <= self.max_drop + _EPSILON
 
     def describe(self) -> str:
+        if self.non_finite:
+            return f"{self.non_finite} held-out samples gave NaN or inf outputs"
         return (
             f"{self.metric} {self.value:.4f} vs reference {self.reference:.4f}: "
             f"drop {self.drop:.4f} {'within' if self.passed else 'exceeds'} "
@@ -38,6 +41,7 @@ class Quality:
             "drop": self.drop,
             "max_drop": self.max_drop,
             "worst": self.worst,
+            "non_finite": self.non_finite,
         }
 
 
@@ -52,11 +56,18 @@ def evaluate(
         raise ValueError(f"output shape {outputs.shape} differs from reference {reference.shape}")
     out = outputs.reshape(len(outputs), -1).astype(np.float64)
     ref = reference.reshape(len(reference), -1).astype(np.float64)
+    bad = int((~np.isfinite(out).all(axis=1)).sum())
+    if bad:
+        # NaN or inf on even one held-out sample is a broken variant, whatever the
+        # average says (argmax of a NaN row is 0, which could look "correct").
+        return Quality(metric, float("nan"), float("nan"), float("inf"), max_drop, None, bad)
     if metric == "cosine":
         norms = np.linalg.norm(out, axis=1) * np.linalg.norm(ref, axis=1)
         cos = np.sum(out * ref, axis=1) / np.maximum(norms, 1e-12)
         cos = np.where(np.isfinite(cos), cos, -1.0)
-        return Quality(metric, float(cos.mean()), 1.0, float(1.0 - cos.mean()), max_drop, float(cos.min()))
+        return Quality(
+            metric, float(cos.mean()), 1.0, float(1.0 - cos.mean()), max_drop, float(cos.min())
+        )
     if metric == "max_abs":
         diff = float(np.max(np.abs(out - ref))) if np.isfinite(out).all() else float("inf")
         return Quality(metric, diff, 0.0, diff, max_drop)

@@ -119,7 +119,16 @@ class Store:
         with self._tx():
             self.db.execute(
                 "INSERT INTO trials VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, candidate_id, round_index, kind, len(latency_ns), block_ns, blob, time.time()),
+                (
+                    run_id,
+                    candidate_id,
+                    round_index,
+                    kind,
+                    len(latency_ns),
+                    block_ns,
+                    blob,
+                    time.time(),
+                ),
             )
 
     def finish_run(self, run_id: str, status: str, document: dict[str, Any] | None) -> None:
@@ -159,12 +168,15 @@ class Store:
     def run(self, run_id: str) -> dict[str, Any]:
         row = self.db.execute(
             "SELECT run_id, created_at, workload, status, environment, settings, document "
-            "FROM runs WHERE run_id = ? OR run_id LIKE ? ORDER BY created_at DESC",
-            (run_id, run_id + "%"),
+            "FROM runs WHERE substr(run_id, 1, ?) = ? ORDER BY created_at DESC",
+            (len(run_id), run_id),
         ).fetchall()
+        exact = [r for r in row if r[0] == run_id]
+        if exact:
+            row = exact
         if not row:
             raise UserError(f"no run {run_id!r} in {self.path} (see `bakeoff ls`)")
-        if len(row) > 1 and row[0][0] != run_id:
+        if len(row) > 1:
             raise UserError(f"run id prefix {run_id!r} is ambiguous in {self.path}")
         rid, created, workload, status, env, settings, doc = row[0]
         cands = [

@@ -86,15 +86,26 @@ def _fmt(iv: Interval) -> str:
 
 
 def decide(
-    batch_size: int, objective: str, measured: list[Measured], baseline_id: str | None,
+    batch_size: int,
+    objective: str,
+    measured: list[Measured],
+    baseline_id: str | None,
     not_ok: dict[str, str] | None = None,
 ) -> Verdict:
     """Rank ok candidates; `not_ok` maps other candidate ids to why they were left out."""
     label = "p50 latency" if objective == "latency" else "throughput"
     if not measured:
         why = "; ".join(f"{k}: {v}" for k, v in (not_ok or {}).items()) or "no candidates"
-        return Verdict(batch_size, objective, None, baseline_id, None, [], [],
-                       f"No candidate completed with acceptable quality at batch {batch_size} ({why}).")
+        return Verdict(
+            batch_size,
+            objective,
+            None,
+            baseline_id,
+            None,
+            [],
+            [],
+            f"No candidate completed with acceptable quality at batch {batch_size} ({why}).",
+        )
     ranked = sorted(measured, key=lambda m: score(m, objective), reverse=True)
     winner = ranked[0]
     ranking = [m.id for m in ranked]
@@ -118,4 +129,6 @@ def decide(
             "measured difference could be noise; pick by memory, cold start or quality."
         )
     ties = [[winner.id, *tied]] if tied else []
-    return Verdict(batch_size, objective, winner.id, baseline_id, gain, ranking, ties, " ".join(parts))
+    return Verdict(
+        batch_size, objective, winner.id, baseline_id, gain, ranking, ties, " ".join(parts)
+    )

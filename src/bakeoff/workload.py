@@ -13,7 +13,7 @@ import importlib
 import sys
 import tomllib
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -27,6 +27,8 @@ RUNTIMES = ("torch", "torch-compile", "onnxruntime", "openvino", "fake")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "int4")
 DEFAULT_RUNTIMES = ["torch", "torch-compile", "onnxruntime", "openvino"]
 
+Precision = Literal["fp32", "fp16", "bf16", "int8", "int4"]
+DEFAULT_PRECISIONS: tuple[Precision, ...] = ("fp32", "int8")
 Metric = Literal["accuracy", "agreement", "cosine", "max_abs"]
 Objective = Literal["auto", "latency", "throughput"]
 
@@ -75,9 +77,7 @@ class QualitySpec(_Strict):
 
 class SearchSpec(_Strict):
     runtimes: list[str] = Field(default_factory=lambda: list(DEFAULT_RUNTIMES))
-    precisions: list[Literal["fp32", "fp16", "bf16", "int8", "int4"]] = Field(
-        default_factory=lambda: ["fp32", "int8"]
-    )
+    precisions: list[Precision] = Field(default_factory=lambda: list(DEFAULT_PRECISIONS))
     batch_sizes: list[PositiveInt] = Field(default_factory=lambda: [1, 32])
     objective: Objective = "auto"
     threads: PositiveInt | None = None
@@ -101,7 +101,9 @@ class WorkloadSpec(_Strict):
     description: str = ""
     model: ModelSpec
     data: DataSpec
-    quality: QualitySpec = QualitySpec()
+    quality: QualitySpec = Field(
+        default_factory=lambda: QualitySpec(metric="cosine", max_drop=0.01)
+    )
     search: SearchSpec = SearchSpec()
 
 
@@ -189,15 +191,30 @@ def _on_path(base_dir: str | None) -> Iterator[None]:
     try:
         yield
     finally:
-        try:
+        with suppress(ValueError):
             sys.path.remove(base_dir)
-        except ValueError:
-            pass
+
+
+def _forget_foreign_module(module_name: str, base_dir: str | None) -> None:
+    """A module of the same name imported from elsewhere (another workload's folder,
+    or a standard module the user's file shadows) must not stand in for this one."""
+    if base_dir is None:
+        return
+    top = module_name.split(".")[0]
+    local = Path(base_dir, top + ".py").exists() or Path(base_dir, top, "__init__.py").exists()
+    loaded = sys.modules.get(top)
+    if not local or loaded is None:
+        return
+    origin = getattr(loaded, "__file__", None) or ""
+    if not Path(origin).resolve().is_relative_to(Path(base_dir).resolve()):
+        for name in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
+            del sys.modules[name]
 
 
 def import_factory(ref: str, base_dir: str | None, origin: str, key: str) -> Callable[..., Any]:
     """Import "module:callable"; a failure is a UserError naming the key."""
     module_name, _, attr = ref.partition(":")
+    _forget_foreign_module(module_name, base_dir)
     with _on_path(base_dir):
         try:
             module = importlib.import_module(module_name)
@@ -216,7 +233,7 @@ def import_factory(ref: str, base_dir: str | None, origin: str, key: str) -> Cal
         obj = getattr(obj, part)
     if not callable(obj):
         raise UserError(f"{origin}: {key} = {ref!r}: {attr!r} is not callable")
-    return obj  # type: ignore[no-any-return]
+    return obj
 
 
 def normalize_data(raw: Any, origin: str) -> tuple[dict[str, np.ndarray], np.ndarray | None]:

@@ -41,7 +41,10 @@ def offers(precision: str, model_kind: str) -> list[Offer]:
     if precision == "fp32":
         return [Offer(Variant(RUNTIME, "fp32"))]
     if precision == "int8":
-        return [Offer(Variant(RUNTIME, "int8", "dynamic")), Offer(Variant(RUNTIME, "int8", "static"))]
+        return [
+            Offer(Variant(RUNTIME, "int8", "dynamic")),
+            Offer(Variant(RUNTIME, "int8", "static")),
+        ]
     return [Offer(Variant(RUNTIME, precision), f"{precision} is not built by this version")]
 
 
@@ -53,7 +56,9 @@ def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
     if variant.precision == "fp32":
         return dict(fp32)
     if variant.method == "dynamic":
-        step = cached_step(ctx.artifacts_dir, "ort-int8-dynamic", lambda d: dynamic_int8(fp32["path"], d))
+        step = cached_step(
+            ctx.artifacts_dir, "ort-int8-dynamic", lambda d: dynamic_int8(fp32["path"], d)
+        )
     else:
         calib = calibration_data(ctx)
         step = cached_step(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import Any
 
@@ -70,10 +71,8 @@ def set_torch_threads(threads: int) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(threads)
-    try:
+    with contextlib.suppress(RuntimeError):  # already set once in this process
         torch.set_num_interop_threads(1)
-    except RuntimeError:  # already set once in this process
-        pass
     # Gradients are never needed for inference; turning them off for the process
     # avoids a context manager on every timed call.
     torch.set_grad_enabled(False)
@@ -94,10 +93,17 @@ def load_model(variant: Variant, ctx: LoadContext) -> tuple[Any, dict[str, Any]]
     if variant.precision == "int8":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch.ao deprecation notices
+            # Per-channel weights: per-tensor loses twice as much quality on MiniLM.
+            qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
             model = torch.ao.quantization.quantize_dynamic(
-                model, {torch.nn.Linear}, dtype=torch.qint8
+                model, {torch.nn.Linear: qconfig}, dtype=torch.qint8
             )
-        settings["quantization"] = {"method": "dynamic", "modules": ["Linear"], "dtype": "qint8"}
+        settings["quantization"] = {
+            "method": "dynamic",
+            "modules": ["Linear"],
+            "dtype": "qint8",
+            "weights": "per-channel",
+        }
         settings["quantized_engine"] = torch.backends.quantized.engine
     return model, settings
 

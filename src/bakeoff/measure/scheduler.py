@@ -29,6 +29,7 @@ class MeasureSettings:
     warmup_s: float
     warmup_calls: int
     slice_s: float  # target timed seconds per candidate per round
+    settle_s: float  # untimed seconds (at least one call) before each timed block
     min_rounds: int
     max_rounds: int
     budget_s: float  # soft limit on the rounds of this group, checked after min_rounds
@@ -55,9 +56,7 @@ def _fail(c: Candidate, worker: WorkerProcess | None, reason: str) -> None:
         worker.close()
 
 
-def _load(
-    c: Candidate, ctx: GroupContext, s: MeasureSettings
-) -> WorkerProcess | None:
+def _load(c: Candidate, ctx: GroupContext, s: MeasureSettings) -> WorkerProcess | None:
     outputs_path = ctx.run_dir / "outputs" / f"{c.id}.npy"
     outputs_path.parent.mkdir(parents=True, exist_ok=True)
     job = {
@@ -106,6 +105,7 @@ def measure_group(
     """Fill in cold start, quality, samples and peak memory; set each final status."""
     workers: dict[str, WorkerProcess] = {}
     calls: dict[str, int] = {}
+    settle: dict[str, int] = {}
     try:
         for c in candidates:
             notify(f"loading {c.id}", c)
@@ -131,6 +131,8 @@ def measure_group(
             # A fixed call count per round, reused for every round (rule 4).
             typical = float(np.median(c.warmup_ns[len(c.warmup_ns) // 2 :]))
             calls[cid] = int(np.clip(round(s.slice_s * 1e9 / max(typical, 1.0)), 1, 100_000))
+            settle[cid] = int(np.clip(round(s.settle_s * 1e9 / max(typical, 1.0)), 1, 1_000))
+            c.settings = {**c.settings, "calls_per_round": calls[cid], "settle_calls": settle[cid]}
         rng = np.random.default_rng(s.seed)
         started = time.perf_counter()
         for r in range(s.max_rounds):
@@ -140,7 +142,8 @@ def measure_group(
                 c = by_id[cid]
                 try:
                     reply = workers[cid].request(
-                        {"cmd": "measure", "calls": calls[cid]}, s.trial_timeout_s
+                        {"cmd": "measure", "calls": calls[cid], "settle": settle[cid]},
+                        s.trial_timeout_s,
                     )
                 except WorkerFailed as exc:
                     _fail(c, None, f"failed in round {r + 1}: {exc}")

@@ -89,7 +89,10 @@ def paired_latency_ratio(base_ns: np.ndarray, cand_ns: np.ndarray) -> Interval:
 
 
 def paired_throughput_ratio(
-    base_calls: np.ndarray, base_block_ns: np.ndarray, cand_calls: np.ndarray, cand_block_ns: np.ndarray
+    base_calls: np.ndarray,
+    base_block_ns: np.ndarray,
+    cand_calls: np.ndarray,
+    cand_block_ns: np.ndarray,
 ) -> Interval:
     """throughput(cand) / throughput(base), rounds resampled together: > 1 means cand is faster."""
     rounds = min(len(base_calls), len(cand_calls))

@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from bakeoff.candidates import Candidate
@@ -52,7 +52,6 @@ class RichReporter:
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console(stderr=True)
         self.progress_bar = Progress(
-            SpinnerColumn(),
             TextColumn("{task.description}"),
             BarColumn(),
             TextColumn("{task.completed}/{task.total}"),
@@ -62,7 +61,9 @@ class RichReporter:
         self.stage_task = self.progress_bar.add_task("starting", total=None)
         self.tasks: dict[str, Any] = {}
         self._candidates: list[Candidate] = []
-        self.live = Live(self._render(), console=self.console, refresh_per_second=4, transient=True)
+        # No auto-refresh: a render thread would take CPU from the worker being
+        # timed. The view is redrawn on events, which arrive between timed blocks.
+        self.live = Live(self._render(), console=self.console, auto_refresh=False, transient=True)
         self.started = time.perf_counter()
 
     def __enter__(self) -> RichReporter:
@@ -77,7 +78,7 @@ class RichReporter:
 
     def stage(self, text: str) -> None:
         self.progress_bar.update(self.stage_task, description=text)
-        self.live.update(self._render())
+        self.live.update(self._render(), refresh=True)
 
     def progress(self, task: str, done: int, total: int) -> None:
         if task not in self.tasks:
@@ -86,7 +87,7 @@ class RichReporter:
 
     def candidates(self, candidates: list[Candidate]) -> None:
         self._candidates = candidates
-        self.live.update(self._render())
+        self.live.update(self._render(), refresh=True)
 
 
 def _ci(ci: list[float] | None, digits: int = 2) -> str:
@@ -137,7 +138,9 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
     if not_ok:
         console.print("\n[bold]Not measured or not eligible[/]")
         for c in not_ok:
-            console.print(f"  {c['id']}: [{_STATUS_STYLE[c['status']]}]{c['status']}[/] - {c['reason']}")
+            console.print(
+                f"  {c['id']}: [{_STATUS_STYLE[c['status']]}]{c['status']}[/] - {c['reason']}"
+            )
     console.print("\n[bold]Verdict[/]")
     for v in document["verdicts"]:
         mark = f"[bold green]{v['winner']}[/]" if v["winner"] else "[red]no winner[/]"

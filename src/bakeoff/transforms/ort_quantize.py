@@ -20,9 +20,7 @@ def dynamic_int8(fp32_path: str, out_dir: Path) -> dict[str, Any]:
     path = out_dir / "model.onnx"
     settings = {"per_channel": True, "weight_type": "QInt8", "reduce_range": False}
     with _in_temp_dir():  # the quantizer leaves temporary files in the working directory
-        quantize_dynamic(
-            fp32_path, str(path), per_channel=True, weight_type=QuantType.QInt8
-        )
+        quantize_dynamic(fp32_path, str(path), per_channel=True, weight_type=QuantType.QInt8)
     return {"path": str(path), "quantization": settings}
 
 
@@ -39,7 +37,7 @@ def static_int8(
 
     n = len(next(iter(calibration.values())))
 
-    class Reader(CalibrationDataReader):  # type: ignore[misc]
+    class Reader(CalibrationDataReader):
         def __init__(self) -> None:
             self.starts = iter(range(0, n, batch))
 

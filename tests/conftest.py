@@ -1,0 +1,30 @@
+"""Test isolation: nothing may be written outside temp dirs.
+
+Keras, Ray, OpenVINO, ONNX Runtime and the Hugging Face stack like to write
+under ~ ; HOME and the cache locations point into a session temp dir, and
+workers inherit the same environment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> None:
+    home = tmp_path_factory.mktemp("home")
+    os.environ["HOME"] = str(home)
+    os.environ["XDG_CACHE_HOME"] = str(home / ".cache")
+    os.environ["BAKEOFF_CACHE_DIR"] = str(home / "bakeoff-cache")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(home / "inductor")
+    os.environ["KERAS_HOME"] = str(home / ".keras")
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    return tmp_path / "store" / "bakeoff.db"

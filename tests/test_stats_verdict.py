@@ -1,0 +1,252 @@
+"""Statistics and verdicts on synthetic timings: no processes, no runtimes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bakeoff.measure import stats
+from bakeoff.verdict import Measured, Verdict, decide, objective_for
+
+
+def _lognormal_ns(seed: int, rounds: int, calls: int, median_ms: float, sigma: float = 0.1):
+    rng = np.random.default_rng(seed)
+    ms = median_ms * rng.lognormal(0.0, sigma, size=(rounds, calls))
+    return (ms * 1e6).astype(np.int64)
+
+
+def _measured(cid: str, samples_ns: np.ndarray, batch_size: int = 1, gap_ns: int = 0) -> Measured:
+    """A record whose timed blocks last the sum of their calls plus `gap_ns` per call."""
+    block = samples_ns.sum(axis=1) + gap_ns * samples_ns.shape[1]
+    return Measured(cid, samples_ns, block.astype(np.int64), batch_size)
+
+
+# ---------------------------------------------------------------- percentiles
+
+
+def test_latency_percentiles_point_values_and_cis() -> None:
+    samples = _lognormal_ns(1, rounds=20, calls=50, median_ms=2.0)
+    pct = stats.latency_percentiles(samples)
+    assert set(pct) == {"p50", "p90", "p99", "mean"}
+    flat_ms = samples.reshape(-1) / 1e6
+    assert pct["p50"].value == pytest.approx(np.percentile(flat_ms, 50))
+    assert pct["p90"].value == pytest.approx(np.percentile(flat_ms, 90))
+    assert pct["p99"].value == pytest.approx(np.percentile(flat_ms, 99))
+    assert pct["mean"].value == pytest.approx(flat_ms.mean())
+    assert pct["p50"].value == pytest.approx(2.0, rel=0.02)  # the true median, in ms
+    for name, iv in pct.items():
+        assert iv.lo <= iv.value <= iv.hi, name
+        assert iv.hi > iv.lo, name  # a real interval, not a point
+    assert pct["p50"].value < pct["p90"].value < pct["p99"].value
+
+
+def test_latency_cis_narrow_with_more_samples() -> None:
+    few = stats.latency_percentiles(_lognormal_ns(2, rounds=8, calls=10, median_ms=2.0))
+    many = stats.latency_percentiles(_lognormal_ns(2, rounds=80, calls=100, median_ms=2.0))
+    for name in ("p50", "p90", "mean"):
+        width_few = few[name].hi - few[name].lo
+        width_many = many[name].hi - many[name].lo
+        assert width_many < width_few / 3, name
+
+
+def test_block_bootstrap_widens_ci_when_rounds_drift() -> None:
+    """Drift between rounds must widen the interval, not be averaged away."""
+    rng = np.random.default_rng(3)
+    steady = 1e6 * (1 + 0.05 * rng.standard_normal((20, 50)))
+    drift = steady * np.linspace(0.8, 1.2, 20)[:, None]
+    w_steady = stats.latency_percentiles(steady.astype(np.int64))["p50"]
+    w_drift = stats.latency_percentiles(drift.astype(np.int64))["p50"]
+    assert (w_drift.hi - w_drift.lo) > 3 * (w_steady.hi - w_steady.lo)
+
+
+def test_interval_widens_to_include_point() -> None:
+    iv = stats.Interval(5.0, 1.0, 2.0)
+    assert (iv.lo, iv.value, iv.hi) == (1.0, 5.0, 5.0)
+    assert iv.excludes(0.5) and iv.excludes(5.5)
+    assert not iv.excludes(3.0)
+
+
+def test_unsupported_percentiles() -> None:
+    assert "p99" in stats.unsupported_percentiles(50)
+    assert "p50" not in stats.unsupported_percentiles(50)
+    assert "p90" not in stats.unsupported_percentiles(50)
+    assert stats.unsupported_percentiles(10) == ["p90", "p99"]
+    assert set(stats.unsupported_percentiles(3)) == {"p50", "p90", "p99", "mean"}
+    assert stats.unsupported_percentiles(200) == []
+
+
+# ---------------------------------------------------------------- throughput
+
+
+def test_throughput_is_samples_over_seconds() -> None:
+    calls = np.array([10, 10, 10, 10, 10])
+    block_ns = np.array([100, 100, 100, 100, 100]) * 1_000_000  # 0.1 s each
+    thr = stats.throughput(calls, block_ns, batch_size=4)
+    # 5 * 10 calls * 4 samples in 0.5 s
+    assert thr.value == pytest.approx(400.0)
+    assert thr.lo == pytest.approx(400.0) and thr.hi == pytest.approx(400.0)
+
+
+def test_throughput_uses_total_time_not_mean_of_rates() -> None:
+    calls = np.array([10, 10])
+    block_ns = np.array([1e9, 3e9])
+    thr = stats.throughput(calls, block_ns, batch_size=2)
+    assert thr.value == pytest.approx(40 / 4.0)  # not mean(20, 6.67)
+    assert thr.lo <= thr.value <= thr.hi
+    assert thr.lo >= 40 / 6.0 - 1e-9 and thr.hi <= 40 / 2.0 + 1e-9
+
+
+# ---------------------------------------------------------------- paired ratios
+
+
+def test_paired_ratio_of_identical_distributions_includes_one() -> None:
+    base = _lognormal_ns(10, rounds=20, calls=40, median_ms=1.5)
+    cand = _lognormal_ns(11, rounds=20, calls=40, median_ms=1.5)
+    ratio = stats.paired_latency_ratio(base, cand)
+    assert ratio.value == pytest.approx(1.0, abs=0.03)
+    assert not ratio.excludes(1.0)
+
+
+def test_paired_ratio_of_the_same_samples_is_exactly_one() -> None:
+    base = _lognormal_ns(12, rounds=10, calls=20, median_ms=1.0)
+    ratio = stats.paired_latency_ratio(base, base.copy())
+    assert ratio.value == ratio.lo == ratio.hi == 1.0
+
+
+def test_paired_ratio_of_twice_faster_candidate() -> None:
+    base = _lognormal_ns(20, rounds=20, calls=40, median_ms=2.0)
+    cand = _lognormal_ns(21, rounds=20, calls=40, median_ms=1.0)
+    ratio = stats.paired_latency_ratio(base, cand)
+    assert ratio.value == pytest.approx(2.0, rel=0.05)
+    assert ratio.excludes(1.0)
+    assert ratio.lo > 1.5 and ratio.hi < 2.5
+
+
+def test_paired_ratio_pairs_round_drift() -> None:
+    """Drift shared by both candidates cancels in the paired ratio."""
+    rng = np.random.default_rng(30)
+    drift = np.linspace(0.5, 2.0, 20)[:, None]
+    base = (2e6 * drift * rng.lognormal(0, 0.02, (20, 30))).astype(np.int64)
+    cand = (1e6 * drift * rng.lognormal(0, 0.02, (20, 30))).astype(np.int64)
+    ratio = stats.paired_latency_ratio(base, cand)
+    assert ratio.value == pytest.approx(2.0, rel=0.05)
+    assert ratio.excludes(1.0)
+
+
+def test_paired_throughput_ratio() -> None:
+    calls = np.full(10, 20)
+    base_block = np.full(10, 2e9)
+    cand_block = np.full(10, 1e9)
+    ratio = stats.paired_throughput_ratio(calls, base_block, calls, cand_block)
+    assert ratio.value == pytest.approx(2.0)
+    assert ratio.excludes(1.0)
+
+
+# ---------------------------------------------------------------- verdicts
+
+
+def test_decide_picks_the_fastest() -> None:
+    slow = _measured("torch-fp32-b1", _lognormal_ns(40, 15, 30, 3.0))
+    mid = _measured("ort-fp32-b1", _lognormal_ns(41, 15, 30, 2.0))
+    fast = _measured("ov-int8-b1", _lognormal_ns(42, 15, 30, 1.0))
+    v = decide(1, "latency", [slow, mid, fast], "torch-fp32-b1")
+    assert isinstance(v, Verdict)
+    assert v.winner == "ov-int8-b1"
+    assert v.ranking == ["ov-int8-b1", "ort-fp32-b1", "torch-fp32-b1"]
+    assert v.ties == []
+    assert v.baseline == "torch-fp32-b1"
+    assert v.speedup is not None
+    assert v.speedup.value == pytest.approx(3.0, rel=0.05)
+    assert v.speedup.excludes(1.0)
+    assert "ov-int8-b1 has the best p50 latency" in v.reason
+    assert "over the baseline torch-fp32-b1" in v.reason
+    assert "Tied" not in v.reason
+    d = v.to_dict()
+    assert d["winner"] == "ov-int8-b1"
+    assert d["speedup"]["value"] == v.speedup.value
+    assert d["speedup"]["ci95"] == [v.speedup.lo, v.speedup.hi]
+
+
+def test_decide_reports_ties_for_equal_distributions() -> None:
+    base = _measured("torch-fp32-b1", _lognormal_ns(50, 15, 30, 3.0))
+    a = _measured("ort-fp32-b1", _lognormal_ns(51, 15, 30, 1.0))
+    b = _measured("ort-int8-b1", _lognormal_ns(52, 15, 30, 1.0))
+    v = decide(1, "latency", [base, a, b], "torch-fp32-b1")
+    assert v.winner in ("ort-fp32-b1", "ort-int8-b1")
+    assert len(v.ties) == 1
+    assert sorted(v.ties[0]) == ["ort-fp32-b1", "ort-int8-b1"]
+    assert v.ties[0][0] == v.winner
+    assert "Tied" in v.reason
+    assert "torch-fp32-b1" not in v.ties[0]  # the clearly slower baseline is not tied
+    assert v.ranking[-1] == "torch-fp32-b1"
+
+
+def test_decide_when_winner_is_the_baseline() -> None:
+    base = _measured("torch-fp32-b1", _lognormal_ns(55, 15, 30, 1.0))
+    other = _measured("ort-fp32-b1", _lognormal_ns(56, 15, 30, 2.0))
+    v = decide(1, "latency", [base, other], "torch-fp32-b1")
+    assert v.winner == "torch-fp32-b1"
+    assert v.speedup is not None and v.speedup.value == 1.0
+    assert "baseline itself" in v.reason
+
+
+def test_decide_without_baseline_gives_no_speedup() -> None:
+    a = _measured("ort-fp32-b1", _lognormal_ns(60, 15, 30, 2.0))
+    b = _measured("ort-int8-b1", _lognormal_ns(61, 15, 30, 1.0))
+    v = decide(
+        1, "latency", [a, b], "torch-fp32-b1", not_ok={"torch-fp32-b1": "failed: out of memory"}
+    )
+    assert v.winner == "ort-int8-b1"
+    assert v.speedup is None
+    assert v.to_dict()["speedup"] is None
+    assert "no speedup" in v.reason
+    assert "torch-fp32-b1" in v.reason
+    assert "out of memory" in v.reason
+
+
+def test_decide_with_nothing_measured() -> None:
+    v = decide(
+        32,
+        "throughput",
+        [],
+        "torch-fp32-b32",
+        not_ok={"torch-fp32-b32": "failed: boom", "ort-int8-b32": "rejected: quality gate"},
+    )
+    assert v.winner is None
+    assert v.ranking == []
+    assert v.speedup is None
+    assert "No candidate" in v.reason
+    assert "batch 32" in v.reason
+    assert "boom" in v.reason and "quality gate" in v.reason
+
+
+def test_verdict_requires_reason_and_ranked_winner() -> None:
+    with pytest.raises(ValueError):
+        Verdict(1, "latency", None, None, None, [], [], "")
+    with pytest.raises(ValueError):
+        Verdict(1, "latency", "x", None, None, ["y"], [], "because")
+
+
+def test_objective_for() -> None:
+    assert objective_for(1, "auto") == "latency"
+    assert objective_for(32, "auto") == "throughput"
+    assert objective_for(32, "latency") == "latency"
+    assert objective_for(1, "throughput") == "throughput"
+
+
+def test_decide_uses_throughput_objective_above_batch_1() -> None:
+    """A has the lower per-call latency, but B finishes more samples per second."""
+    a_samples = _lognormal_ns(70, 15, 30, 1.0, sigma=0.02)
+    b_samples = _lognormal_ns(71, 15, 30, 1.2, sigma=0.02)
+    a = _measured("a-b32", a_samples, batch_size=32, gap_ns=1_000_000)  # 2 ms per call in all
+    b = _measured("b-b32", b_samples, batch_size=32)
+    objective = objective_for(32, "auto")
+    assert objective == "throughput"
+    v = decide(32, objective, [a, b], "a-b32")
+    assert v.objective == "throughput"
+    assert v.winner == "b-b32"
+    assert "throughput" in v.reason
+    assert v.speedup is not None
+    assert v.speedup.value == pytest.approx(2.0 / 1.2, rel=0.05)
+    # the same records judged on latency go the other way
+    assert decide(32, "latency", [a, b], "a-b32").winner == "a-b32"
