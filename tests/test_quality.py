@@ -187,4 +187,5 @@ def test_describe_and_to_dict() -> None:
         "drop": 0.05,
         "max_drop": 0.01,
         "worst": 0.5,
+        "non_finite": 0,
     }
