@@ -83,6 +83,15 @@ class OpenVinoRunner:
         return np.asarray(output[0], dtype=np.float32)
 
 
+def _plain(value: Any) -> Any:
+    """OpenVINO properties come back as its own types; store them as plain values."""
+    if hasattr(value, "get_type_name"):  # ov.Type, e.g. f32
+        return value.get_type_name()
+    if isinstance(value, (int, float, str, bool)):
+        return value
+    return getattr(value, "name", str(value))  # enums such as PerformanceMode.LATENCY
+
+
 def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> OpenVinoRunner:
     import openvino as ov
 
@@ -96,7 +105,7 @@ def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> OpenVi
     compiled = core.compile_model(core.read_model(artifact["path"]), "CPU", config)
     settings: dict[str, Any] = {"openvino_version": ov.get_version(), "device": "CPU"}
     for key in config:  # record what OpenVINO actually applied, not what we asked for
-        settings[key] = str(compiled.get_property(key))
+        settings[key] = _plain(compiled.get_property(key))
     settings["exporter"] = artifact.get("exporter")
     if "quantization" in artifact:
         settings["quantization"] = artifact["quantization"]

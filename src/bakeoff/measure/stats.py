@@ -44,6 +44,22 @@ def _round_indices(n_rounds: int, n_boot: int = N_BOOTSTRAP) -> np.ndarray:
     return _rng().integers(0, n_rounds, size=(n_boot, n_rounds))
 
 
+# The bootstrap resamples whole rounds; beyond this many samples in all, each
+# round is thinned to an evenly spaced subset for the CI only (point estimates
+# use every sample). Fast models give ~10^5 samples per run, and 2000
+# replicates of all of them would take seconds and gigabytes for no gain.
+MAX_BOOTSTRAP_SAMPLES = 4000
+
+
+def _thin(samples: np.ndarray) -> np.ndarray:
+    rounds, per_round = samples.shape
+    keep = max(1, MAX_BOOTSTRAP_SAMPLES // max(rounds, 1))
+    if per_round <= keep:
+        return samples
+    idx = np.linspace(0, per_round - 1, keep).round().astype(int)
+    return samples[:, idx]
+
+
 def _ci(values: np.ndarray) -> tuple[float, float]:
     lo, hi = np.percentile(values, [2.5, 97.5])
     return float(lo), float(hi)
@@ -51,10 +67,11 @@ def _ci(values: np.ndarray) -> tuple[float, float]:
 
 def latency_percentiles(samples_ns: np.ndarray) -> dict[str, Interval]:
     """p50, p90, p99 and mean in ms, each with a block-bootstrap 95% CI."""
-    rounds, per_round = samples_ns.shape
+    rounds = samples_ns.shape[0]
     ms = samples_ns.astype(np.float64) / 1e6
     flat = ms.reshape(-1)
-    boot = ms[_round_indices(rounds)].reshape(N_BOOTSTRAP, rounds * per_round)
+    thin = _thin(ms)
+    boot = thin[_round_indices(rounds)].reshape(N_BOOTSTRAP, -1)
     qs = np.percentile(boot, [50, 90, 99], axis=1)
     means = boot.mean(axis=1)
     point = np.percentile(flat, [50, 90, 99])
@@ -83,8 +100,8 @@ def paired_latency_ratio(base_ns: np.ndarray, cand_ns: np.ndarray) -> Interval:
     rounds = min(len(base_ns), len(cand_ns))
     base, cand = base_ns[:rounds].astype(np.float64), cand_ns[:rounds].astype(np.float64)
     idx = _round_indices(rounds)
-    b = np.median(base[idx].reshape(N_BOOTSTRAP, -1), axis=1)
-    c = np.median(cand[idx].reshape(N_BOOTSTRAP, -1), axis=1)
+    b = np.median(_thin(base)[idx].reshape(N_BOOTSTRAP, -1), axis=1)
+    c = np.median(_thin(cand)[idx].reshape(N_BOOTSTRAP, -1), axis=1)
     return Interval(float(np.median(base) / np.median(cand)), *_ci(b / c))
 
 

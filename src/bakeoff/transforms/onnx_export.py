@@ -7,6 +7,7 @@ exporters fail, the reason names the operator that stopped them.
 from __future__ import annotations
 
 import re
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,7 @@ def _export(source: ModelSource, example: dict[str, np.ndarray], out_dir: Path) 
             errors.append(f"torchscript exporter: {type(exc).__name__}: {_first_lines(exc)}")
     op = next((o for o in map(operator_in, errors) if o), None)
     head = f"ONNX export failed on operator {op}" if op else "ONNX export failed"
+    # Both exporters' errors follow; the full texts are in the build log.
     raise StepFailed(head + "; " + " | ".join(errors))
 
 
@@ -113,6 +115,14 @@ def _check_loads(path: Path) -> None:
     onnx.checker.check_model(str(path))
 
 
-def _first_lines(exc: BaseException, limit: int = 600) -> str:
-    text = " ".join(str(exc).split())
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _first_lines(exc: BaseException, limit: int = 240) -> str:
+    """The gist of an exporter error; the whole text goes to the build log."""
+    text = _ANSI.sub("", str(exc))
+    print(f"--- {type(exc).__name__} ---\n{text}", file=sys.stderr)
+    if "## Exception summary" in text:  # the dynamo exporter puts its advice first
+        text = text.split("## Exception summary", 1)[1]
+    text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit] + "..."

@@ -1,0 +1,229 @@
+"""The real runtimes on tiny models: user models next to a workload file, export
+failures, and workers that crash or hang. Each run takes tens of seconds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bakeoff import api
+
+MODEL_MODULE = textwrap.dedent(
+    """
+    import os
+    import signal
+    import time
+
+    import numpy as np
+    import torch
+    from sklearn.datasets import load_digits
+
+
+    class Mlp(torch.nn.Module):
+        def __init__(self, crash_at=None, hang_at=None):
+            super().__init__()
+            self.net = torch.nn.Sequential(
+                torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)
+            )
+            self.crash_at, self.hang_at = crash_at, hang_at
+
+        def forward(self, x):
+            if x.shape[0] == self.crash_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if x.shape[0] == self.hang_at:
+                time.sleep(3600)
+            return self.net(x)
+
+
+    @torch.library.custom_op("bakeofftest::wobble", mutates_args=())
+    def wobble(x: torch.Tensor) -> torch.Tensor:
+        return x * 2.0 + 1.0
+
+
+    @wobble.register_fake
+    def _(x):
+        return torch.empty_like(x)
+
+
+    class WithCustomOp(Mlp):
+        def forward(self, x):
+            return self.net(wobble(x))
+
+
+    def build():
+        torch.manual_seed(0)
+        return Mlp()
+
+
+    def build_crashing():
+        torch.manual_seed(0)
+        return Mlp(crash_at=32)
+
+
+    def build_hanging():
+        torch.manual_seed(0)
+        return Mlp(hang_at=32)
+
+
+    def build_custom_op():
+        torch.manual_seed(0)
+        return WithCustomOp()
+
+
+    def inputs():
+        return (load_digits().data / 16.0).astype(np.float32)
+    """
+)
+
+
+def _workload(
+    tmp_path: Path, factory: str, runtimes: list[str], precisions: list[str], batch_sizes: list[int]
+) -> Path:
+    (tmp_path / "tiny_model.py").write_text(MODEL_MODULE)
+    path = tmp_path / "workload.toml"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            name = "tiny"
+            [model]
+            kind = "torch"
+            factory = "tiny_model:{factory}"
+            [data]
+            factory = "tiny_model:inputs"
+            [quality]
+            metric = "cosine"
+            max_drop = 0.01
+            [search]
+            runtimes = {json.dumps(runtimes)}
+            precisions = {json.dumps(precisions)}
+            batch_sizes = {json.dumps(batch_sizes)}
+            """
+        )
+    )
+    return path
+
+
+def _by_id(doc: dict) -> dict[str, dict]:
+    return {c["id"]: c for c in doc["candidates"]}
+
+
+def test_user_model_on_torch_onnxruntime_openvino(tmp_path: Path, store_path: Path) -> None:
+    wl = _workload(
+        tmp_path, "build", ["torch", "onnxruntime", "openvino"], ["fp32", "int8"], [1, 32]
+    )
+    out = tmp_path / "out.json"
+    result = api.run(
+        str(wl), api.RunOptions(quick=True, store=store_path, json_path=out, budget_s=6)
+    )
+    doc = json.loads(out.read_text())
+    cands = _by_id(doc)
+    assert result.exit_code == 0
+    for rt in ("torch", "onnxruntime", "openvino"):
+        for bs in (1, 32):
+            c = cands[f"{rt}-fp32-b{bs}"]
+            assert c["status"] == "ok", c["reason"]
+            assert c["quality"]["drop"] < 1e-4
+            assert c["latency_ms"]["ci95"]["p50"][0] <= c["latency_ms"]["p50"]
+            assert c["throughput"]["samples_per_s"] > 0
+            assert c["peak_rss_mb"] > 0
+            assert c["cold_start_s"]["load"] > 0
+    # every INT8 method was built, run and quality-checked (ok or rejected, never lost)
+    for cid in (
+        "onnxruntime-int8-dynamic-b32",
+        "onnxruntime-int8-static-b32",
+        "openvino-int8-nncf-b32",
+        "torch-int8-dynamic-b32",
+    ):
+        assert cands[cid]["status"] in ("ok", "rejected"), cands[cid]["reason"]
+        assert cands[cid]["quality"]["metric"] == "cosine"
+    assert cands["onnxruntime-fp32-b1"]["exporter"] in ("dynamo", "torchscript")
+    # OpenVINO's precision hint is explicit and read back
+    assert cands["openvino-fp32-b1"]["settings"]["INFERENCE_PRECISION_HINT"] == "f32"
+    for v in doc["verdicts"]:
+        assert v["winner"] in v["ranking"]
+        assert v["baseline"] == f"torch-fp32-b{v['batch_size']}"
+
+
+def test_unsupported_operator_fails_export_but_torch_still_wins(
+    tmp_path: Path, store_path: Path
+) -> None:
+    wl = _workload(tmp_path, "build_custom_op", ["torch", "onnxruntime", "openvino"], ["fp32"], [1])
+    result = api.run(str(wl), api.RunOptions(quick=True, store=store_path, budget_s=3))
+    cands = _by_id(result.document)
+    for cid in ("onnxruntime-fp32-b1", "openvino-fp32-b1"):
+        assert cands[cid]["status"] == "failed"
+        assert "bakeofftest::wobble" in cands[cid]["reason"]
+    assert cands["torch-fp32-b1"]["status"] == "ok"
+    assert result.exit_code == 0
+    assert result.document["verdicts"][0]["winner"] == "torch-fp32-b1"
+
+
+def test_worker_killed_by_signal_is_one_failed_candidate(tmp_path: Path, store_path: Path) -> None:
+    wl = _workload(tmp_path, "build_crashing", ["torch"], ["fp32"], [1, 32])
+    result = api.run(str(wl), api.RunOptions(quick=True, store=store_path, budget_s=3))
+    cands = _by_id(result.document)
+    assert cands["torch-fp32-b32"]["status"] == "failed"
+    assert "SIGKILL" in cands["torch-fp32-b32"]["reason"]
+    assert cands["torch-fp32-b1"]["status"] == "ok"
+    assert result.exit_code == 0
+
+
+def test_hanging_worker_is_killed_at_the_trial_timeout(tmp_path: Path, store_path: Path) -> None:
+    wl = _workload(tmp_path, "build_hanging", ["torch"], ["fp32"], [1, 32])
+    opts = api.RunOptions(quick=True, store=store_path, budget_s=3, trial_timeout_s=20)
+    result = api.run(str(wl), opts)
+    cands = _by_id(result.document)
+    assert cands["torch-fp32-b32"]["status"] == "failed"
+    assert "trial timeout of 20 s" in cands["torch-fp32-b32"]["reason"]
+    assert cands["torch-fp32-b1"]["status"] == "ok"
+    assert result.exit_code == 0
+
+
+def test_cli_run_writes_json_and_store(tmp_path: Path, store_path: Path) -> None:
+    wl = _workload(tmp_path, "build", ["onnxruntime"], ["fp32"], [4])
+    out = tmp_path / "cli.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bakeoff.cli",
+            "run",
+            str(wl),
+            "--quick",
+            "--budget",
+            "2",
+            "--json",
+            str(out),
+            "--store",
+            str(store_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["verdicts"][0]["winner"] == "onnxruntime-fp32-b4"
+    assert "Verdict" in proc.stdout and "onnxruntime-fp32-b4" in proc.stdout
+    shown = subprocess.run(
+        [sys.executable, "-m", "bakeoff.cli", "show", doc["run_id"], "--store", str(store_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0 and doc["run_id"] in shown.stdout
+
+
+@pytest.mark.slow
+def test_builtin_minilm_quick(tmp_path: Path, store_path: Path) -> None:
+    result = api.run("builtin:minilm", api.RunOptions(quick=True, store=store_path))
+    assert result.exit_code == 0
+    v32 = next(v for v in result.document["verdicts"] if v["batch_size"] == 32)
+    winner = _by_id(result.document)[v32["winner"]]
+    assert winner["precision"] == "int8"
+    assert winner["quality"]["drop"] <= 0.01
