@@ -306,11 +306,13 @@ def _run_stages(
         rep.candidates(candidates)
 
     verdicts: list[Verdict] = []
+    phases = {"load_and_quality": 0.0, "warmup": 0.0, "rounds": 0.0}
     baseline_variant = reference_variant
     for bs in batch_sizes:
         group = [c for c in candidates if c.batch_size == bs and c.status == "pending"]
         rep.stage(f"measuring batch size {bs} ({len(group)} candidates)")
-        measure_group(group, ctx, ms, record, notify)
+        for phase, seconds in measure_group(group, ctx, ms, record, notify).items():
+            phases[phase] += seconds
         for c in candidates:
             if c.batch_size == bs:
                 save(c)
@@ -349,6 +351,7 @@ def _run_stages(
             "build": round(build_s, 3),
             "reference": round(reference_s, 3),
             "measure": round(measure_s, 3),
+            **{f"measure_{k}": round(v, 3) for k, v in phases.items()},
             "total": round(time.perf_counter() - t_start, 3),
         },
     }

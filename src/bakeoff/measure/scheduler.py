@@ -101,8 +101,13 @@ def measure_group(
     s: MeasureSettings,
     record: Recorder,
     notify: Notify,
-) -> None:
-    """Fill in cold start, quality, samples and peak memory; set each final status."""
+) -> dict[str, float]:
+    """Fill in cold start, quality, samples and peak memory; set each final status.
+
+    Returns the wall time of each phase: loading with quality check, warm-up, rounds.
+    """
+    phases = {"load_and_quality": 0.0, "warmup": 0.0, "rounds": 0.0}
+    t_phase = time.perf_counter()
     workers: dict[str, WorkerProcess] = {}
     calls: dict[str, int] = {}
     settle: dict[str, int] = {}
@@ -114,6 +119,8 @@ def measure_group(
                 workers[c.id] = w
             notify(f"loaded {c.id}", c)
         by_id = {c.id: c for c in candidates}
+        phases["load_and_quality"] = time.perf_counter() - t_phase
+        t_phase = time.perf_counter()
         for cid, w in list(workers.items()):
             c = by_id[cid]
             notify(f"warming up {cid}", c)
@@ -134,6 +141,7 @@ def measure_group(
             settle[cid] = int(np.clip(round(s.settle_s * 1e9 / max(typical, 1.0)), 1, 1_000))
             c.settings = {**c.settings, "calls_per_round": calls[cid], "settle_calls": settle[cid]}
         rng = np.random.default_rng(s.seed)
+        phases["warmup"] = time.perf_counter() - t_phase
         started = time.perf_counter()
         for r in range(s.max_rounds):
             order = list(workers)
@@ -165,6 +173,8 @@ def measure_group(
                 _fail(c, None, f"failed while exiting: {exc}")
                 continue
             c.set_status("ok")
+        phases["rounds"] = time.perf_counter() - started
     finally:
         for w in workers.values():
             w.close()
+    return phases

@@ -3,9 +3,11 @@ final table with the verdicts in words."""
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
+import numpy as np
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -34,14 +36,14 @@ def _live_table(candidates: list[Candidate]) -> Table:
         if c.status == "unavailable":
             continue
         samples = c.samples()
-        p50 = float(__import__("numpy").median(samples)) / 1e6 if samples.size else None
+        p50 = float(np.median(samples)) / 1e6 if samples.size else None
         t.add_row(
             c.id,
             f"[{_STATUS_STYLE.get(c.status, '')}]{c.status}[/]",
             "-" if c.quality is None else f"{c.quality.value:.4f}",
             _fmt(c.load_s),
             str(len(c.rounds_ns)),
-            _fmt(p50, 3),
+            "-" if p50 is None else _num(p50),
         )
     return t
 
@@ -90,8 +92,16 @@ class RichReporter:
         self.live.update(self._render(), refresh=True)
 
 
-def _ci(ci: list[float] | None, digits: int = 2) -> str:
-    return "" if not ci else f" [{ci[0]:.{digits}f}-{ci[1]:.{digits}f}]"
+def _num(x: float) -> str:
+    """Three significant figures, without scientific notation for everyday sizes."""
+    if x == 0 or not (1e-4 <= abs(x) < 1e7):
+        return f"{x:.3g}"
+    digits = max(0, 2 - math.floor(math.log10(abs(x))))
+    return f"{x:.{digits}f}"
+
+
+def _ci(ci: list[float] | None) -> str:
+    return "" if not ci else f" [{_num(ci[0])}-{_num(ci[1])}]"
 
 
 def results_table(document: dict[str, Any]) -> Table:
@@ -115,14 +125,14 @@ def results_table(document: dict[str, Any]) -> Table:
         status = f"[{_STATUS_STYLE.get(c['status'], '')}]{c['status']}[/]"
         p99 = "-"
         if lat:
-            p99 = f"{lat['p99']:.2f}" + ("?" if "p99" in lat["unsupported"] else "")
+            p99 = _num(lat["p99"]) + ("?" if "p99" in lat["unsupported"] else "")
         t.add_row(
             name,
             status,
             "-" if q is None else f"{q['value']:.4f}",
-            "-" if not lat else f"{lat['p50']:.2f}{_ci(lat['ci95']['p50'])}",
+            "-" if not lat else f"{_num(lat['p50'])}{_ci(lat['ci95']['p50'])}",
             p99,
-            "-" if not thr else f"{thr['samples_per_s']:.1f}{_ci(thr['ci95'], 1)}",
+            "-" if not thr else f"{_num(thr['samples_per_s'])}{_ci(thr['ci95'])}",
             _fmt(c["peak_rss_mb"], 0),
             _fmt(c["cold_start_s"]["load"]),
             _fmt(c["cold_start_s"]["first_call"]),
