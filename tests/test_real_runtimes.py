@@ -227,3 +227,36 @@ def test_builtin_minilm_quick(tmp_path: Path, store_path: Path) -> None:
     winner = _by_id(result.document)[v32["winner"]]
     assert winner["precision"] == "int8"
     assert winner["quality"]["drop"] <= 0.01
+
+
+def test_onnx_file_workload_uses_onnxruntime_as_reference(tmp_path: Path, store_path: Path) -> None:
+    import numpy as np
+    import torch
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 5))
+    torch.onnx.export(
+        net,
+        (torch.zeros(2, 16),),
+        str(tmp_path / "model.onnx"),
+        input_names=["features"],
+        dynamic_axes={"features": {0: "batch"}},
+        dynamo=False,
+    )
+    np.savez(tmp_path / "data.npz", features=np.random.default_rng(1).random((80, 16), np.float32))
+    (tmp_path / "w.toml").write_text(
+        'name = "onnx-file"\n[model]\nkind = "onnx"\npath = "model.onnx"\n'
+        '[data]\npath = "data.npz"\n[quality]\nmetric = "max_abs"\nmax_drop = 1e-4\n'
+        '[search]\nruntimes = ["torch", "onnxruntime", "openvino"]\nprecisions = ["fp32"]\n'
+        "batch_sizes = [4]\n"
+    )
+    result = api.run(
+        str(tmp_path / "w.toml"), api.RunOptions(quick=True, store=store_path, budget_s=2)
+    )
+    cands = _by_id(result.document)
+    assert cands["torch-fp32-b4"]["status"] == "unavailable"
+    assert cands["onnxruntime-fp32-b4"]["status"] == "ok"
+    assert cands["openvino-fp32-b4"]["status"] == "ok", cands["openvino-fp32-b4"]["reason"]
+    assert cands["openvino-fp32-b4"]["quality"]["drop"] <= 1e-4
+    assert result.document["verdicts"][0]["baseline"] == "onnxruntime-fp32-b4"
+    assert result.document["workload"]["reference"] == "onnxruntime-fp32"

@@ -455,3 +455,33 @@ def test_same_module_name_in_two_folders_loads_each_folders_module(tmp_path: Pat
         assert load_workload(str(paths[1])).n_samples == 12
     finally:
         sys.modules.pop(mod, None)
+
+
+def test_builtin_model_in_a_toml_keeps_its_data_and_takes_the_users_search(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "w.toml"
+    path.write_text(
+        'name = "my-digits"\n[model]\nkind = "builtin"\nname = "digits"\n'
+        '[search]\nruntimes = ["onnxruntime"]\nbatch_sizes = [8]\n'
+    )
+    wl = load_workload(str(path))
+    assert wl.name == "my-digits"
+    assert wl.spec.search.runtimes == ["onnxruntime"]
+    assert wl.spec.search.batch_sizes == [8]
+    assert wl.spec.quality.metric == "accuracy"  # the built-in's own gate stays
+    assert wl.labels is not None and wl.n_samples == len(wl.labels)
+
+
+def test_builtin_model_without_name_is_a_user_error(tmp_path: Path) -> None:
+    path = tmp_path / "w.toml"
+    path.write_text('name = "x"\n[model]\nkind = "builtin"\n')
+    with pytest.raises(UserError, match="model"):
+        load_workload(str(path))
+
+
+def test_data_is_required_for_user_models(tmp_path: Path) -> None:
+    path = tmp_path / "w.toml"
+    path.write_text('name = "x"\n[model]\nkind = "onnx"\npath = "m.onnx"\n')
+    with pytest.raises(UserError, match="data"):
+        load_workload(str(path))

@@ -75,7 +75,8 @@ def _split(workload: Workload, quick: bool) -> dict[str, np.ndarray]:
     """Shuffle once (seeded), then cut: quality hold-out | timing pool (+ calibration)."""
     n = workload.n_samples
     order = np.random.default_rng(SPLIT_SEED).permutation(n)
-    wanted = workload.spec.data.quality_samples or min(64 if quick else 256, n // 2)
+    asked = workload.spec.data.quality_samples if workload.spec.data else None
+    wanted = asked or min(64 if quick else 256, n // 2)
     n_quality = max(1, min(wanted, n - 2))
     quality_idx, pool_idx = order[:n_quality], order[n_quality:]
     calib_idx = pool_idx[: min(len(pool_idx), 32 if quick else 128)]
@@ -98,7 +99,7 @@ def _reference_variant(kind: str) -> Variant:
 
 
 def _measure_settings(opts: RunOptions, threads: int, n_groups: int) -> MeasureSettings:
-    budget = opts.budget_s if opts.budget_s is not None else (40.0 if opts.quick else 150.0)
+    budget = opts.budget_s if opts.budget_s is not None else (40.0 if opts.quick else 120.0)
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     return MeasureSettings(
         threads=threads,

@@ -39,6 +39,7 @@ class _Strict(BaseModel):
 
 class ModelSpec(_Strict):
     kind: Literal["torch", "hf", "onnx", "builtin", "fake"]
+    name: str | None = Field(None, description="builtin: the built-in workload's name")
     factory: str | None = Field(None, description='"module:callable" returning a torch.nn.Module')
     path: str | None = Field(None, description="a model file (onnx) or a local folder (hf)")
     options: dict[str, Any] = Field(default_factory=dict, description="settings for kind=fake")
@@ -49,6 +50,8 @@ class ModelSpec(_Strict):
             raise ValueError('kind = "torch" needs factory = "module:callable"')
         if self.kind in ("onnx", "hf") and not self.path:
             raise ValueError(f'kind = "{self.kind}" needs path = "..."')
+        if self.kind == "builtin" and not self.name:
+            raise ValueError('kind = "builtin" needs name = "minilm" or "digits"')
         if self.factory is not None and ":" not in self.factory:
             raise ValueError(f'factory must look like "module:callable", got {self.factory!r}')
         return self
@@ -100,11 +103,17 @@ class WorkloadSpec(_Strict):
     name: str = Field(min_length=1)
     description: str = ""
     model: ModelSpec
-    data: DataSpec
+    data: DataSpec | None = None  # optional only for kind = "builtin" (its own data)
     quality: QualitySpec = Field(
         default_factory=lambda: QualitySpec(metric="cosine", max_drop=0.01)
     )
     search: SearchSpec = SearchSpec()
+
+    @model_validator(mode="after")
+    def _data_needed(self) -> WorkloadSpec:
+        if self.data is None and self.model.kind != "builtin":
+            raise ValueError('[data] is required: give factory = "module:callable" or path')
+        return self
 
 
 @dataclass(frozen=True)
@@ -298,7 +307,26 @@ def load_workload(ref: str | None) -> Workload:
     return workload_from_spec(spec, origin=str(path), base_dir=base_dir)
 
 
+def _from_builtin(spec: WorkloadSpec, origin: str) -> Workload:
+    """A TOML that names a built-in model: the user's [quality] and [search] win."""
+    from bakeoff.builtins import load_builtin
+
+    assert spec.model.name is not None
+    base = load_builtin(spec.model.name)
+    if spec.data is not None:
+        raise UserError(f"{origin}: [data] cannot be given with model.kind = 'builtin'")
+    updates: dict[str, Any] = {"name": spec.name, "description": spec.description}
+    for key in ("quality", "search"):
+        if key in spec.model_fields_set:
+            updates[key] = getattr(spec, key)
+    merged = base.spec.model_copy(update=updates)
+    return Workload(merged, origin, base.source, base.inputs, base.labels)
+
+
 def workload_from_spec(spec: WorkloadSpec, origin: str, base_dir: str | None) -> Workload:
+    if spec.model.kind == "builtin":
+        return _from_builtin(spec, origin)
+    assert spec.data is not None
     model_path = spec.model.path
     if model_path is not None and base_dir is not None:
         resolved = Path(base_dir, model_path)

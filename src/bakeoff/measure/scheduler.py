@@ -160,7 +160,12 @@ def measure_group(
                 c.rounds_ns.append(reply["latency_ns"])
                 c.block_ns.append(reply["block_ns"])
                 record(c, r, "measure", reply["latency_ns"], reply["block_ns"])
-            notify(f"round {r + 1}", None)
+            notify(
+                f"batch {candidates[0].batch_size if candidates else '?'}: round {r + 1} "
+                f"done (at least {s.min_rounds}, at most {s.max_rounds}; "
+                f"budget {s.budget_s:.0f} s)",
+                None,
+            )
             elapsed = time.perf_counter() - started
             per_round = elapsed / (r + 1)
             if r + 1 >= s.min_rounds and elapsed + per_round > s.budget_s:
