@@ -184,39 +184,52 @@ def test_hanging_worker_is_killed_at_the_trial_timeout(tmp_path: Path, store_pat
     assert result.exit_code == 0
 
 
-def test_cli_run_writes_json_and_store(tmp_path: Path, store_path: Path) -> None:
-    wl = _workload(tmp_path, "build", ["onnxruntime"], ["fp32"], [4])
-    out = tmp_path / "cli.json"
+def test_cli_run_with_relative_store_writes_json_and_store(tmp_path: Path) -> None:
+    # The default store is relative to the working directory; build steps that
+    # change directory must still find the artifacts.
+    _workload(tmp_path, "build", ["onnxruntime"], ["fp32", "int8"], [4])
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
             "bakeoff.cli",
             "run",
-            str(wl),
+            "workload.toml",
             "--quick",
             "--budget",
             "2",
             "--json",
-            str(out),
-            "--store",
-            str(store_path),
+            "cli.json",
         ],
         capture_output=True,
         text=True,
         timeout=300,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
-    doc = json.loads(out.read_text())
-    assert doc["verdicts"][0]["winner"] == "onnxruntime-fp32-b4"
-    assert "Verdict" in proc.stdout and "onnxruntime-fp32-b4" in proc.stdout
+    assert (tmp_path / ".bakeoff" / "bakeoff.db").exists()
+    doc = json.loads((tmp_path / "cli.json").read_text())
+    cands = _by_id(doc)
+    assert cands["onnxruntime-int8-dynamic-b4"]["status"] in ("ok", "rejected"), cands
+    assert cands["onnxruntime-int8-static-b4"]["status"] in ("ok", "rejected"), cands
+    assert doc["verdicts"][0]["winner"] is not None
+    assert "Verdict" in proc.stdout
     shown = subprocess.run(
-        [sys.executable, "-m", "bakeoff.cli", "show", doc["run_id"], "--store", str(store_path)],
+        [sys.executable, "-m", "bakeoff.cli", "show", doc["run_id"]],
         capture_output=True,
         text=True,
         timeout=60,
+        cwd=tmp_path,
     )
     assert shown.returncode == 0 and doc["run_id"] in shown.stdout
+    listed = subprocess.run(
+        [sys.executable, "-m", "bakeoff.cli", "ls"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert listed.returncode == 0 and doc["run_id"] in listed.stdout
 
 
 @pytest.mark.slow

@@ -137,7 +137,8 @@ def run(
     batch_sizes = sorted(set(opts.batch_sizes or search.batch_sizes))
     threads = opts.threads or search.threads or environment.default_threads()
 
-    store_path = Path(opts.store)
+    # Absolute: build steps change directory (quantizers litter the working one).
+    store_path = Path(opts.store).resolve()
     store = Store(store_path)
     run_id = new_run_id()
     run_dir = store_path.parent / "runs" / run_id
@@ -238,8 +239,10 @@ def _run_stages(
                 opts.build_timeout_s,
             )
             built[vid] = {**reply["artifact"], "_build_s": reply["build_s"]}
+            rep.stage(f"built {vid} in {reply['build_s']:.1f} s")
         except WorkerFailed as exc:
             built[vid] = f"build failed: {exc}"
+            rep.stage(f"{vid}: {built[vid]}")
         for c in candidates:
             if c.variant.id == vid and c.status == "pending":
                 b = built[vid]

@@ -117,7 +117,14 @@ def measure_group(
             w = _load(c, ctx, s)
             if w is not None:
                 workers[c.id] = w
-            notify(f"loaded {c.id}", c)
+            if w is not None and c.quality is not None:
+                notify(
+                    f"loaded {c.id} in {c.load_s:.1f} s, first call {c.first_call_s:.2f} s; "
+                    f"quality {c.quality.metric} {c.quality.value:.4f}",
+                    c,
+                )
+            else:
+                notify(f"{c.id}: {c.status}: {c.reason}", c)
         by_id = {c.id: c for c in candidates}
         phases["load_and_quality"] = time.perf_counter() - t_phase
         t_phase = time.perf_counter()

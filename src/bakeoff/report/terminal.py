@@ -79,17 +79,25 @@ class RichReporter:
         return Group(self.progress_bar, _live_table(self._candidates))
 
     def stage(self, text: str) -> None:
+        if not self.console.is_terminal:
+            # Logs and CI have no live view: say each step on its own line instead.
+            elapsed = time.perf_counter() - self.started
+            self.console.print(f"[{elapsed:6.1f} s] {text}", markup=False, highlight=False)
+            return
         self.progress_bar.update(self.stage_task, description=text)
         self.live.update(self._render(), refresh=True)
 
     def progress(self, task: str, done: int, total: int) -> None:
+        if not self.console.is_terminal:
+            return
         if task not in self.tasks:
             self.tasks[task] = self.progress_bar.add_task(task, total=total)
         self.progress_bar.update(self.tasks[task], completed=done, total=total)
 
     def candidates(self, candidates: list[Candidate]) -> None:
         self._candidates = candidates
-        self.live.update(self._render(), refresh=True)
+        if self.console.is_terminal:
+            self.live.update(self._render(), refresh=True)
 
 
 def _num(x: float) -> str:
