@@ -31,6 +31,8 @@ out = Console()
 err = Console(stderr=True)
 if not out.is_terminal:  # pipes and CI logs: wide enough for the results table
     out = Console(width=160)
+if not err.is_terminal:
+    err = Console(stderr=True, width=160)
 
 StoreOpt = Annotated[Path, typer.Option("--store", help="SQLite store of runs")]
 

@@ -12,6 +12,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from bakeoff.candidates import Candidate
 
@@ -60,13 +61,13 @@ class RichReporter:
             TimeElapsedColumn(),
             console=self.console,
         )
-        self.stage_task = self.progress_bar.add_task("starting", total=None)
+        self.stage_text = "starting"
         self.tasks: dict[str, Any] = {}
         self._candidates: list[Candidate] = []
+        self.started = time.perf_counter()
         # No auto-refresh: a render thread would take CPU from the worker being
         # timed. The view is redrawn on events, which arrive between timed blocks.
         self.live = Live(self._render(), console=self.console, auto_refresh=False, transient=True)
-        self.started = time.perf_counter()
 
     def __enter__(self) -> RichReporter:
         self.live.__enter__()
@@ -76,7 +77,9 @@ class RichReporter:
         self.live.__exit__(None, None, None)
 
     def _render(self) -> Group:
-        return Group(self.progress_bar, _live_table(self._candidates))
+        elapsed = time.perf_counter() - self.started
+        stage = Text(f"{self.stage_text}  ({elapsed:.0f} s)", style="bold")
+        return Group(stage, self.progress_bar, _live_table(self._candidates))
 
     def stage(self, text: str) -> None:
         if not self.console.is_terminal:
@@ -84,7 +87,7 @@ class RichReporter:
             elapsed = time.perf_counter() - self.started
             self.console.print(f"[{elapsed:6.1f} s] {text}", markup=False, highlight=False)
             return
-        self.progress_bar.update(self.stage_task, description=text)
+        self.stage_text = text
         self.live.update(self._render(), refresh=True)
 
     def progress(self, task: str, done: int, total: int) -> None:
