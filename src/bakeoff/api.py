@@ -6,6 +6,7 @@ measured trials -> verdicts -> document (store, JSON, terminal).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -19,11 +20,17 @@ import numpy as np
 import bakeoff
 from bakeoff import environment
 from bakeoff.backends import Variant
-from bakeoff.candidates import Candidate, candidate_document, enumerate_candidates
+from bakeoff.candidates import (
+    Candidate,
+    candidate_document,
+    enumerate_candidates,
+    explicit_candidates,
+)
 from bakeoff.errors import BakeoffError, UserError
 from bakeoff.measure.process import WorkerFailed, run_job
 from bakeoff.measure.scheduler import GroupContext, MeasureSettings, measure_group
 from bakeoff.paths import DEFAULT_STORE
+from bakeoff.quality import Quality
 from bakeoff.report import NullReporter, Reporter
 from bakeoff.store import Store
 from bakeoff.verdict import Measured, Verdict, decide, objective_for
@@ -48,6 +55,7 @@ class RunOptions:
     json_path: str | Path | None = None
     threads: int | None = None
     seed: int = 0
+    margin: float | None = None  # overrides the workload's [search] margin
 
 
 @dataclass
@@ -116,10 +124,23 @@ def _measure_settings(opts: RunOptions, threads: int, n_groups: int) -> MeasureS
     )
 
 
+def _workload_ref(ref: str | None) -> str:
+    """What a resumed run loads again: builtins by name, files by absolute path."""
+    ref = ref or "builtin:minilm"
+    return ref if ref.startswith("builtin:") else str(Path(ref).resolve())
+
+
 def run(
-    workload_ref: str | None, opts: RunOptions | None = None, reporter: Reporter | None = None
+    workload_ref: str | None,
+    opts: RunOptions | None = None,
+    reporter: Reporter | None = None,
+    resume_record: dict[str, Any] | None = None,
 ) -> RunResult:
-    """Build, check and measure every candidate; decide per batch size; store everything."""
+    """Build, check and measure every candidate; decide per batch size; store everything.
+
+    With `resume_record` (see `resume`), the run continues under its own id:
+    finished candidates and measured rounds are taken from the store, not redone.
+    """
     opts = opts or RunOptions()
     rep = reporter or NullReporter()
     _check_choices(opts.runtimes, RUNTIMES, "--runtimes")
@@ -129,6 +150,13 @@ def run(
     t_start = time.perf_counter()
     rep.stage("loading workload")
     workload = load_workload(workload_ref)
+    if opts.margin is not None:
+        if not 0.0 <= opts.margin < 0.5:
+            raise UserError(f"--margin must be in [0, 0.5), got {opts.margin}")
+        search = workload.spec.search.model_copy(update={"margin": opts.margin})
+        workload = dataclasses.replace(
+            workload, spec=workload.spec.model_copy(update={"search": search})
+        )
     search = workload.spec.search
     runtimes = opts.runtimes or search.runtimes
     if workload.source.kind == "fake" and opts.runtimes is None:
@@ -140,35 +168,57 @@ def run(
     # Absolute: build steps change directory (quantizers litter the working one).
     store_path = Path(opts.store).resolve()
     store = Store(store_path)
-    run_id = new_run_id()
-    run_dir = store_path.parent / "runs" / run_id
-    (run_dir / "artifacts").mkdir(parents=True)
-    data_path = run_dir / "data.npz"
-    split = _split(workload, opts.quick)
-    np.savez(data_path, **split)  # type: ignore[arg-type]
-    labels = split.get("quality_labels")
-    input_names = list(workload.inputs)
-    env = environment.fingerprint()
-    settings = {
-        "runtimes": runtimes,
-        "precisions": precisions,
-        "batch_sizes": batch_sizes,
-        "threads": threads,
-        "quick": opts.quick,
-        "budget_s": opts.budget_s,
-        "trial_timeout_s": opts.trial_timeout_s,
-        "seed": opts.seed,
-    }
-    store.start_run(run_id, workload.origin, env, settings)
     status = "failed"
+    run_id = new_run_id() if resume_record is None else resume_record["run_id"]
     try:
+        run_dir = store_path.parent / "runs" / run_id
+        (run_dir / "artifacts").mkdir(parents=True, exist_ok=resume_record is not None)
+        data_path = run_dir / "data.npz"
+        split = _split(workload, opts.quick)
+        if resume_record is None or not data_path.exists():
+            np.savez(data_path, **split)  # type: ignore[arg-type]
+        labels = split.get("quality_labels")
+        input_names = list(workload.inputs)
+        env = environment.fingerprint()
+        settings = {
+            "workload_ref": _workload_ref(workload_ref),
+            "runtimes": runtimes,
+            "precisions": precisions,
+            "batch_sizes": batch_sizes,
+            "threads": threads,
+            "quick": opts.quick,
+            "budget_s": opts.budget_s,
+            "trial_timeout_s": opts.trial_timeout_s,
+            "seed": opts.seed,
+            "explicit_runtimes": opts.runtimes,
+            "explicit_precisions": opts.precisions,
+            "margin": search.margin,
+            "ci_target": search.ci_target,
+        }
+        if resume_record is None:
+            store.start_run(run_id, workload.origin, env, settings)
+        else:
+            store.mark_running(run_id)
         job_base = {
             "source": workload.source.__dict__,
             "data_path": str(data_path),
             "input_names": input_names,
             "artifacts_dir": str(run_dir / "artifacts"),
         }
-        candidates = enumerate_candidates(runtimes, precisions, batch_sizes, workload.source.kind)
+        if workload.spec.candidates:
+            candidates = explicit_candidates(
+                workload.spec.candidates,
+                opts.runtimes,
+                opts.precisions,
+                batch_sizes,
+                workload.source.kind,
+            )
+        else:
+            candidates = enumerate_candidates(
+                runtimes, precisions, batch_sizes, workload.source.kind
+            )
+        if resume_record is not None:
+            _restore(candidates, resume_record, store)
         rep.candidates(candidates)
         result = _run_stages(
             workload,
@@ -195,6 +245,84 @@ def run(
         if status != "done":
             store.finish_run(run_id, status, None)
         store.close()
+
+
+FINAL = ("ok", "rejected", "failed", "unavailable")
+
+
+def _restore(candidates: list[Candidate], record: dict[str, Any], store: Store) -> None:
+    """Put back what a killed run finished: final candidates whole, rounds of the rest."""
+    docs = {d["id"]: d for d in record["candidates"]}
+    for c in candidates:
+        doc = docs.get(c.id)
+        if doc is None:
+            continue
+        rounds = store.rounds(record["run_id"], c.id)
+        c.rounds_ns = [lat for _, lat, _ in rounds]
+        c.block_ns = [block for _, _, block in rounds]
+        c.settings = dict(doc.get("settings") or {})
+        if doc["status"] not in FINAL or c.status == "unavailable":
+            continue
+        c.status, c.reason = doc["status"], doc["reason"]
+        c.restored = True
+        q = doc.get("quality")
+        if q is not None:
+            c.quality = Quality(
+                q["metric"],
+                q["value"],
+                q["reference"],
+                q["drop"],
+                q["max_drop"],
+                q.get("worst"),
+                q.get("non_finite", 0),
+            )
+        cold = doc.get("cold_start_s") or {}
+        c.build_s, c.load_s, c.first_call_s = (
+            cold.get("build"),
+            cold.get("load"),
+            cold.get("first_call"),
+        )
+        c.peak_rss_mb = doc.get("peak_rss_mb")
+        c.stopped = doc.get("stopped", "")
+        c.validity = doc.get("validity", c.validity)
+        c.validity_reason = doc.get("validity_reason", c.validity_reason)
+        if doc.get("exporter"):
+            c.artifact = {"exporter": doc["exporter"]}
+
+
+def resume(
+    run_id: str,
+    store: str | Path = DEFAULT_STORE,
+    reporter: Reporter | None = None,
+    json_path: str | Path | None = None,
+) -> RunResult:
+    """Finish an interrupted or killed run without repeating completed trials."""
+    if not Path(store).exists():
+        raise UserError(f"no store at {store} (pass --store)")
+    s = Store(store)
+    try:
+        record = s.run(run_id)
+    finally:
+        s.close()
+    if record["status"] == "done":
+        raise UserError(f"run {record['run_id']} already finished; see `bakeoff show`")
+    st = record["settings"]
+    if "workload_ref" not in st:
+        raise UserError(f"run {record['run_id']} was stored without what is needed to resume it")
+    opts = RunOptions(
+        runtimes=st.get("explicit_runtimes"),
+        precisions=st.get("explicit_precisions"),
+        batch_sizes=st["batch_sizes"],
+        budget_s=st.get("budget_s"),
+        trial_timeout_s=st.get("trial_timeout_s", 300.0),
+        quick=st.get("quick", False),
+        store=store,
+        json_path=json_path,
+        threads=st.get("threads"),
+        seed=st.get("seed", 0),
+        margin=st.get("margin"),
+    )
+    return run(st["workload_ref"], opts, reporter, resume_record=record)
 
 
 def _run_stages(
@@ -311,11 +439,17 @@ def _run_stages(
 
     verdicts: list[Verdict] = []
     phases = {"load_and_quality": 0.0, "warmup": 0.0, "rounds": 0.0}
-    baseline_variant = reference_variant
-    for bs in batch_sizes:
+    search = workload.spec.search
+    noise_before = environment.noise_snapshot()
+    group_sizes = sorted({c.batch_size for c in candidates})
+    for bs in group_sizes:
         group = [c for c in candidates if c.batch_size == bs and c.status == "pending"]
+        objective = objective_for(bs, search.objective)
+        group_settings = dataclasses.replace(
+            ms, objective=objective, margin=search.margin, ci_target=search.ci_target
+        )
         rep.stage(f"measuring batch size {bs} ({len(group)} candidates)")
-        for phase, seconds in measure_group(group, ctx, ms, record, notify).items():
+        for phase, seconds in measure_group(group, ctx, group_settings, record, notify).items():
             phases[phase] += seconds
         for c in candidates:
             if c.batch_size == bs:
@@ -328,10 +462,25 @@ def _run_stages(
             if c.status == "ok"
         ]
         not_ok = {c.id: f"{c.status}: {c.reason}" for c in same_bs if c.status != "ok"}
-        baseline_id = f"{baseline_variant.id}-b{bs}"
-        objective = objective_for(bs, workload.spec.search.objective)
-        verdicts.append(decide(bs, objective, measured, baseline_id, not_ok))
+        # The baseline is the reference variant (PyTorch eager FP32, or ONNX Runtime
+        # FP32 for ONNX models); hand-written candidates without it use their first.
+        baseline = next((c for c in same_bs if c.variant == reference_variant), None)
+        if baseline is None and workload.spec.candidates and same_bs:
+            baseline = same_bs[0]
+        baseline_id = baseline.id if baseline else f"{reference_variant.id}-b{bs}"
+        verdicts.append(
+            decide(
+                bs,
+                objective,
+                measured,
+                baseline_id,
+                not_ok,
+                margin=search.margin,
+                min_rounds=ms.min_rounds,
+            )
+        )
     measure_s = time.perf_counter() - t_measure
+    noise_after = environment.noise_snapshot()
 
     document = {
         "schema_version": SCHEMA_VERSION,
@@ -351,6 +500,7 @@ def _run_stages(
         "settings": settings,
         "candidates": [candidate_document(c) for c in candidates],
         "verdicts": [v.to_dict() for v in verdicts],
+        "noise": {"before": noise_before, "after": noise_after},
         "timing_s": {
             "build": round(build_s, 3),
             "reference": round(reference_s, 3),

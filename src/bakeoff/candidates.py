@@ -22,6 +22,8 @@ STATUSES = ("pending", "ok", "rejected", "failed", "unavailable")
 class Candidate:
     variant: Variant
     batch_size: int
+    label: str | None = None  # set for hand-written candidates
+    options: dict[str, Any] = field(default_factory=dict)
     status: str = "pending"
     reason: str = ""
     artifact: dict[str, Any] = field(default_factory=dict)
@@ -34,10 +36,14 @@ class Candidate:
     rounds_ns: list[list[int]] = field(default_factory=list)
     block_ns: list[int] = field(default_factory=list)
     peak_rss_mb: float | None = None
+    stopped: str = ""  # why sampling ended (raced out, CI tight enough, budget)
+    validity: str = "invalid"
+    validity_reason: str = "not measured"
+    restored: bool = False  # finished before an interruption; taken from the store
 
     @property
     def id(self) -> str:
-        return f"{self.variant.id}-b{self.batch_size}"
+        return f"{self.label or self.variant.id}-b{self.batch_size}"
 
     def set_status(self, status: str, reason: str = "") -> None:
         if status not in STATUSES:
@@ -74,6 +80,51 @@ def enumerate_candidates(
     return out
 
 
+def explicit_candidates(
+    specs: list[Any],
+    runtimes: list[str] | None,
+    precisions: list[str] | None,
+    batch_sizes: list[int],
+    model_kind: str,
+) -> list[Candidate]:
+    """Hand-written candidates; the --runtimes/--precisions flags filter them."""
+    out: list[Candidate] = []
+    for spec in specs:
+        if runtimes and spec.runtime not in runtimes:
+            continue
+        if precisions and spec.precision not in precisions:
+            continue
+        backend = get_backend(spec.runtime)
+        available = backend.availability()
+        offers = backend.offers(spec.precision, model_kind)
+        chosen = next(
+            (o for o in offers if spec.method in (None, o.variant.method)),
+            None,
+        )
+        for bs in spec.batch_sizes or batch_sizes:
+            if chosen is None:
+                methods = ", ".join(str(o.variant.method) for o in offers)
+                c = Candidate(
+                    Variant(spec.runtime, spec.precision, spec.method),
+                    bs,
+                    spec.label,
+                    dict(spec.options),
+                )
+                c.set_status(
+                    "unavailable",
+                    f"{spec.runtime} has no {spec.precision} method {spec.method!r} "
+                    f"(offers: {methods})",
+                )
+            else:
+                c = Candidate(chosen.variant, bs, spec.label, dict(spec.options))
+                if not available.available:
+                    c.set_status("unavailable", f"{available.reason}; install: {available.install}")
+                elif chosen.reason:
+                    c.set_status("unavailable", chosen.reason)
+            out.append(c)
+    return out
+
+
 def _ci_pair(iv: stats.Interval) -> list[float]:
     return [round(iv.lo, 6), round(iv.hi, 6)]
 
@@ -84,9 +135,14 @@ def candidate_document(c: Candidate) -> dict[str, Any]:
         "runtime": c.variant.runtime,
         "precision": c.variant.precision,
         "method": c.variant.method,
+        "label": c.label,
+        "options": c.options,
         "batch_size": c.batch_size,
         "status": c.status,
         "reason": c.reason,
+        "validity": c.validity,
+        "validity_reason": c.validity_reason,
+        "stopped": c.stopped,
         "quality": None if c.quality is None else c.quality.to_dict(),
         "latency_ms": None,
         "throughput": None,

@@ -79,10 +79,25 @@ def run(
     threads: Annotated[
         int | None, typer.Option(help="threads per runtime (default: physical cores)")
     ] = None,
+    margin: Annotated[
+        float | None, typer.Option(help="equivalence margin for ties (default 0.02 = 2%)")
+    ] = None,
+    resume: Annotated[
+        str | None,
+        typer.Option("--resume", help="finish an interrupted run (RUN_ID) without redoing trials"),
+    ] = None,
     store: StoreOpt = DEFAULT_STORE,
 ) -> None:
     """Build, check and measure every candidate stack, then name the winner."""
     from bakeoff.report.terminal import RichReporter, print_result
+
+    if resume is not None:
+        if workload is not None:
+            raise UserError("--resume takes the workload from the stored run; give no WORKLOAD")
+        with RichReporter(err) as reporter:
+            resumed = api.resume(resume, store, reporter, json_path)
+        print_result(resumed.document, out)
+        raise typer.Exit(resumed.exit_code)
 
     opts = api.RunOptions(
         runtimes=_csv(runtimes),
@@ -94,6 +109,7 @@ def run(
         store=store,
         json_path=json_path,
         threads=threads,
+        margin=margin,
     )
     if threads is not None and threads < 1:
         raise UserError("--threads must be at least 1")

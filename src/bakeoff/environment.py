@@ -6,6 +6,7 @@ import importlib.metadata
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -95,4 +96,36 @@ def fingerprint() -> dict[str, Any]:
         "gpu": None,
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "packages": versions(),
+    }
+
+
+def noise_snapshot(sample_s: float = 0.2) -> dict[str, Any]:
+    """Load, CPU frequency and other busy processes right now (rule 10).
+
+    Taken before and after measuring, so a reader can tell a quiet machine from
+    one where something else was running.
+    """
+    me = os.getpid()
+    procs = []
+    for p in psutil.process_iter(["pid", "name"]):
+        try:
+            p.cpu_percent(None)  # the first call only starts the measurement
+            procs.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    time.sleep(sample_s)
+    busy = []
+    for p in procs:
+        try:
+            pct = p.cpu_percent(None)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if pct >= 5.0 and p.pid != me:
+            busy.append({"pid": p.pid, "name": p.info["name"], "cpu_percent": round(pct, 1)})
+    busy.sort(key=lambda b: -b["cpu_percent"])
+    freq = psutil.cpu_freq() if hasattr(psutil, "cpu_freq") else None
+    return {
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "cpu_frequency_mhz": round(freq.current) if freq else None,
+        "busy_processes": busy[:10],
     }

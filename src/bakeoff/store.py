@@ -203,3 +203,16 @@ class Store:
             (run_id, candidate_id, kind),
         ).fetchall()
         return [np.frombuffer(blob, dtype="<i8") for (blob,) in rows]
+
+    def rounds(self, run_id: str, candidate_id: str) -> list[tuple[int, list[int], int]]:
+        """Measured rounds of a candidate: (round, latencies ns, block ns), in order."""
+        rows = self.db.execute(
+            "SELECT round, latency_ns, block_ns FROM trials "
+            "WHERE run_id = ? AND candidate_id = ? AND kind = 'measure' ORDER BY round",
+            (run_id, candidate_id),
+        ).fetchall()
+        return [(r, np.frombuffer(b, dtype="<i8").tolist(), int(bn)) for r, b, bn in rows]
+
+    def mark_running(self, run_id: str) -> None:
+        with self._tx():
+            self.db.execute("UPDATE runs SET status = 'running' WHERE run_id = ?", (run_id,))

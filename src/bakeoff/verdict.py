@@ -74,15 +74,51 @@ def score(m: Measured, objective: str) -> float:
     return stats.throughput(m.calls, m.block_ns, m.batch_size).value
 
 
-def speedup(base: Measured, cand: Measured, objective: str) -> Interval:
+def speedup(base: Measured, cand: Measured, objective: str, level: float = 0.95) -> Interval:
     """How many times faster `cand` is than `base` on the objective (> 1: faster)."""
     if objective == "latency":
-        return stats.paired_latency_ratio(base.samples_ns, cand.samples_ns)
-    return stats.paired_throughput_ratio(base.calls, base.block_ns, cand.calls, cand.block_ns)
+        return stats.paired_latency_ratio(base.samples_ns, cand.samples_ns, level)
+    return stats.paired_throughput_ratio(
+        base.calls, base.block_ns, cand.calls, cand.block_ns, level
+    )
+
+
+DEFAULT_MARGIN = 0.02
+FAMILY_ALPHA = 0.05
+
+
+def comparison_level(n_candidates: int, alpha: float = FAMILY_ALPHA) -> float:
+    """Bonferroni: k-1 comparisons against the leader share one 5% error budget."""
+    return 1.0 - alpha / max(1, n_candidates - 1)
+
+
+def compare(ratio: Interval, margin: float) -> str:
+    """'faster' (CI above 1+margin), 'slower' (below 1-margin), 'equivalent' (inside
+    1 +- margin) or 'undecided' (the CI straddles a margin edge)."""
+    if ratio.lo > 1.0 + margin:
+        return "faster"
+    if ratio.hi < 1.0 - margin:
+        return "slower"
+    if ratio.lo >= 1.0 - margin and ratio.hi <= 1.0 + margin:
+        return "equivalent"
+    return "undecided"
 
 
 def _fmt(iv: Interval) -> str:
-    return f"{iv.value:.2f}x (95% CI {iv.lo:.2f}-{iv.hi:.2f})"
+    return f"{iv.value:.2f}x (CI {iv.lo:.2f}-{iv.hi:.2f})"
+
+
+def _why_tied(m: Measured, objective: str, min_rounds: int) -> str:
+    rounds = len(m.block_ns)
+    cv = stats.round_to_round_cv(m.samples_ns, m.block_ns, objective)
+    if rounds < min_rounds:
+        return f"only {rounds} rounds"
+    if cv > NOISY_CV:
+        return f"round-to-round spread {cv:.0%}"
+    return "the difference is within the noise"
+
+
+NOISY_CV = 0.10
 
 
 def decide(
@@ -91,8 +127,14 @@ def decide(
     measured: list[Measured],
     baseline_id: str | None,
     not_ok: dict[str, str] | None = None,
+    margin: float = DEFAULT_MARGIN,
+    min_rounds: int = 10,
 ) -> Verdict:
-    """Rank ok candidates; `not_ok` maps other candidate ids to why they were left out."""
+    """Rank ok candidates; `not_ok` maps other candidate ids to why they were left out.
+
+    A candidate is tied with the winner unless the winner is faster by more than
+    the equivalence margin with the Bonferroni-corrected CI of the paired ratio.
+    """
     label = "p50 latency" if objective == "latency" else "throughput"
     if not measured:
         why = "; ".join(f"{k}: {v}" for k, v in (not_ok or {}).items()) or "no candidates"
@@ -109,24 +151,32 @@ def decide(
     ranked = sorted(measured, key=lambda m: score(m, objective), reverse=True)
     winner = ranked[0]
     ranking = [m.id for m in ranked]
-    tied = [m.id for m in ranked[1:] if not speedup(m, winner, objective).lo > 1.0]
+    level = comparison_level(len(ranked))
+    vs_winner = {m.id: speedup(m, winner, objective, level) for m in ranked[1:]}
+    tied = [mid for mid, iv in vs_winner.items() if compare(iv, margin) != "faster"]
     by_id = {m.id: m for m in measured}
     base = by_id.get(baseline_id) if baseline_id else None
     gain = speedup(base, winner, objective) if base is not None else None
 
     parts = [f"At batch {batch_size}, {winner.id} has the best {label}"]
     if gain is not None and base is not None and base.id != winner.id:
-        parts[0] += f": {_fmt(gain)} over the baseline {base.id}."
+        parts[0] += (
+            f": {gain.value:.2f}x (95% CI {gain.lo:.2f}-{gain.hi:.2f}) over the baseline {base.id}."
+        )
     elif base is not None:
         parts[0] += "; it is the baseline itself, so nothing measured beat it."
     else:
         why = (not_ok or {}).get(baseline_id or "", "it was not measured")
         parts[0] += f"; no speedup is given because the baseline {baseline_id} is out ({why})."
     if tied:
-        detail = ", ".join(f"{t} ({_fmt(speedup(by_id[t], winner, objective))})" for t in tied)
+        detail = ", ".join(
+            f"{t} ({_fmt(vs_winner[t])}; {_why_tied(by_id[t], objective, min_rounds)})"
+            for t in tied
+        )
         parts.append(
-            f"Tied with {detail}: the 95% CI of the paired ratio includes 1, so the "
-            "measured difference could be noise; pick by memory, cold start or quality."
+            f"Tied with {detail}: the {level:.1%} CI of the paired ratio (corrected for "
+            f"{len(ranked) - 1} comparisons) does not put the winner more than "
+            f"{margin:.0%} ahead, so pick by memory, cold start or quality."
         )
     ties = [[winner.id, *tied]] if tied else []
     return Verdict(

@@ -84,6 +84,12 @@ class SearchSpec(_Strict):
     batch_sizes: list[PositiveInt] = Field(default_factory=lambda: [1, 32])
     objective: Objective = "auto"
     threads: PositiveInt | None = None
+    margin: float = Field(
+        default=0.02, ge=0.0, lt=0.5, description="equivalence margin: closer than this is a tie"
+    )
+    ci_target: float = Field(
+        default=0.02, gt=0.0, lt=0.5, description="stop sampling when CIs are this tight (relative)"
+    )
 
     @model_validator(mode="after")
     def _known_runtimes(self) -> SearchSpec:
@@ -99,6 +105,30 @@ class SearchSpec(_Strict):
         return self
 
 
+class CandidateSpec(_Strict):
+    """A hand-written candidate: one runtime with its settings, under a label."""
+
+    label: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+    runtime: str
+    precision: Precision = "fp32"
+    method: str | None = Field(None, description="e.g. dynamic | static | nncf")
+    options: dict[str, Any] = Field(default_factory=dict, description="runtime settings")
+    batch_sizes: list[PositiveInt] | None = None
+
+    @model_validator(mode="after")
+    def _known_runtime(self) -> CandidateSpec:
+        if self.runtime not in RUNTIMES:
+            hint = difflib.get_close_matches(self.runtime, RUNTIMES, n=1)
+            more = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise ValueError(
+                f"unknown runtime {self.runtime!r}{more}; expected one of {', '.join(RUNTIMES)}"
+            )
+        threads = self.options.get("threads")
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"options.threads must be a positive integer, got {threads!r}")
+        return self
+
+
 class WorkloadSpec(_Strict):
     name: str = Field(min_length=1)
     description: str = ""
@@ -108,11 +138,18 @@ class WorkloadSpec(_Strict):
         default_factory=lambda: QualitySpec(metric="cosine", max_drop=0.01)
     )
     search: SearchSpec = SearchSpec()
+    candidates: list[CandidateSpec] = Field(
+        default_factory=list, description="explicit candidates; replace the search grid"
+    )
 
     @model_validator(mode="after")
     def _data_needed(self) -> WorkloadSpec:
         if self.data is None and self.model.kind != "builtin":
             raise ValueError('[data] is required: give factory = "module:callable" or path')
+        labels = [c.label for c in self.candidates]
+        dupes = sorted({x for x in labels if labels.count(x) > 1})
+        if dupes:
+            raise ValueError(f"candidate labels must be unique; repeated: {', '.join(dupes)}")
         return self
 
 
@@ -316,7 +353,7 @@ def _from_builtin(spec: WorkloadSpec, origin: str) -> Workload:
     if spec.data is not None:
         raise UserError(f"{origin}: [data] cannot be given with model.kind = 'builtin'")
     updates: dict[str, Any] = {"name": spec.name, "description": spec.description}
-    for key in ("quality", "search"):
+    for key in ("quality", "search", "candidates"):
         if key in spec.model_fields_set:
             updates[key] = getattr(spec, key)
     merged = base.spec.model_copy(update=updates)

@@ -79,6 +79,7 @@ class LoadContext:
     batch_size: int
     input_names: tuple[str, ...]
     options: dict[str, Any] = field(default_factory=dict)
+    candidate_id: str = ""
 
 
 class Runner(Protocol):

@@ -38,3 +38,13 @@ def map_inputs(
 
 def is_transformer(ctx: BuildContext) -> bool:
     return ctx.source.kind == "hf" or "attention_mask" in ctx.input_names
+
+
+def check_options(options: dict[str, Any], allowed: set[str], runtime: str) -> None:
+    """Unknown candidate options are an error, not silently ignored settings."""
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise ValueError(
+            f"unknown option(s) {', '.join(unknown)} for {runtime}; "
+            f"known: {', '.join(sorted(allowed))}"
+        )

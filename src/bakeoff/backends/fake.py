@@ -8,17 +8,21 @@ generator, so the same workload gives the same samples on any machine.
 Model options (``[model] kind = "fake"``, ``options = {...}``), each keyed by
 precision: ``latency_ms`` (per call at batch 1), ``per_sample_ms`` (added per
 sample in the batch), ``jitter`` (relative spread), ``error`` (relative error
-added to outputs, to exercise the quality gate).
+added to outputs, to exercise the quality gate), ``wall_ms`` (real sleep per
+call, so a test can interrupt a run in flight), ``seed``. A labelled
+candidate's ``options`` override these for that candidate.
 """
 
 from __future__ import annotations
 
+import time
 import zlib
 from typing import Any
 
 import numpy as np
 
 from bakeoff.backends import Availability, BuildContext, LoadContext, Offer, Variant
+from bakeoff.backends.common import check_options
 
 RUNTIME = "fake"
 PRECISIONS = ("fp32", "int8")
@@ -47,9 +51,15 @@ def _option(options: dict[str, Any], key: str, precision: str, default: float) -
     return float(value)
 
 
+OPTIONS = {"threads", "latency_ms", "per_sample_ms", "jitter", "error", "wall_ms", "seed"}
+
+
 class FakeRunner:
     def __init__(self, variant: Variant, ctx: LoadContext) -> None:
-        opts = ctx.source.options
+        check_options(ctx.options, OPTIONS, RUNTIME)
+        # A candidate's own options override the model's: two labelled candidates
+        # of one fake variant can then differ in speed.
+        opts = {**ctx.source.options, **ctx.options}
         p = variant.precision
         self.latency_ns = 1e6 * (
             _option(opts, "latency_ms", p, 1.0)
@@ -57,7 +67,10 @@ class FakeRunner:
         )
         self.jitter = _option(opts, "jitter", p, 0.02)
         self.error = _option(opts, "error", p, 0.0)
-        seed = zlib.crc32(f"{variant.id}/b{ctx.batch_size}/{opts.get('seed', 0)}".encode())
+        # Real sleeping per call, so tests can interrupt a run that is in flight.
+        self.wall_s = _option(opts, "wall_ms", p, 0.0) / 1000.0
+        name = ctx.candidate_id or f"{variant.id}-b{ctx.batch_size}"
+        seed = zlib.crc32(f"{name}/{opts.get('seed', 0)}".encode())
         self.rng = np.random.default_rng(seed)
         self.now = 0
         self.settings = {"virtual_clock": True, "latency_ms": self.latency_ns / 1e6}
@@ -71,6 +84,8 @@ class FakeRunner:
     def run(self, prepared: np.ndarray) -> np.ndarray:
         factor = float(self.rng.lognormal(0.0, self.jitter)) if self.jitter > 0 else 1.0
         self.now += max(1, int(self.latency_ns * factor))
+        if self.wall_s:
+            time.sleep(self.wall_s)
         out = prepared.reshape(len(prepared), -1)
         if self.error:
             # A deterministic distortion whose size tracks `error` for every metric.

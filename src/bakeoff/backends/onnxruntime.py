@@ -14,10 +14,16 @@ from bakeoff.backends import (
     Variant,
     package_availability,
 )
-from bakeoff.backends.common import calibration_data, example_inputs, map_inputs
+from bakeoff.backends.common import (
+    calibration_data,
+    check_options,
+    example_inputs,
+    map_inputs,
+)
 from bakeoff.transforms import cached_step
 
 RUNTIME = "onnxruntime"
+OPTIONS = {"threads", "graph_optimization_level", "allow_spinning"}
 INSTALL = "pip install onnxruntime==1.32.0"
 _NUMPY_TYPES = {
     "tensor(float)": np.float32,
@@ -86,12 +92,25 @@ class OrtRunner:
 def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> OrtRunner:
     import onnxruntime as ort
 
+    check_options(ctx.options, OPTIONS, RUNTIME)
+    level_name = str(ctx.options.get("graph_optimization_level", "all"))
+    levels = {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }
+    if level_name not in levels:
+        raise ValueError(f"graph_optimization_level must be one of {', '.join(levels)}")
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = ctx.threads
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.graph_optimization_level = levels[level_name]
     opts.log_severity_level = 3
+    spinning = ctx.options.get("allow_spinning")
+    if spinning is not None:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     session = ort.InferenceSession(artifact["path"], opts, providers=["CPUExecutionProvider"])
     settings = {
         "onnxruntime_version": ort.__version__,
@@ -99,7 +118,8 @@ def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> OrtRun
         "intra_op_threads": opts.intra_op_num_threads,
         "inter_op_threads": opts.inter_op_num_threads,
         "execution_mode": "sequential",
-        "graph_optimization_level": "ORT_ENABLE_ALL",
+        "graph_optimization_level": level_name,
+        "allow_spinning": "default" if spinning is None else bool(spinning),
         "exporter": artifact.get("exporter"),
     }
     if "quantization" in artifact:

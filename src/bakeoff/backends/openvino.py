@@ -18,10 +18,17 @@ from bakeoff.backends import (
     Variant,
     package_availability,
 )
-from bakeoff.backends.common import calibration_data, example_inputs, is_transformer, map_inputs
+from bakeoff.backends.common import (
+    calibration_data,
+    check_options,
+    example_inputs,
+    is_transformer,
+    map_inputs,
+)
 from bakeoff.transforms import cached_step
 
 RUNTIME = "openvino"
+OPTIONS = {"threads", "inference_precision", "num_streams", "performance_hint"}
 INSTALL = "pip install openvino==2026.4.1 nncf==3.4.0"
 
 
@@ -95,12 +102,15 @@ def _plain(value: Any) -> Any:
 def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> OpenVinoRunner:
     import openvino as ov
 
+    check_options(ctx.options, OPTIONS, RUNTIME)
     core = ov.Core()
     config = {
-        "INFERENCE_PRECISION_HINT": "f32",
+        # Always explicit: left alone, OpenVINO runs FP32 models in bf16 on CPUs
+        # with BF16 support. A candidate may ask for bf16/f16 on purpose.
+        "INFERENCE_PRECISION_HINT": str(ctx.options.get("inference_precision", "f32")),
         "INFERENCE_NUM_THREADS": ctx.threads,
-        "NUM_STREAMS": 1,
-        "PERFORMANCE_HINT": "LATENCY",
+        "NUM_STREAMS": int(ctx.options.get("num_streams", 1)),
+        "PERFORMANCE_HINT": str(ctx.options.get("performance_hint", "LATENCY")),
     }
     compiled = core.compile_model(core.read_model(artifact["path"]), "CPU", config)
     settings: dict[str, Any] = {"openvino_version": ov.get_version(), "device": "CPU"}

@@ -7,6 +7,7 @@ from typing import Any
 
 from bakeoff.backends import Availability, BuildContext, LoadContext, Offer, Variant
 from bakeoff.backends import torch_eager as eager
+from bakeoff.backends.common import check_options
 
 RUNTIME = "torch-compile"
 
@@ -26,7 +27,10 @@ def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
 def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> eager.TorchRunner:
     import torch
 
+    check_options(ctx.options, {"threads", "mode", "dynamic"}, RUNTIME)
+    mode = str(ctx.options.get("mode", "default"))
+    dynamic = bool(ctx.options.get("dynamic", False))
     model, settings = eager.load_model(variant, ctx)
-    compiled = torch.compile(model, backend="inductor", mode="default", dynamic=False)
-    settings.update({"compile_backend": "inductor", "compile_mode": "default", "dynamic": False})
+    compiled = torch.compile(model, backend="inductor", mode=mode, dynamic=dynamic)
+    settings.update({"compile_backend": "inductor", "compile_mode": mode, "dynamic": dynamic})
     return eager.TorchRunner(compiled, settings)

@@ -14,6 +14,7 @@ from bakeoff.backends import (
     Variant,
     package_availability,
 )
+from bakeoff.backends.common import check_options
 
 RUNTIME = "torch"
 INSTALL = "pip install torch==2.13.0"
@@ -83,6 +84,9 @@ def set_torch_threads(threads: int) -> dict[str, Any]:
     }
 
 
+OPTIONS = {"threads"}
+
+
 def load_model(variant: Variant, ctx: LoadContext) -> tuple[Any, dict[str, Any]]:
     import torch
 
@@ -109,5 +113,6 @@ def load_model(variant: Variant, ctx: LoadContext) -> tuple[Any, dict[str, Any]]
 
 
 def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> TorchRunner:
+    check_options(ctx.options, OPTIONS, RUNTIME)
     model, settings = load_model(variant, ctx)
     return TorchRunner(model, settings)

@@ -4,6 +4,12 @@ quality, warm it up, then time all of them in randomized round-robin rounds.
 Loads happen one at a time so cold-start figures are not inflated by a
 neighbour; during rounds exactly one worker runs while the others sit blocked
 on their sockets.
+
+Sampling is adaptive: after the minimum rounds, a candidate that the leader
+beats by more than the equivalence margin (Bonferroni-corrected CI) is raced
+out, and the group stops once every remaining comparison is decided, every CI
+is tight enough, or the budget is spent. Rounds already in the store (a resumed
+run) are kept and not measured again.
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from bakeoff import verdict
 from bakeoff.candidates import Candidate
+from bakeoff.measure import stats
 from bakeoff.measure.process import WorkerFailed, WorkerProcess
 from bakeoff.quality import evaluate
 
@@ -34,6 +42,10 @@ class MeasureSettings:
     max_rounds: int
     budget_s: float  # soft limit on the rounds of this group, checked after min_rounds
     seed: int
+    objective: str = "latency"
+    margin: float = verdict.DEFAULT_MARGIN
+    ci_target: float = 0.02  # stop when every objective CI half-width is this tight
+    racing: bool = True
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,11 @@ def _fail(c: Candidate, worker: WorkerProcess | None, reason: str) -> None:
         worker.close()
 
 
+def _threads(c: Candidate, s: MeasureSettings) -> int:
+    """Every runtime gets the same threads unless a hand-written candidate says otherwise."""
+    return int(c.options.get("threads", s.threads))
+
+
 def _load(c: Candidate, ctx: GroupContext, s: MeasureSettings) -> WorkerProcess | None:
     outputs_path = ctx.run_dir / "outputs" / f"{c.id}.npy"
     outputs_path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,13 +86,15 @@ def _load(c: Candidate, ctx: GroupContext, s: MeasureSettings) -> WorkerProcess 
         },
         "artifact": c.artifact,
         "batch_size": c.batch_size,
-        "threads": s.threads,
+        "threads": _threads(c, s),
         "cpus": s.cpus,
         "outputs_path": str(outputs_path),
+        "options": c.options,
+        "candidate_id": c.id,
     }
     worker = None
     try:
-        worker = WorkerProcess(job, s.threads, ctx.run_dir / "logs" / f"{c.id}.log")
+        worker = WorkerProcess(job, _threads(c, s), ctx.run_dir / "logs" / f"{c.id}.log")
         ready = worker.reply(s.trial_timeout_s)
     except WorkerFailed as exc:
         _fail(c, worker, f"load or first call failed: {exc}")
@@ -93,6 +112,79 @@ def _load(c: Candidate, ctx: GroupContext, s: MeasureSettings) -> WorkerProcess 
         worker.close()
         return None
     return worker
+
+
+def _measured(c: Candidate, rounds: int) -> verdict.Measured:
+    return verdict.Measured(
+        c.id, c.samples()[:rounds], np.asarray(c.block_ns[:rounds]), c.batch_size
+    )
+
+
+def _relative_half_width(m: verdict.Measured, objective: str) -> float:
+    if objective == "latency":
+        iv = stats.latency_percentiles(m.samples_ns)["p50"]
+    else:
+        iv = stats.throughput(m.calls, m.block_ns, m.batch_size)
+    return (iv.hi - iv.lo) / 2.0 / iv.value if iv.value > 0 else float("inf")
+
+
+def _check_stop(active: list[Candidate], s: MeasureSettings) -> tuple[dict[str, str], str | None]:
+    """Which candidates to race out (id -> why), and whether the group is done (why)."""
+    rounds = min(len(c.rounds_ns) for c in active)
+    ms = {c.id: _measured(c, rounds) for c in active}
+    leader = max(ms.values(), key=lambda m: verdict.score(m, s.objective))
+    level = verdict.comparison_level(len(active))
+    out: dict[str, str] = {}
+    undecided = 0
+    for m in ms.values():
+        if m.id == leader.id:
+            continue
+        iv = verdict.speedup(m, leader, s.objective, level)
+        decision = verdict.compare(iv, s.margin)
+        if decision == "faster" and s.racing:
+            out[m.id] = (
+                f"raced out after {rounds} rounds: {leader.id} is {iv.value:.2f}x faster "
+                f"({level:.1%} CI {iv.lo:.2f}-{iv.hi:.2f})"
+            )
+        elif decision not in ("faster", "equivalent"):
+            undecided += 1
+    if len(active) - len(out) <= 1 or undecided == 0:
+        return out, f"every comparison decided after {rounds} rounds"
+    if all(_relative_half_width(m, s.objective) <= s.ci_target for m in ms.values()):
+        return out, f"every CI within +-{s.ci_target:.0%} after {rounds} rounds"
+    return out, None
+
+
+def _exit(c: Candidate, w: WorkerProcess, s: MeasureSettings) -> None:
+    try:
+        c.peak_rss_mb = w.request({"cmd": "exit"}, s.trial_timeout_s)["peak_rss_mb"]
+    except WorkerFailed as exc:
+        _fail(c, None, f"failed while exiting: {exc}")
+        return
+    finally:
+        w.close()
+    c.set_status("ok")
+
+
+def set_validity(c: Candidate, min_rounds: int, objective: str) -> None:
+    """valid | noisy | invalid, with the reason (DESIGN.md §3 rule 10)."""
+    if c.status != "ok":
+        c.validity, c.validity_reason = "invalid", f"{c.status}: {c.reason}"
+        return
+    rounds = len(c.rounds_ns)
+    if rounds < min_rounds:
+        c.validity = "invalid"
+        c.validity_reason = f"only {rounds} rounds, fewer than the minimum {min_rounds}"
+        return
+    cv = stats.round_to_round_cv(c.samples(), np.asarray(c.block_ns), objective)
+    if cv > verdict.NOISY_CV:
+        c.validity = "noisy"
+        c.validity_reason = (
+            f"round-to-round spread of the {objective} is {cv:.0%} "
+            f"(gate {verdict.NOISY_CV:.0%}): the machine was busy or the runtime unstable"
+        )
+        return
+    c.validity, c.validity_reason = "valid", ""
 
 
 def measure_group(
@@ -138,23 +230,34 @@ def measure_group(
                 )
             except WorkerFailed as exc:
                 _fail(c, None, f"warm-up failed: {exc}")
-                del workers[cid]
+                workers.pop(cid).close()
                 continue
             c.warmup_ns = reply["latency_ns"]
             record(c, -1, "warmup", c.warmup_ns, None)
-            # A fixed call count per round, reused for every round (rule 4).
+            # A fixed call count per round, reused for every round (rule 4); a
+            # resumed candidate keeps the count its stored rounds were made with.
             typical = float(np.median(c.warmup_ns[len(c.warmup_ns) // 2 :]))
-            calls[cid] = int(np.clip(round(s.slice_s * 1e9 / max(typical, 1.0)), 1, 100_000))
-            settle[cid] = int(np.clip(round(s.settle_s * 1e9 / max(typical, 1.0)), 1, 1_000))
+            if c.rounds_ns and "calls_per_round" in c.settings:
+                calls[cid] = int(c.settings["calls_per_round"])
+                settle[cid] = int(c.settings.get("settle_calls", 1))
+            else:
+                calls[cid] = int(np.clip(round(s.slice_s * 1e9 / max(typical, 1.0)), 1, 100_000))
+                settle[cid] = int(np.clip(round(s.settle_s * 1e9 / max(typical, 1.0)), 1, 1_000))
             c.settings = {**c.settings, "calls_per_round": calls[cid], "settle_calls": settle[cid]}
-        rng = np.random.default_rng(s.seed)
+            notify(f"{cid}: {calls[cid]} timed calls per round", c)  # persisted for resume
         phases["warmup"] = time.perf_counter() - t_phase
         started = time.perf_counter()
-        for r in range(s.max_rounds):
-            order = list(workers)
-            rng.shuffle(order)
+        first = min((len(by_id[cid].rounds_ns) for cid in workers), default=0)
+        stop_reason = f"the maximum of {s.max_rounds} rounds"
+        for r in range(first, s.max_rounds):
+            # The order of round r depends on r alone, so a resumed run continues
+            # the same randomized schedule.
+            order = sorted(workers)
+            np.random.default_rng([s.seed, r]).shuffle(order)
             for cid in order:
                 c = by_id[cid]
+                if len(c.rounds_ns) > r:  # measured before an interruption
+                    continue
                 try:
                     reply = workers[cid].request(
                         {"cmd": "measure", "calls": calls[cid], "settle": settle[cid]},
@@ -168,25 +271,41 @@ def measure_group(
                 c.block_ns.append(reply["block_ns"])
                 record(c, r, "measure", reply["latency_ns"], reply["block_ns"])
             notify(
-                f"batch {candidates[0].batch_size if candidates else '?'}: round {r + 1} "
-                f"done (at least {s.min_rounds}, at most {s.max_rounds}; "
+                f"batch {candidates[0].batch_size}: round {r + 1} done "
+                f"({len(workers)} candidates in the race; at least {s.min_rounds} rounds, "
                 f"budget {s.budget_s:.0f} s)",
                 None,
             )
-            elapsed = time.perf_counter() - started
-            per_round = elapsed / (r + 1)
-            if r + 1 >= s.min_rounds and elapsed + per_round > s.budget_s:
+            if not workers:
                 break
-        for cid, w in workers.items():
-            c = by_id[cid]
-            try:
-                c.peak_rss_mb = w.request({"cmd": "exit"}, s.trial_timeout_s)["peak_rss_mb"]
-            except WorkerFailed as exc:
-                _fail(c, None, f"failed while exiting: {exc}")
+            if r + 1 < s.min_rounds:
                 continue
-            c.set_status("ok")
+            active = [by_id[cid] for cid in workers]
+            if s.racing and len(active) >= 2:
+                raced, done = _check_stop(active, s)
+                for cid, why in raced.items():
+                    by_id[cid].stopped = why
+                    _exit(by_id[cid], workers.pop(cid), s)
+                    notify(f"{cid}: {why}", by_id[cid])
+                if done:
+                    stop_reason = done
+                    break
+            elif s.racing:
+                stop_reason = f"nothing left to compare after {r + 1} rounds"
+                break
+            elapsed = time.perf_counter() - started
+            rounds_here = r + 1 - first
+            if elapsed + elapsed / max(rounds_here, 1) > s.budget_s:
+                stop_reason = f"the budget of {s.budget_s:.0f} s was spent after {r + 1} rounds"
+                break
+        for cid in list(workers):
+            c = by_id[cid]
+            c.stopped = f"stopped: {stop_reason}"
+            _exit(c, workers.pop(cid), s)
         phases["rounds"] = time.perf_counter() - started
     finally:
         for w in workers.values():
             w.close()
+    for c in candidates:
+        set_validity(c, s.min_rounds, s.objective)
     return phases

@@ -60,8 +60,9 @@ def _thin(samples: np.ndarray) -> np.ndarray:
     return samples[:, idx]
 
 
-def _ci(values: np.ndarray) -> tuple[float, float]:
-    lo, hi = np.percentile(values, [2.5, 97.5])
+def _ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    tail = 100.0 * (1.0 - level) / 2.0
+    lo, hi = np.percentile(values, [tail, 100.0 - tail])
     return float(lo), float(hi)
 
 
@@ -95,14 +96,14 @@ def throughput(calls: np.ndarray, block_ns: np.ndarray, batch_size: int) -> Inte
     return Interval(float(samples.sum() / seconds.sum()), *_ci(boot))
 
 
-def paired_latency_ratio(base_ns: np.ndarray, cand_ns: np.ndarray) -> Interval:
+def paired_latency_ratio(base_ns: np.ndarray, cand_ns: np.ndarray, level: float = 0.95) -> Interval:
     """median(base) / median(cand), rounds resampled together: > 1 means cand is faster."""
     rounds = min(len(base_ns), len(cand_ns))
     base, cand = base_ns[:rounds].astype(np.float64), cand_ns[:rounds].astype(np.float64)
     idx = _round_indices(rounds)
     b = np.median(_thin(base)[idx].reshape(N_BOOTSTRAP, -1), axis=1)
     c = np.median(_thin(cand)[idx].reshape(N_BOOTSTRAP, -1), axis=1)
-    return Interval(float(np.median(base) / np.median(cand)), *_ci(b / c))
+    return Interval(float(np.median(base) / np.median(cand)), *_ci(b / c, level))
 
 
 def paired_throughput_ratio(
@@ -110,6 +111,7 @@ def paired_throughput_ratio(
     base_block_ns: np.ndarray,
     cand_calls: np.ndarray,
     cand_block_ns: np.ndarray,
+    level: float = 0.95,
 ) -> Interval:
     """throughput(cand) / throughput(base), rounds resampled together: > 1 means cand is faster."""
     rounds = min(len(base_calls), len(cand_calls))
@@ -118,9 +120,25 @@ def paired_throughput_ratio(
     idx = _round_indices(rounds)
     ratio = (cc[idx].sum(1) / ct[idx].sum(1)) / (bc[idx].sum(1) / bt[idx].sum(1))
     point = (cc.sum() / ct.sum()) / (bc.sum() / bt.sum())
-    return Interval(float(point), *_ci(ratio))
+    return Interval(float(point), *_ci(ratio, level))
 
 
 def coefficient_of_variation(samples_ns: np.ndarray) -> float:
     flat = samples_ns.astype(np.float64).reshape(-1)
     return float(flat.std() / flat.mean()) if flat.size > 1 and flat.mean() > 0 else 0.0
+
+
+def round_to_round_cv(samples_ns: np.ndarray, block_ns: np.ndarray, objective: str) -> float:
+    """Spread of the objective between rounds: what makes a comparison uncertain.
+
+    Per-call CV mixes in the call-to-call jitter every runtime has; this is the
+    CV of each round's median latency (or throughput) across rounds.
+    """
+    if len(samples_ns) < 2:
+        return 0.0
+    if objective == "latency":
+        per_round = np.median(samples_ns.astype(np.float64), axis=1)
+    else:
+        per_round = samples_ns.shape[1] / block_ns.astype(np.float64)
+    mean = per_round.mean()
+    return float(per_round.std(ddof=1) / mean) if mean > 0 else 0.0

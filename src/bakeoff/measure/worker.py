@@ -105,6 +105,7 @@ def _load_runner(job: dict[str, Any]) -> Runner:
         batch_size=job["batch_size"],
         input_names=tuple(job["input_names"]),
         options=job.get("options", {}),
+        candidate_id=job.get("candidate_id", ""),
     )
     return get_backend(job["variant"]["runtime"]).load(_variant(job), job["artifact"], ctx)
 

@@ -1,0 +1,244 @@
+"""Effect-size verdicts, racing, adaptive stopping, explicit candidates and resume,
+on the fake runtime (deterministic virtual clock)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bakeoff import api
+from bakeoff.backends import Variant
+from bakeoff.candidates import Candidate
+from bakeoff.measure.scheduler import set_validity
+
+
+def _workload(tmp_path: Path, candidates: str, model_options: str = "{}", extra: str = "") -> Path:
+    if not (tmp_path / "d.npz").exists():
+        rng = np.random.default_rng(0)
+        np.savez(tmp_path / "d.npz", input=rng.random((64, 8), dtype=np.float32))
+    path = tmp_path / "w.toml"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            name = "fake-race"
+            [model]
+            kind = "fake"
+            options = {model_options}
+            [data]
+            path = "d.npz"
+            [search]
+            runtimes = ["fake"]
+            batch_sizes = [1]
+            {extra}
+            """
+        )
+        + textwrap.dedent(candidates)
+    )
+    return path
+
+
+def _two(a: str, b: str) -> str:
+    return f"""
+    [[candidates]]
+    label = "a"
+    runtime = "fake"
+    options = {a}
+
+    [[candidates]]
+    label = "b"
+    runtime = "fake"
+    options = {b}
+    """
+
+
+def _run(path: Path, store: Path, **kw: object) -> dict:
+    opts = api.RunOptions(quick=True, store=store, **kw)  # type: ignore[arg-type]
+    return api.run(str(path), opts).document
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_identical_candidates_come_out_tied(tmp_path: Path, seed: int) -> None:
+    same = f"{{ latency_ms = 2.0, jitter = 0.05, seed = {seed} }}"
+    doc = _run(_workload(tmp_path, _two(same, same)), tmp_path / "s.db")
+    v = doc["verdicts"][0]
+    assert v["ties"] and sorted(v["ties"][0]) == ["a-b1", "b-b1"], v["reason"]
+    assert "Tied" in v["reason"]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_ten_percent_difference_is_ranked_right_with_ci_excluding_one(
+    tmp_path: Path, seed: int
+) -> None:
+    fast = f"{{ latency_ms = 1.0, jitter = 0.05, seed = {seed} }}"
+    slow = f"{{ latency_ms = 1.1, jitter = 0.05, seed = {seed} }}"
+    doc = _run(_workload(tmp_path, _two(slow, fast)), tmp_path / "s.db")
+    v = doc["verdicts"][0]
+    assert v["ranking"] == ["b-b1", "a-b1"]
+    assert v["ties"] == []
+    # the baseline is the first hand-written candidate: b is ~1.1x faster than a
+    assert v["baseline"] == "a-b1" and v["speedup"]["ci95"][0] > 1.0
+
+
+def test_a_clearly_slower_candidate_is_raced_out_early(tmp_path: Path) -> None:
+    cands = _two("{ latency_ms = 1.0, jitter = 0.05 }", "{ latency_ms = 1.0, jitter = 0.05 }")
+    cands += """
+    [[candidates]]
+    label = "slow"
+    runtime = "fake"
+    options = { latency_ms = 3.0, jitter = 0.05 }
+    """
+    doc = _run(_workload(tmp_path, cands), tmp_path / "s.db")
+    by_id = {c["id"]: c for c in doc["candidates"]}
+    assert by_id["slow-b1"]["status"] == "ok"
+    assert by_id["slow-b1"]["stopped"].startswith("raced out after 5 rounds")
+    assert by_id["slow-b1"]["latency_ms"]["rounds"] == 5
+    assert by_id["slow-b1"]["id"] in doc["verdicts"][0]["ranking"]
+
+
+def test_sampling_stops_once_everything_is_decided(tmp_path: Path) -> None:
+    steady = "{ latency_ms = 1.0, jitter = 0.001 }"
+    doc = _run(_workload(tmp_path, _two(steady, steady)), tmp_path / "s.db")
+    for c in doc["candidates"]:
+        assert c["latency_ms"]["rounds"] == 5  # the minimum, not the maximum of 15
+        assert "every comparison decided" in c["stopped"] or "every CI" in c["stopped"]
+        assert c["validity"] == "valid"
+
+
+def test_no_racing_without_enough_rounds_and_budget_is_respected(tmp_path: Path) -> None:
+    a, b = "{ latency_ms = 1.0, jitter = 0.3 }", "{ latency_ms = 1.02, jitter = 0.3 }"
+    doc = _run(_workload(tmp_path, _two(a, b)), tmp_path / "s.db")
+    rounds = [c["latency_ms"]["rounds"] for c in doc["candidates"]]
+    assert all(5 <= r <= 15 for r in rounds)
+
+
+def test_unknown_candidate_option_fails_that_candidate_only(tmp_path: Path) -> None:
+    doc = _run(
+        _workload(tmp_path, _two("{ latency_ms = 1.0 }", "{ latency_ms = 1.0, bogus = 3 }")),
+        tmp_path / "s.db",
+    )
+    by_id = {c["id"]: c for c in doc["candidates"]}
+    assert by_id["b-b1"]["status"] == "failed"
+    assert "bogus" in by_id["b-b1"]["reason"]
+    assert by_id["b-b1"]["validity"] == "invalid"
+    assert by_id["a-b1"]["status"] == "ok"
+    assert doc["verdicts"][0]["winner"] == "a-b1"
+
+
+def test_unknown_method_is_unavailable_with_the_offered_methods(tmp_path: Path) -> None:
+    cands = """
+    [[candidates]]
+    label = "ok"
+    runtime = "fake"
+
+    [[candidates]]
+    label = "weird"
+    runtime = "fake"
+    precision = "int8"
+    method = "static"
+    """
+    doc = _run(_workload(tmp_path, cands), tmp_path / "s.db")
+    by_id = {c["id"]: c for c in doc["candidates"]}
+    assert by_id["weird-b1"]["status"] == "unavailable"
+    assert "static" in by_id["weird-b1"]["reason"]
+
+
+def test_duplicate_labels_are_a_spec_error(tmp_path: Path) -> None:
+    from bakeoff.errors import UserError
+    from bakeoff.workload import load_workload
+
+    path = _workload(tmp_path, _two("{}", "{}").replace('label = "b"', 'label = "a"'))
+    with pytest.raises(UserError, match="unique"):
+        load_workload(str(path))
+
+
+def test_validity_gates() -> None:
+    c = Candidate(Variant("fake", "fp32"), 1)
+    c.set_status("ok")
+    rng = np.random.default_rng(0)
+    c.rounds_ns = [list(1_000_000 + rng.integers(0, 10_000, 20)) for _ in range(10)]
+    c.block_ns = [sum(r) for r in c.rounds_ns]
+    set_validity(c, min_rounds=10, objective="latency")
+    assert c.validity == "valid"
+    # every other round twice as slow: the spread between rounds is far over 10%
+    c.rounds_ns = [[v * (1 + i % 2) for v in r] for i, r in enumerate(c.rounds_ns)]
+    set_validity(c, min_rounds=10, objective="latency")
+    assert c.validity == "noisy" and "spread" in c.validity_reason
+    set_validity(c, min_rounds=20, objective="latency")
+    assert c.validity == "invalid" and "rounds" in c.validity_reason
+    c.set_status("rejected", "quality gate: too far off")
+    set_validity(c, min_rounds=1, objective="latency")
+    assert c.validity == "invalid" and "quality" in c.validity_reason
+
+
+def _measure_trials(db: Path) -> list[tuple[str, int]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(
+            "SELECT candidate_id, round FROM trials WHERE kind = 'measure'"
+        ).fetchall()
+
+
+def test_killed_orchestrator_resumes_without_measuring_a_trial_twice(tmp_path: Path) -> None:
+    # 15 calls per round (0.3 s of virtual 20 ms calls), each sleeping 10 ms for real
+    slow = "{ latency_ms = 20.0, jitter = 0.05, wall_ms = 10 }"
+    cands = _two(slow, slow)
+    path = _workload(tmp_path, cands, extra="batch_sizes = [1, 2]".replace("\n", ""))
+    text = path.read_text().replace("batch_sizes = [1]\n", "")
+    path.write_text(text)
+    store = tmp_path / "store" / "bakeoff.db"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bakeoff.cli",
+            "run",
+            str(path),
+            "--quick",
+            "--store",
+            str(store),
+            "--budget",
+            "60",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            time.sleep(0.1)
+            if store.exists() and len(_measure_trials(store)) >= 3:
+                break
+        else:
+            pytest.fail("the run never recorded a measured trial")
+        os.kill(proc.pid, signal.SIGKILL)  # the orchestrator only; workers see EOF
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    before = _measure_trials(store)
+    with sqlite3.connect(store) as conn:
+        ((run_id, status),) = conn.execute("SELECT run_id, status FROM runs").fetchall()
+    assert status == "running"  # killed: nobody got to mark it
+
+    out = tmp_path / "resumed.json"
+    result = api.resume(run_id, store, json_path=out)
+    after = _measure_trials(store)
+    assert len(after) == len(set(after)), "a trial was measured twice"
+    assert set(before) < set(after)  # the resumed run finished what was left
+    doc = json.loads(out.read_text())
+    assert doc["run_id"] == run_id
+    assert sorted(c["id"] for c in doc["candidates"]) == ["a-b1", "a-b2", "b-b1", "b-b2"]
+    assert all(c["status"] == "ok" for c in doc["candidates"])
+    assert result.exit_code == 0
+    with pytest.raises(Exception, match="already finished"):
+        api.resume(run_id, store)
