@@ -242,3 +242,29 @@ def test_killed_orchestrator_resumes_without_measuring_a_trial_twice(tmp_path: P
     assert result.exit_code == 0
     with pytest.raises(Exception, match="already finished"):
         api.resume(run_id, store)
+
+
+def test_server_scenario_finds_a_passing_rate_with_loadgen(tmp_path: Path) -> None:
+    cands = _two("{ latency_ms = 1.0, wall_ms = 1 }", "{ latency_ms = 3.0, wall_ms = 3 }")
+    opts = api.RunOptions(
+        quick=True, store=tmp_path / "s.db", scenario="server", latency_bound_ms=50.0
+    )
+    doc = api.run(str(_workload(tmp_path, cands)), opts).document
+    by_id = {c["id"]: c for c in doc["candidates"]}
+    srv = by_id["a-b1"]["server"]
+    assert srv["scenario"] == "server" and srv["bound_ms"] == 50.0
+    assert srv["max_qps"] is not None and srv["max_qps"] > 0
+    assert srv["p99_ms_at_max"] <= 50.0
+    assert len(srv["tries"]) == 5
+    # a wall-clock 1 ms call cannot serve much more than 1000 queries/s
+    assert srv["max_qps"] < 1100
+    assert by_id["b-b1"]["server"] is None  # raced out before the scenario
+    assert doc["settings"]["scenario"] == "server"
+
+
+def test_server_scenario_needs_a_positive_bound(tmp_path: Path) -> None:
+    from bakeoff.errors import UserError
+
+    opts = api.RunOptions(store=tmp_path / "s.db", scenario="server", latency_bound_ms=0)
+    with pytest.raises(UserError, match="bound"):
+        api.run(str(_workload(tmp_path, _two("{}", "{}"))), opts)

@@ -56,6 +56,9 @@ class RunOptions:
     threads: int | None = None
     seed: int = 0
     margin: float | None = None  # overrides the workload's [search] margin
+    fixed_seconds: float | None = None  # benchmark comparator: no rounds, no racing
+    scenario: str = "latency"  # latency | server
+    latency_bound_ms: float = 100.0  # server scenario: the p99 bound
 
 
 @dataclass
@@ -109,19 +112,49 @@ def _reference_variant(kind: str) -> Variant:
 def _measure_settings(opts: RunOptions, threads: int, n_groups: int) -> MeasureSettings:
     budget = opts.budget_s if opts.budget_s is not None else (40.0 if opts.quick else 120.0)
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    if opts.fixed_seconds is not None:
+        # The way common tools measure: 10 warm-up calls, then one long block per
+        # candidate, one candidate after the other. Kept for comparison only.
+        return MeasureSettings(
+            threads=threads,
+            cpus=cpus,
+            trial_timeout_s=max(opts.trial_timeout_s, 3 * opts.fixed_seconds),
+            warmup_s=0.0,
+            warmup_calls=10,
+            slice_s=opts.fixed_seconds,
+            settle_s=0.0,
+            min_rounds=1,
+            max_rounds=1,
+            budget_s=float("inf"),
+            seed=opts.seed,
+            racing=False,
+        )
     return MeasureSettings(
+        scenario=opts.scenario,
+        server_bound_ms=opts.latency_bound_ms,
+        server_duration_s=3.0 if opts.quick else 10.0,
+        server_steps=5 if opts.quick else 7,
         threads=threads,
         cpus=cpus,
         trial_timeout_s=opts.trial_timeout_s,
         warmup_s=0.3 if opts.quick else 1.0,
         warmup_calls=2 if opts.quick else 5,
-        slice_s=0.3 if opts.quick else 0.5,
+        slice_s=0.25,
         settle_s=0.05,
         min_rounds=5 if opts.quick else 10,
         max_rounds=15 if opts.quick else 60,
         budget_s=budget / max(1, n_groups),
         seed=opts.seed,
     )
+
+
+def _require_loadgen() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("mlperf_loadgen") is None:
+        from bakeoff.measure.scenarios import INSTALL
+
+        raise UserError(f"--scenario server needs MLPerf LoadGen: {INSTALL}")
 
 
 def _workload_ref(ref: str | None) -> str:
@@ -147,6 +180,12 @@ def run(
     _check_choices(opts.precisions, PRECISIONS, "--precisions")
     if opts.batch_sizes is not None and any(b < 1 for b in opts.batch_sizes):
         raise UserError("--batch-sizes: every batch size must be a positive integer")
+    if opts.scenario not in ("latency", "server"):
+        raise UserError(f"--scenario: expected latency or server, got {opts.scenario!r}")
+    if opts.scenario == "server":
+        _require_loadgen()
+        if opts.latency_bound_ms <= 0:
+            raise UserError("--latency-bound-ms must be positive")
     t_start = time.perf_counter()
     rep.stage("loading workload")
     workload = load_workload(workload_ref)
@@ -163,6 +202,8 @@ def run(
         runtimes = ["fake"]
     precisions = opts.precisions or list(search.precisions)
     batch_sizes = sorted(set(opts.batch_sizes or search.batch_sizes))
+    if opts.scenario == "server" and 1 not in batch_sizes:
+        batch_sizes = [1, *batch_sizes]  # server queries carry one sample each
     threads = opts.threads or search.threads or environment.default_threads()
 
     # Absolute: build steps change directory (quantizers litter the working one).
@@ -194,6 +235,8 @@ def run(
             "explicit_precisions": opts.precisions,
             "margin": search.margin,
             "ci_target": search.ci_target,
+            "scenario": opts.scenario,
+            "latency_bound_ms": opts.latency_bound_ms,
         }
         if resume_record is None:
             store.start_run(run_id, workload.origin, env, settings)
@@ -321,6 +364,8 @@ def resume(
         threads=st.get("threads"),
         seed=st.get("seed", 0),
         margin=st.get("margin"),
+        scenario=st.get("scenario", "latency"),
+        latency_bound_ms=st.get("latency_bound_ms", 100.0),
     )
     return run(st["workload_ref"], opts, reporter, resume_record=record)
 

@@ -40,6 +40,7 @@ class Candidate:
     validity: str = "invalid"
     validity_reason: str = "not measured"
     restored: bool = False  # finished before an interruption; taken from the store
+    server: dict[str, Any] | None = None  # the server scenario's result, when run
 
     @property
     def id(self) -> str:
@@ -143,6 +144,7 @@ def candidate_document(c: Candidate) -> dict[str, Any]:
         "validity": c.validity,
         "validity_reason": c.validity_reason,
         "stopped": c.stopped,
+        "server": c.server,
         "quality": None if c.quality is None else c.quality.to_dict(),
         "latency_ms": None,
         "throughput": None,

@@ -82,6 +82,13 @@ def run(
     margin: Annotated[
         float | None, typer.Option(help="equivalence margin for ties (default 0.02 = 2%)")
     ] = None,
+    scenario: Annotated[
+        str,
+        typer.Option(help="latency (batch latency and throughput) or server (Poisson arrivals)"),
+    ] = "latency",
+    latency_bound_ms: Annotated[
+        float, typer.Option(help="server scenario: the p99 latency bound in ms")
+    ] = 100.0,
     resume: Annotated[
         str | None,
         typer.Option("--resume", help="finish an interrupted run (RUN_ID) without redoing trials"),
@@ -110,6 +117,8 @@ def run(
         json_path=json_path,
         threads=threads,
         margin=margin,
+        scenario=scenario,
+        latency_bound_ms=latency_bound_ms,
     )
     if threads is not None and threads < 1:
         raise UserError("--threads must be at least 1")

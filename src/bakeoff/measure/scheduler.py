@@ -46,6 +46,10 @@ class MeasureSettings:
     margin: float = verdict.DEFAULT_MARGIN
     ci_target: float = 0.02  # stop when every objective CI half-width is this tight
     racing: bool = True
+    scenario: str = "latency"  # latency | server (LoadGen Poisson arrivals, batch 1)
+    server_bound_ms: float = 100.0
+    server_duration_s: float = 10.0
+    server_steps: int = 6
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,44 @@ def _exit(c: Candidate, w: WorkerProcess, s: MeasureSettings) -> None:
     c.set_status("ok")
 
 
+def _server(
+    c: Candidate,
+    workers: dict[str, WorkerProcess],
+    ctx: GroupContext,
+    s: MeasureSettings,
+    notify: Notify,
+) -> None:
+    """The server scenario for a candidate still in the race (raced-out ones lost)."""
+    notify(
+        f"{c.id}: server scenario, searching the highest rate with p99 <= {s.server_bound_ms:g} ms",
+        c,
+    )
+    single = float(np.median(c.samples())) / 1e9
+    budget = s.trial_timeout_s + s.server_steps * (3 * s.server_duration_s + 10)
+    try:
+        reply = workers[c.id].request(
+            {
+                "cmd": "server",
+                "single_stream_s": single,
+                "bound_ms": s.server_bound_ms,
+                "duration_s": s.server_duration_s,
+                "min_queries": 64,
+                "steps": s.server_steps,
+                "out_dir": str(ctx.run_dir / "loadgen" / c.id),
+                "seed": s.seed,
+            },
+            budget,
+        )
+    except WorkerFailed as exc:
+        # The latency rounds stand; only the scenario is lost, and says why.
+        c.server = {"scenario": "server", "error": str(exc)}
+        workers.pop(c.id).close()
+        c.set_status("ok")
+        return
+    c.server = reply["server"]
+    notify(f"{c.id}: server peak {c.server['max_qps']} queries/s", c)
+
+
 def set_validity(c: Candidate, min_rounds: int, objective: str) -> None:
     """valid | noisy | invalid, with the reason (DESIGN.md §3 rule 10)."""
     if c.status != "ok":
@@ -241,8 +283,13 @@ def measure_group(
                 calls[cid] = int(c.settings["calls_per_round"])
                 settle[cid] = int(c.settings.get("settle_calls", 1))
             else:
-                calls[cid] = int(np.clip(round(s.slice_s * 1e9 / max(typical, 1.0)), 1, 100_000))
-                settle[cid] = int(np.clip(round(s.settle_s * 1e9 / max(typical, 1.0)), 1, 1_000))
+                per_call = max(typical, 1.0)
+                calls[cid] = int(np.clip(np.ceil(s.slice_s * 1e9 / per_call), 1, 10_000_000))
+                settle[cid] = (
+                    int(np.clip(round(s.settle_s * 1e9 / per_call), 1, 1_000))
+                    if s.settle_s > 0
+                    else 0
+                )
             c.settings = {**c.settings, "calls_per_round": calls[cid], "settle_calls": settle[cid]}
             notify(f"{cid}: {calls[cid]} timed calls per round", c)  # persisted for resume
         phases["warmup"] = time.perf_counter() - t_phase
@@ -298,6 +345,9 @@ def measure_group(
             if elapsed + elapsed / max(rounds_here, 1) > s.budget_s:
                 stop_reason = f"the budget of {s.budget_s:.0f} s was spent after {r + 1} rounds"
                 break
+        if s.scenario == "server" and candidates and candidates[0].batch_size == 1:
+            for cid in sorted(workers):
+                _server(by_id[cid], workers, ctx, s, notify)
         for cid in list(workers):
             c = by_id[cid]
             c.stopped = f"stopped: {stop_reason}"

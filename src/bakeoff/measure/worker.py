@@ -23,6 +23,7 @@ import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -176,6 +177,21 @@ def serve_measure(conn: Connection, job: dict[str, Any], started: float) -> None
                 runner.run(pool[i % len(pool)])
             lat, block_ns = timed_calls(runner.run, pool, cmd["calls"], clock)
             send(conn, {"ok": True, "latency_ns": lat, "block_ns": block_ns})
+        elif cmd["cmd"] == "server":
+            from bakeoff.measure.scenarios import find_peak_rate
+
+            result = find_peak_rate(
+                runner.run,
+                pool,
+                single_stream_s=cmd["single_stream_s"],
+                bound_ms=cmd["bound_ms"],
+                duration_s=cmd["duration_s"],
+                min_queries=cmd["min_queries"],
+                steps=cmd["steps"],
+                out_dir=Path(cmd["out_dir"]),
+                seed=cmd["seed"],
+            )
+            send(conn, {"ok": True, "server": result})
         elif cmd["cmd"] == "exit":
             peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             send(conn, {"ok": True, "peak_rss_mb": peak_kib / 1024})

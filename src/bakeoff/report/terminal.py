@@ -162,6 +162,22 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
             console.print(
                 f"  {c['id']}: [{_STATUS_STYLE[c['status']]}]{c['status']}[/] - {c['reason']}"
             )
+    served = [c for c in document["candidates"] if c.get("server")]
+    if served:
+        bound = next((c["server"].get("bound_ms") for c in served), None)
+        console.print(f"\n[bold]Server scenario[/] (Poisson arrivals, p99 bound {bound} ms)")
+        for c in served:
+            srv = c["server"]
+            if srv.get("error"):
+                console.print(f"  {c['id']}: [red]failed[/] - {srv['error']}")
+            elif srv.get("max_qps") is None:
+                console.print(f"  {c['id']}: no tried rate kept p99 within {srv['bound_ms']} ms")
+            else:
+                console.print(
+                    f"  {c['id']}: highest passing rate {srv['max_qps']:.1f} queries/s, "
+                    f"p99 {srv['p99_ms_at_max']:.1f} ms (bound {srv['bound_ms']:g} ms, "
+                    f"{len(srv['tries'])} rates tried)"
+                )
     console.print("\n[bold]Verdict[/]")
     for v in document["verdicts"]:
         mark = f"[bold green]{v['winner']}[/]" if v["winner"] else "[red]no winner[/]"
