@@ -268,3 +268,16 @@ def test_server_scenario_needs_a_positive_bound(tmp_path: Path) -> None:
     opts = api.RunOptions(store=tmp_path / "s.db", scenario="server", latency_bound_ms=0)
     with pytest.raises(UserError, match="bound"):
         api.run(str(_workload(tmp_path, _two("{}", "{}"))), opts)
+
+
+def test_cold_start_repeated_in_fresh_processes_has_a_ci(tmp_path: Path) -> None:
+    cands = _two("{ latency_ms = 1.0 }", "{ latency_ms = 1.0 }")
+    opts = api.RunOptions(quick=True, store=tmp_path / "s.db", cold_starts=3)
+    doc = api.run(str(_workload(tmp_path, cands)), opts).document
+    for c in doc["candidates"]:
+        cold = c["cold_start_s"]
+        assert cold["repeats"] == 3
+        assert len(cold["load_samples"]) == 3 and all(x > 0 for x in cold["load_samples"])
+        lo, hi = cold["load_ci95"]
+        assert lo <= cold["load"] <= hi
+    assert doc["timing_s"]["measure_cold_start"] > 0

@@ -59,6 +59,7 @@ class RunOptions:
     fixed_seconds: float | None = None  # benchmark comparator: no rounds, no racing
     scenario: str = "latency"  # latency | server
     latency_bound_ms: float = 100.0  # server scenario: the p99 bound
+    cold_starts: int = 1  # fresh processes per candidate for cold start figures
 
 
 @dataclass
@@ -134,6 +135,7 @@ def _measure_settings(opts: RunOptions, threads: int, n_groups: int) -> MeasureS
         server_bound_ms=opts.latency_bound_ms,
         server_duration_s=3.0 if opts.quick else 10.0,
         server_steps=5 if opts.quick else 7,
+        cold_starts=opts.cold_starts,
         threads=threads,
         cpus=cpus,
         trial_timeout_s=opts.trial_timeout_s,
@@ -180,6 +182,8 @@ def run(
     _check_choices(opts.precisions, PRECISIONS, "--precisions")
     if opts.batch_sizes is not None and any(b < 1 for b in opts.batch_sizes):
         raise UserError("--batch-sizes: every batch size must be a positive integer")
+    if opts.cold_starts < 1:
+        raise UserError("--cold-starts must be at least 1")
     if opts.scenario not in ("latency", "server"):
         raise UserError(f"--scenario: expected latency or server, got {opts.scenario!r}")
     if opts.scenario == "server":
@@ -237,6 +241,7 @@ def run(
             "ci_target": search.ci_target,
             "scenario": opts.scenario,
             "latency_bound_ms": opts.latency_bound_ms,
+            "cold_starts": opts.cold_starts,
         }
         if resume_record is None:
             store.start_run(run_id, workload.origin, env, settings)
@@ -366,6 +371,7 @@ def resume(
         margin=st.get("margin"),
         scenario=st.get("scenario", "latency"),
         latency_bound_ms=st.get("latency_bound_ms", 100.0),
+        cold_starts=st.get("cold_starts", 1),
     )
     return run(st["workload_ref"], opts, reporter, resume_record=record)
 
@@ -483,7 +489,7 @@ def _run_stages(
         rep.candidates(candidates)
 
     verdicts: list[Verdict] = []
-    phases = {"load_and_quality": 0.0, "warmup": 0.0, "rounds": 0.0}
+    phases = {"load_and_quality": 0.0, "warmup": 0.0, "rounds": 0.0, "cold_start": 0.0}
     search = workload.spec.search
     noise_before = environment.noise_snapshot()
     group_sizes = sorted({c.batch_size for c in candidates})

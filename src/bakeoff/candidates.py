@@ -41,6 +41,8 @@ class Candidate:
     validity_reason: str = "not measured"
     restored: bool = False  # finished before an interruption; taken from the store
     server: dict[str, Any] | None = None  # the server scenario's result, when run
+    cold_starts: dict[str, list[float]] = field(default_factory=dict)  # repeated, fresh
+    cold_start_error: str = ""
 
     @property
     def id(self) -> str:
@@ -126,6 +128,21 @@ def explicit_candidates(
     return out
 
 
+def _cold_start(c: Candidate) -> dict[str, Any]:
+    """Build, load and first call; with repeats, their means and bootstrap CIs."""
+    out: dict[str, Any] = {"build": c.build_s, "load": c.load_s, "first_call": c.first_call_s}
+    if len(c.cold_starts.get("load", [])) > 1:
+        out["repeats"] = len(c.cold_starts["load"])
+        for key in ("load", "first_call"):
+            iv = stats.mean_interval(np.asarray(c.cold_starts[key]))
+            out[key] = round(iv.value, 6)
+            out[f"{key}_samples"] = [round(x, 6) for x in c.cold_starts[key]]
+            out[f"{key}_ci95"] = _ci_pair(iv)
+    if c.cold_start_error:
+        out["error"] = c.cold_start_error
+    return out
+
+
 def _ci_pair(iv: stats.Interval) -> list[float]:
     return [round(iv.lo, 6), round(iv.hi, 6)]
 
@@ -149,7 +166,7 @@ def candidate_document(c: Candidate) -> dict[str, Any]:
         "latency_ms": None,
         "throughput": None,
         "peak_rss_mb": None if c.peak_rss_mb is None else round(c.peak_rss_mb, 1),
-        "cold_start_s": {"build": c.build_s, "load": c.load_s, "first_call": c.first_call_s},
+        "cold_start_s": _cold_start(c),
         "exporter": c.artifact.get("exporter"),
         "settings": c.settings,
     }

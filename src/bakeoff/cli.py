@@ -89,6 +89,9 @@ def run(
     latency_bound_ms: Annotated[
         float, typer.Option(help="server scenario: the p99 latency bound in ms")
     ] = 100.0,
+    cold_starts: Annotated[
+        int, typer.Option(help="fresh processes per candidate for cold-start CIs")
+    ] = 1,
     resume: Annotated[
         str | None,
         typer.Option("--resume", help="finish an interrupted run (RUN_ID) without redoing trials"),
@@ -119,6 +122,7 @@ def run(
         margin=margin,
         scenario=scenario,
         latency_bound_ms=latency_bound_ms,
+        cold_starts=cold_starts,
     )
     if threads is not None and threads < 1:
         raise UserError("--threads must be at least 1")

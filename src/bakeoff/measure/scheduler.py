@@ -25,7 +25,7 @@ import numpy as np
 from bakeoff import verdict
 from bakeoff.candidates import Candidate
 from bakeoff.measure import stats
-from bakeoff.measure.process import WorkerFailed, WorkerProcess
+from bakeoff.measure.process import WorkerFailed, WorkerProcess, run_job
 from bakeoff.quality import evaluate
 
 
@@ -50,6 +50,7 @@ class MeasureSettings:
     server_bound_ms: float = 100.0
     server_duration_s: float = 10.0
     server_steps: int = 6
+    cold_starts: int = 1  # fresh processes per candidate for cold start (1: the measuring one)
 
 
 @dataclass(frozen=True)
@@ -77,12 +78,12 @@ def _threads(c: Candidate, s: MeasureSettings) -> int:
     return int(c.options.get("threads", s.threads))
 
 
-def _load(c: Candidate, ctx: GroupContext, s: MeasureSettings) -> WorkerProcess | None:
+def _job(c: Candidate, ctx: GroupContext, s: MeasureSettings, kind: str) -> dict[str, Any]:
     outputs_path = ctx.run_dir / "outputs" / f"{c.id}.npy"
     outputs_path.parent.mkdir(parents=True, exist_ok=True)
-    job = {
+    return {
         **ctx.job_base,
-        "kind": "measure",
+        "kind": kind,
         "variant": {
             "runtime": c.variant.runtime,
             "precision": c.variant.precision,
@@ -96,6 +97,11 @@ def _load(c: Candidate, ctx: GroupContext, s: MeasureSettings) -> WorkerProcess 
         "options": c.options,
         "candidate_id": c.id,
     }
+
+
+def _load(c: Candidate, ctx: GroupContext, s: MeasureSettings) -> WorkerProcess | None:
+    job = _job(c, ctx, s, "measure")
+    outputs_path = Path(job["outputs_path"])
     worker = None
     try:
         worker = WorkerProcess(job, _threads(c, s), ctx.run_dir / "logs" / f"{c.id}.log")
@@ -240,7 +246,7 @@ def measure_group(
 
     Returns the wall time of each phase: loading with quality check, warm-up, rounds.
     """
-    phases = {"load_and_quality": 0.0, "warmup": 0.0, "rounds": 0.0}
+    phases = {"load_and_quality": 0.0, "warmup": 0.0, "rounds": 0.0, "cold_start": 0.0}
     t_phase = time.perf_counter()
     workers: dict[str, WorkerProcess] = {}
     calls: dict[str, int] = {}
@@ -356,6 +362,33 @@ def measure_group(
     finally:
         for w in workers.values():
             w.close()
+    if s.cold_starts > 1:
+        t_cold = time.perf_counter()
+        for c in candidates:
+            if c.status == "ok":
+                _repeat_cold_start(c, ctx, s, notify)
+        phases["cold_start"] = time.perf_counter() - t_cold
     for c in candidates:
         set_validity(c, s.min_rounds, s.objective)
     return phases
+
+
+def _repeat_cold_start(c: Candidate, ctx: GroupContext, s: MeasureSettings, notify: Notify) -> None:
+    """More fresh processes, one at a time, so cold start gets a CI of its own."""
+    assert c.load_s is not None and c.first_call_s is not None
+    loads, firsts = [c.load_s], [c.first_call_s]
+    for i in range(s.cold_starts - 1):
+        notify(f"{c.id}: cold start {i + 2} of {s.cold_starts}", None)
+        try:
+            reply = run_job(
+                _job(c, ctx, s, "coldstart"),
+                _threads(c, s),
+                ctx.run_dir / "logs" / f"{c.id}-cold{i + 2}.log",
+                s.trial_timeout_s,
+            )
+        except WorkerFailed as exc:
+            c.cold_start_error = f"cold start {i + 2} failed: {exc}"
+            break
+        loads.append(reply["load_s"])
+        firsts.append(reply["first_call_s"])
+    c.cold_starts = {"load": loads, "first_call": firsts}

@@ -142,3 +142,10 @@ def round_to_round_cv(samples_ns: np.ndarray, block_ns: np.ndarray, objective: s
         per_round = samples_ns.shape[1] / block_ns.astype(np.float64)
     mean = per_round.mean()
     return float(per_round.std(ddof=1) / mean) if mean > 0 else 0.0
+
+
+def mean_interval(values: np.ndarray) -> Interval:
+    """Mean of a few independent measurements (cold starts) with a bootstrap 95% CI."""
+    values = values.astype(np.float64)
+    idx = _rng().integers(0, len(values), size=(N_BOOTSTRAP, len(values)))
+    return Interval(float(values.mean()), *_ci(values[idx].mean(axis=1)))

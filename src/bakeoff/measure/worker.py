@@ -8,6 +8,7 @@ runtime is imported.
 Jobs (the first message):
 - ``build``: run a backend's build step; reply with the artifact.
 - ``reference``: run a variant on the quality inputs and save its outputs.
+- ``coldstart``: load a variant and time its first call, nothing else.
 - ``measure``: load the variant, time the first call, save outputs on the
   quality inputs (the same loaded variant that is timed: rule 12), then
   answer ``warmup`` / ``measure`` / ``exit`` commands until told to stop.
@@ -131,6 +132,18 @@ def do_reference(job: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "settings": runner.settings}
 
 
+def do_cold_start(job: dict[str, Any], started: float) -> dict[str, Any]:
+    """Only what a fresh process pays before its first answer: load, then one call."""
+    runner = _load_runner(job)
+    load_s = time.perf_counter() - started
+    clock: Callable[[], int] = getattr(runner, "clock_ns", time.perf_counter_ns)
+    pool = _load_split(job["data_path"], "pool", job["input_names"])
+    batch = runner.prepare(_batches(pool, job["batch_size"], 1)[0])
+    t0 = clock()
+    runner.run(batch)
+    return {"ok": True, "load_s": load_s, "first_call_s": (clock() - t0) / 1e9}
+
+
 def serve_measure(conn: Connection, job: dict[str, Any], started: float) -> None:
     runner = _load_runner(job)
     load_s = time.perf_counter() - started
@@ -213,6 +226,8 @@ def main(fd: int) -> int:
             send(conn, do_reference(job))
         elif job["kind"] == "measure":
             serve_measure(conn, job, started)
+        elif job["kind"] == "coldstart":
+            send(conn, do_cold_start(job, started))
         else:
             send(conn, {"ok": False, "reason": f"unknown job kind {job['kind']!r}"})
     except StepFailed as exc:
