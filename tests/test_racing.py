@@ -109,7 +109,9 @@ def test_sampling_stops_once_everything_is_decided(tmp_path: Path) -> None:
     steady = "{ latency_ms = 1.0, jitter = 0.001 }"
     doc = _run(_workload(tmp_path, _two(steady, steady)), tmp_path / "s.db")
     for c in doc["candidates"]:
-        assert c["latency_ms"]["rounds"] == 5  # the minimum, not the maximum of 15
+        # past the minimum of 5 (a second process each), well before the maximum of 15
+        assert 5 < c["latency_ms"]["rounds"] < 15
+        assert c["latency_ms"]["processes"] == 2
         assert "every comparison decided" in c["stopped"] or "every CI" in c["stopped"]
         assert c["validity"] == "valid"
 
@@ -281,3 +283,24 @@ def test_cold_start_repeated_in_fresh_processes_has_a_ci(tmp_path: Path) -> None
         lo, hi = cold["load_ci95"]
         assert lo <= cold["load"] <= hi
     assert doc["timing_s"]["measure_cold_start"] > 0
+
+
+def test_close_contenders_get_a_second_process_before_any_decision(tmp_path: Path) -> None:
+    same = "{ latency_ms = 2.0, jitter = 0.05 }"
+    doc = _run(_workload(tmp_path, _two(same, same)), tmp_path / "s.db")
+    for c in doc["candidates"]:
+        assert c["latency_ms"]["processes"] == 2
+        assert c["latency_ms"]["rounds"] > 5
+    with sqlite3.connect(tmp_path / "s.db") as conn:
+        slots = {p for (p,) in conn.execute("SELECT DISTINCT process FROM trials")}
+    assert slots == {0, 1}
+
+
+def test_a_large_gap_is_raced_on_one_process_each(tmp_path: Path) -> None:
+    doc = _run(
+        _workload(tmp_path, _two("{ latency_ms = 1.0 }", "{ latency_ms = 2.0 }")),
+        tmp_path / "s.db",
+    )
+    by_id = {c["id"]: c for c in doc["candidates"]}
+    assert by_id["b-b1"]["stopped"].startswith("raced out after 5 rounds")
+    assert by_id["a-b1"]["latency_ms"]["processes"] == 1

@@ -250,3 +250,24 @@ def test_decide_uses_throughput_objective_above_batch_1() -> None:
     assert v.speedup.value == pytest.approx(2.0 / 1.2, rel=0.05)
     # the same records judged on latency go the other way
     assert decide(32, "latency", [a, b], "a-b32").winner == "a-b32"
+
+
+def test_process_effect_widens_the_paired_ci_when_rounds_name_their_process() -> None:
+    from bakeoff.measure import stats as st
+
+    rng = np.random.default_rng(1)
+    rounds = 20
+    slots = np.array([0] * 5 + [1, 0] * 7 + [1])[:rounds]
+    # the same model twice; A's second process happens to run 4% slower
+    a = (
+        np.where(slots[:, None] == 0, 1.0, 1.04)
+        * 1e6
+        * (1 + 0.01 * rng.standard_normal((rounds, 50)))
+    )
+    b = 1e6 * (1 + 0.01 * rng.standard_normal((rounds, 50)))
+    flat = st.paired_latency_ratio(a, b)
+    nested = st.paired_latency_ratio(a, b, slots=st.pair_slots(slots, slots, rounds))
+    assert nested.value == flat.value
+    assert (nested.hi - nested.lo) > 1.3 * (flat.hi - flat.lo)
+    assert flat.lo > 1.0  # one process per candidate: a "difference" that is not real
+    assert nested.lo < 1.0  # processes resampled: no longer significant

@@ -306,8 +306,9 @@ def _restore(candidates: list[Candidate], record: dict[str, Any], store: Store) 
         if doc is None:
             continue
         rounds = store.rounds(record["run_id"], c.id)
-        c.rounds_ns = [lat for _, lat, _ in rounds]
-        c.block_ns = [block for _, _, block in rounds]
+        c.rounds_ns = [lat for _, lat, _, _ in rounds]
+        c.block_ns = [block for _, _, block, _ in rounds]
+        c.round_slots = [process for _, _, _, process in rounds]
         c.settings = dict(doc.get("settings") or {})
         if doc["status"] not in FINAL or c.status == "unavailable":
             continue
@@ -479,8 +480,10 @@ def _run_stages(
         max_drop=workload.spec.quality.max_drop,
     )
 
-    def record(c: Candidate, r: int, kind: str, lat: list[int], block: int | None) -> None:
-        store.add_trial(run_id, c.id, r, kind, lat, block)
+    def record(
+        c: Candidate, r: int, kind: str, lat: list[int], block: int | None, process: int
+    ) -> None:
+        store.add_trial(run_id, c.id, r, kind, lat, block, process)
 
     def notify(message: str, c: Candidate | None) -> None:
         rep.stage(message)
@@ -508,7 +511,7 @@ def _run_stages(
         rep.candidates(candidates)
         same_bs = [c for c in candidates if c.batch_size == bs]
         measured = [
-            Measured(c.id, c.samples(), np.asarray(c.block_ns), bs)
+            Measured(c.id, c.samples(), np.asarray(c.block_ns), bs, np.asarray(c.round_slots))
             for c in same_bs
             if c.status == "ok"
         ]

@@ -35,6 +35,7 @@ class Candidate:
     warmup_ns: list[int] = field(default_factory=list)
     rounds_ns: list[list[int]] = field(default_factory=list)
     block_ns: list[int] = field(default_factory=list)
+    round_slots: list[int] = field(default_factory=list)  # worker process of each round
     peak_rss_mb: float | None = None
     stopped: str = ""  # why sampling ended (raced out, CI tight enough, budget)
     validity: str = "invalid"
@@ -172,7 +173,8 @@ def candidate_document(c: Candidate) -> dict[str, Any]:
     }
     samples = c.samples()
     if c.rounds_ns and samples.size:
-        pct = stats.latency_percentiles(samples)
+        slots = np.asarray(c.round_slots, dtype=np.int64) if c.round_slots else None
+        pct = stats.latency_percentiles(samples, slots)
         n = int(samples.size)
         doc["latency_ms"] = {
             **{k: round(iv.value, 6) for k, iv in pct.items()},
@@ -184,7 +186,11 @@ def candidate_document(c: Candidate) -> dict[str, Any]:
             "cv": round(stats.coefficient_of_variation(samples), 4),
         }
         thr = stats.throughput(
-            np.full(samples.shape[0], samples.shape[1]), np.asarray(c.block_ns), c.batch_size
+            np.full(samples.shape[0], samples.shape[1]),
+            np.asarray(c.block_ns),
+            c.batch_size,
+            slots,
         )
+        doc["latency_ms"]["processes"] = len(set(c.round_slots)) or 1
         doc["throughput"] = {"samples_per_s": round(thr.value, 4), "ci95": _ci_pair(thr)}
     return doc

@@ -47,7 +47,8 @@ CREATE TABLE IF NOT EXISTS trials (
     calls INTEGER NOT NULL,
     block_ns INTEGER,
     latency_ns BLOB NOT NULL,
-    recorded_at REAL NOT NULL
+    recorded_at REAL NOT NULL,
+    process INTEGER NOT NULL DEFAULT 0  -- which of the candidate's worker processes
 );
 CREATE INDEX IF NOT EXISTS trials_by_candidate ON trials (run_id, candidate_id);
 """
@@ -114,11 +115,12 @@ class Store:
         kind: str,
         latency_ns: list[int],
         block_ns: int | None,
+        process: int = 0,
     ) -> None:
         blob = np.asarray(latency_ns, dtype="<i8").tobytes()
         with self._tx():
             self.db.execute(
-                "INSERT INTO trials VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO trials VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     candidate_id,
@@ -128,6 +130,7 @@ class Store:
                     block_ns,
                     blob,
                     time.time(),
+                    process,
                 ),
             )
 
@@ -204,14 +207,16 @@ class Store:
         ).fetchall()
         return [np.frombuffer(blob, dtype="<i8") for (blob,) in rows]
 
-    def rounds(self, run_id: str, candidate_id: str) -> list[tuple[int, list[int], int]]:
-        """Measured rounds of a candidate: (round, latencies ns, block ns), in order."""
+    def rounds(self, run_id: str, candidate_id: str) -> list[tuple[int, list[int], int, int]]:
+        """Measured rounds of a candidate: (round, latencies ns, block ns, process), in order."""
         rows = self.db.execute(
-            "SELECT round, latency_ns, block_ns FROM trials "
+            "SELECT round, latency_ns, block_ns, process FROM trials "
             "WHERE run_id = ? AND candidate_id = ? AND kind = 'measure' ORDER BY round",
             (run_id, candidate_id),
         ).fetchall()
-        return [(r, np.frombuffer(b, dtype="<i8").tolist(), int(bn)) for r, b, bn in rows]
+        return [
+            (r, np.frombuffer(b, dtype="<i8").tolist(), int(bn), int(p)) for r, b, bn, p in rows
+        ]
 
     def mark_running(self, run_id: str) -> None:
         with self._tx():

@@ -23,6 +23,7 @@ class Measured:
     samples_ns: np.ndarray  # shape (rounds, calls per round)
     block_ns: np.ndarray  # shape (rounds,): wall time of each round's timed block
     batch_size: int
+    slots: np.ndarray | None = None  # shape (rounds,): which worker process ran each round
 
     @property
     def calls(self) -> np.ndarray:
@@ -76,10 +77,12 @@ def score(m: Measured, objective: str) -> float:
 
 def speedup(base: Measured, cand: Measured, objective: str, level: float = 0.95) -> Interval:
     """How many times faster `cand` is than `base` on the objective (> 1: faster)."""
+    rounds = min(len(base.block_ns), len(cand.block_ns))
+    slots = stats.pair_slots(base.slots, cand.slots, rounds)
     if objective == "latency":
-        return stats.paired_latency_ratio(base.samples_ns, cand.samples_ns, level)
+        return stats.paired_latency_ratio(base.samples_ns, cand.samples_ns, level, slots)
     return stats.paired_throughput_ratio(
-        base.calls, base.block_ns, cand.calls, cand.block_ns, level
+        base.calls, base.block_ns, cand.calls, cand.block_ns, level, slots
     )
 
 

@@ -63,7 +63,7 @@ class GroupContext:
     max_drop: float
 
 
-Recorder = Callable[[Candidate, int, str, list[int], int | None], None]
+Recorder = Callable[[Candidate, int, str, list[int], int | None, int], None]
 Notify = Callable[[str, Candidate | None], None]
 
 
@@ -126,7 +126,11 @@ def _load(c: Candidate, ctx: GroupContext, s: MeasureSettings) -> WorkerProcess 
 
 def _measured(c: Candidate, rounds: int) -> verdict.Measured:
     return verdict.Measured(
-        c.id, c.samples()[:rounds], np.asarray(c.block_ns[:rounds]), c.batch_size
+        c.id,
+        c.samples()[:rounds],
+        np.asarray(c.block_ns[:rounds]),
+        c.batch_size,
+        np.asarray(c.round_slots[:rounds], dtype=np.int64),
     )
 
 
@@ -138,7 +142,16 @@ def _relative_half_width(m: verdict.Measured, objective: str) -> float:
     return (iv.hi - iv.lo) / 2.0 / iv.value if iv.value > 0 else float("inf")
 
 
-def _check_stop(active: list[Candidate], s: MeasureSettings) -> tuple[dict[str, str], str | None]:
+# Racing drops a candidate only when the leader is ahead by more than this. Two
+# worker processes of one model can differ by a few percent for good (memory
+# layout), so a smaller gap seen between two single processes is no proof;
+# such contenders get a second process each before anything is decided.
+RACING_GAP = 0.10
+
+
+def _check_stop(
+    active: list[Candidate], s: MeasureSettings, multi_process: bool
+) -> tuple[dict[str, str], str | None]:
     """Which candidates to race out (id -> why), and whether the group is done (why)."""
     rounds = min(len(c.rounds_ns) for c in active)
     ms = {c.id: _measured(c, rounds) for c in active}
@@ -151,29 +164,66 @@ def _check_stop(active: list[Candidate], s: MeasureSettings) -> tuple[dict[str, 
             continue
         iv = verdict.speedup(m, leader, s.objective, level)
         decision = verdict.compare(iv, s.margin)
-        if decision == "faster" and s.racing:
+        if iv.lo > 1.0 + max(s.margin, RACING_GAP):
             out[m.id] = (
                 f"raced out after {rounds} rounds: {leader.id} is {iv.value:.2f}x faster "
                 f"({level:.1%} CI {iv.lo:.2f}-{iv.hi:.2f})"
             )
         elif decision not in ("faster", "equivalent"):
             undecided += 1
-    if len(active) - len(out) <= 1 or undecided == 0:
+    if len(active) - len(out) <= 1:
+        return out, f"every other candidate raced out after {rounds} rounds"
+    if not multi_process:
+        return out, None  # close contenders: decide only with a second process each
+    if undecided == 0:
         return out, f"every comparison decided after {rounds} rounds"
     if all(_relative_half_width(m, s.objective) <= s.ci_target for m in ms.values()):
         return out, f"every CI within +-{s.ci_target:.0%} after {rounds} rounds"
     return out, None
 
 
-def _exit(c: Candidate, w: WorkerProcess, s: MeasureSettings) -> None:
-    try:
-        c.peak_rss_mb = w.request({"cmd": "exit"}, s.trial_timeout_s)["peak_rss_mb"]
-    except WorkerFailed as exc:
-        _fail(c, None, f"failed while exiting: {exc}")
-        return
-    finally:
-        w.close()
+def _exit(
+    c: Candidate, w: WorkerProcess, s: MeasureSettings, w2: WorkerProcess | None = None
+) -> None:
+    peaks = []
+    for worker in [w] if w2 is None else [w, w2]:
+        try:
+            peaks.append(worker.request({"cmd": "exit"}, s.trial_timeout_s)["peak_rss_mb"])
+        except WorkerFailed as exc:
+            _fail(c, None, f"failed while exiting: {exc}")
+            return
+        finally:
+            worker.close()
+    c.peak_rss_mb = max(peaks)
     c.set_status("ok")
+
+
+def _second_process(
+    c: Candidate,
+    ctx: GroupContext,
+    s: MeasureSettings,
+    second: dict[str, WorkerProcess],
+    spawned_at: dict[str, int],
+    next_round: int,
+    notify: Notify,
+) -> None:
+    """Start a second worker for a close contender; it too must pass the quality gate."""
+    notify(f"{c.id}: still close after {next_round} rounds, starting a second process", c)
+    probe = Candidate(c.variant, c.batch_size, c.label, c.options, artifact=c.artifact)
+    w = _load(probe, ctx, s)
+    if w is None:
+        c.stopped = f"no second process ({probe.reason}); its CI covers one process only"
+        return
+    try:
+        w.request(
+            {"cmd": "warmup", "seconds": s.warmup_s, "min_calls": s.warmup_calls}, s.trial_timeout_s
+        )
+    except WorkerFailed as exc:
+        w.close()
+        c.stopped = f"no second process ({exc}); its CI covers one process only"
+        return
+    second[c.id] = w
+    spawned_at[c.id] = next_round
 
 
 def _server(
@@ -249,6 +299,8 @@ def measure_group(
     phases = {"load_and_quality": 0.0, "warmup": 0.0, "rounds": 0.0, "cold_start": 0.0}
     t_phase = time.perf_counter()
     workers: dict[str, WorkerProcess] = {}
+    second: dict[str, WorkerProcess] = {}  # a second process for close contenders
+    spawned_at: dict[str, int] = {}
     calls: dict[str, int] = {}
     settle: dict[str, int] = {}
     try:
@@ -281,7 +333,7 @@ def measure_group(
                 workers.pop(cid).close()
                 continue
             c.warmup_ns = reply["latency_ns"]
-            record(c, -1, "warmup", c.warmup_ns, None)
+            record(c, -1, "warmup", c.warmup_ns, None, 0)
             # A fixed call count per round, reused for every round (rule 4); a
             # resumed candidate keeps the count its stored rounds were made with.
             typical = float(np.median(c.warmup_ns[len(c.warmup_ns) // 2 :]))
@@ -311,18 +363,24 @@ def measure_group(
                 c = by_id[cid]
                 if len(c.rounds_ns) > r:  # measured before an interruption
                     continue
+                # With a second process, rounds alternate between the two.
+                slot = 1 if cid in second and (r - spawned_at[cid]) % 2 == 0 else 0
+                worker = second[cid] if slot else workers[cid]
                 try:
-                    reply = workers[cid].request(
+                    reply = worker.request(
                         {"cmd": "measure", "calls": calls[cid], "settle": settle[cid]},
                         s.trial_timeout_s,
                     )
                 except WorkerFailed as exc:
                     _fail(c, None, f"failed in round {r + 1}: {exc}")
                     workers.pop(cid).close()
+                    if cid in second:
+                        second.pop(cid).close()
                     continue
                 c.rounds_ns.append(reply["latency_ns"])
                 c.block_ns.append(reply["block_ns"])
-                record(c, r, "measure", reply["latency_ns"], reply["block_ns"])
+                c.round_slots.append(slot)
+                record(c, r, "measure", reply["latency_ns"], reply["block_ns"], slot)
             notify(
                 f"batch {candidates[0].batch_size}: round {r + 1} done "
                 f"({len(workers)} candidates in the race; at least {s.min_rounds} rounds, "
@@ -335,14 +393,18 @@ def measure_group(
                 continue
             active = [by_id[cid] for cid in workers]
             if s.racing and len(active) >= 2:
-                raced, done = _check_stop(active, s)
+                multi = all(cid in second for cid in workers)
+                raced, done = _check_stop(active, s, multi)
                 for cid, why in raced.items():
                     by_id[cid].stopped = why
-                    _exit(by_id[cid], workers.pop(cid), s)
+                    _exit(by_id[cid], workers.pop(cid), s, second.pop(cid, None))
                     notify(f"{cid}: {why}", by_id[cid])
                 if done:
                     stop_reason = done
                     break
+                for cid in sorted(workers):
+                    if cid not in second:
+                        _second_process(by_id[cid], ctx, s, second, spawned_at, r + 1, notify)
             elif s.racing:
                 stop_reason = f"nothing left to compare after {r + 1} rounds"
                 break
@@ -357,10 +419,10 @@ def measure_group(
         for cid in list(workers):
             c = by_id[cid]
             c.stopped = f"stopped: {stop_reason}"
-            _exit(c, workers.pop(cid), s)
+            _exit(c, workers.pop(cid), s, second.pop(cid, None))
         phases["rounds"] = time.perf_counter() - started
     finally:
-        for w in workers.values():
+        for w in [*workers.values(), *second.values()]:
             w.close()
     if s.cold_starts > 1:
         t_cold = time.perf_counter()

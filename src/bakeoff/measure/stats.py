@@ -40,6 +40,34 @@ def _rng() -> np.random.Generator:
     return np.random.default_rng(SEED)
 
 
+def _resample(n_rounds: int, slots: np.ndarray | None = None) -> np.ndarray:
+    """Bootstrap indices (replicates x rounds), hierarchical when rounds come from
+    several worker processes.
+
+    Two processes running the same model can differ by a few percent for good
+    (memory layout, page placement): an effect of the process, not of the
+    runtime. With `slots` (the process of each round), each replicate first
+    resamples processes, then rounds within them, so that difference widens the
+    CI instead of passing for a real one.
+    """
+    if slots is None or len(np.unique(slots[:n_rounds])) < 2:
+        return _round_indices(n_rounds)
+    slots = slots[:n_rounds]
+    rng = _rng()
+    groups = [np.flatnonzero(slots == u) for u in np.unique(slots)]
+    idx = np.empty((N_BOOTSTRAP, n_rounds), dtype=np.int64)
+    col = 0
+    for group in groups:  # each original process's share of rounds...
+        picks = rng.integers(0, len(groups), N_BOOTSTRAP)
+        for k, source in enumerate(groups):  # ...is refilled from a resampled process
+            rows = np.flatnonzero(picks == k)
+            idx[np.ix_(rows, np.arange(col, col + len(group)))] = rng.choice(
+                source, size=(len(rows), len(group))
+            )
+        col += len(group)
+    return idx
+
+
 def _round_indices(n_rounds: int, n_boot: int = N_BOOTSTRAP) -> np.ndarray:
     return _rng().integers(0, n_rounds, size=(n_boot, n_rounds))
 
@@ -66,13 +94,15 @@ def _ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def latency_percentiles(samples_ns: np.ndarray) -> dict[str, Interval]:
+def latency_percentiles(
+    samples_ns: np.ndarray, slots: np.ndarray | None = None
+) -> dict[str, Interval]:
     """p50, p90, p99 and mean in ms, each with a block-bootstrap 95% CI."""
     rounds = samples_ns.shape[0]
     ms = samples_ns.astype(np.float64) / 1e6
     flat = ms.reshape(-1)
     thin = _thin(ms)
-    boot = thin[_round_indices(rounds)].reshape(N_BOOTSTRAP, -1)
+    boot = thin[_resample(rounds, slots)].reshape(N_BOOTSTRAP, -1)
     qs = np.percentile(boot, [50, 90, 99], axis=1)
     means = boot.mean(axis=1)
     point = np.percentile(flat, [50, 90, 99])
@@ -87,20 +117,38 @@ def unsupported_percentiles(n: int) -> list[str]:
     return [name for name, need in MIN_SAMPLES.items() if n < need]
 
 
-def throughput(calls: np.ndarray, block_ns: np.ndarray, batch_size: int) -> Interval:
+def throughput(
+    calls: np.ndarray, block_ns: np.ndarray, batch_size: int, slots: np.ndarray | None = None
+) -> Interval:
     """Measured samples/s: samples done over wall time of the timed blocks (not 1/latency)."""
     samples = calls.astype(np.float64) * batch_size
     seconds = block_ns.astype(np.float64) / 1e9
-    idx = _round_indices(len(calls))
+    idx = _resample(len(calls), slots)
     boot = samples[idx].sum(axis=1) / seconds[idx].sum(axis=1)
     return Interval(float(samples.sum() / seconds.sum()), *_ci(boot))
 
 
-def paired_latency_ratio(base_ns: np.ndarray, cand_ns: np.ndarray, level: float = 0.95) -> Interval:
+def pair_slots(
+    base_slots: np.ndarray | None, cand_slots: np.ndarray | None, rounds: int
+) -> np.ndarray | None:
+    """One cluster per combination of the two candidates' processes in a round."""
+    if base_slots is None and cand_slots is None:
+        return None
+    b = np.zeros(rounds, np.int64) if base_slots is None else base_slots[:rounds]
+    c = np.zeros(rounds, np.int64) if cand_slots is None else cand_slots[:rounds]
+    return np.asarray(b * 1000 + c)
+
+
+def paired_latency_ratio(
+    base_ns: np.ndarray,
+    cand_ns: np.ndarray,
+    level: float = 0.95,
+    slots: np.ndarray | None = None,
+) -> Interval:
     """median(base) / median(cand), rounds resampled together: > 1 means cand is faster."""
     rounds = min(len(base_ns), len(cand_ns))
     base, cand = base_ns[:rounds].astype(np.float64), cand_ns[:rounds].astype(np.float64)
-    idx = _round_indices(rounds)
+    idx = _resample(rounds, slots)
     b = np.median(_thin(base)[idx].reshape(N_BOOTSTRAP, -1), axis=1)
     c = np.median(_thin(cand)[idx].reshape(N_BOOTSTRAP, -1), axis=1)
     return Interval(float(np.median(base) / np.median(cand)), *_ci(b / c, level))
@@ -112,12 +160,13 @@ def paired_throughput_ratio(
     cand_calls: np.ndarray,
     cand_block_ns: np.ndarray,
     level: float = 0.95,
+    slots: np.ndarray | None = None,
 ) -> Interval:
     """throughput(cand) / throughput(base), rounds resampled together: > 1 means cand is faster."""
     rounds = min(len(base_calls), len(cand_calls))
     bc, bt = base_calls[:rounds].astype(np.float64), base_block_ns[:rounds].astype(np.float64)
     cc, ct = cand_calls[:rounds].astype(np.float64), cand_block_ns[:rounds].astype(np.float64)
-    idx = _round_indices(rounds)
+    idx = _resample(rounds, slots)
     ratio = (cc[idx].sum(1) / ct[idx].sum(1)) / (bc[idx].sum(1) / bt[idx].sum(1))
     point = (cc.sum() / ct.sum()) / (bc.sum() / bt.sum())
     return Interval(float(point), *_ci(ratio, level))
