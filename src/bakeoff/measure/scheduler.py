@@ -343,9 +343,11 @@ def measure_group(
             else:
                 per_call = max(typical, 1.0)
                 calls[cid] = int(np.clip(np.ceil(s.slice_s * 1e9 / per_call), 1, 10_000_000))
+                # Settling matters for short calls only: the switch costs a few ms,
+                # noise for a call of hundreds of ms but not worth a call of its own.
                 settle[cid] = (
                     int(np.clip(round(s.settle_s * 1e9 / per_call), 1, 1_000))
-                    if s.settle_s > 0
+                    if s.settle_s > 0 and per_call <= 4 * s.settle_s * 1e9
                     else 0
                 )
             c.settings = {**c.settings, "calls_per_round": calls[cid], "settle_calls": settle[cid]}
