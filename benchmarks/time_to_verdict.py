@@ -14,6 +14,7 @@ ratio of the measuring phases is printed too. Uses temporary stores.
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -52,15 +53,43 @@ def report(label: str, wall: float, doc: dict[str, Any], target: float | None) -
         print(f"    ranking: {', '.join(v['ranking'])}")
 
 
-def same_ranking(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Same winner and the same order, except where the adaptive run reports a tie."""
-    for va, vb in zip(a["verdicts"], b["verdicts"], strict=True):
+def _objective_ci(doc: dict[str, Any], cid: str, objective: str) -> tuple[float, float]:
+    """The candidate's objective as (lo, hi) on a higher-is-better scale."""
+    c = next(c for c in doc["candidates"] if c["id"] == cid)
+    if objective == "latency":
+        lo, hi = c["latency_ms"]["ci95"]["p50"]
+        return -hi, -lo
+    lo, hi = c["throughput"]["ci95"]
+    return lo, hi
+
+
+def separated_pairs(doc: dict[str, Any], verdict: dict[str, Any]) -> list[tuple[str, str]]:
+    """Pairs (better, worse) whose 95% CIs of the objective do not overlap."""
+    ranking, objective = verdict["ranking"], verdict["objective"]
+    pairs = []
+    for i, a in enumerate(ranking):
+        for b in ranking[i + 1 :]:
+            if _objective_ci(doc, a, objective)[0] > _objective_ci(doc, b, objective)[1]:
+                pairs.append((a, b))
+    return pairs
+
+
+def same_ranking(adaptive: dict[str, Any], fixed: dict[str, Any]) -> tuple[int, int]:
+    """How many of the pairs the adaptive run separates the fixed run orders the same way.
+
+    Pairs the adaptive run cannot separate (overlapping CIs, or tied with the
+    winner) carry no ranking to reproduce, so they are not counted.
+    """
+    agree = total = 0
+    for va, vb in zip(adaptive["verdicts"], fixed["verdicts"], strict=True):
         tied = {x for group in va["ties"] for x in group}
-        order_a = [x for x in va["ranking"] if x not in tied]
-        order_b = [x for x in vb["ranking"] if x not in tied and x in va["ranking"]]
-        if va["winner"] not in (tied or {vb["winner"]}) or order_a != order_b:
-            return False
-    return True
+        order_b = vb["ranking"]
+        for a, b in separated_pairs(adaptive, va):
+            if {a, b} <= tied or a not in order_b or b not in order_b:
+                continue
+            total += 1
+            agree += order_b.index(a) < order_b.index(b)
+    return agree, total
 
 
 def main() -> None:
@@ -69,6 +98,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--compare-fixed", action="store_true")
     parser.add_argument("--fixed-seconds", type=float, default=10.0)
+    parser.add_argument("--save", help="write both result documents to this JSON file")
     args = parser.parse_args()
 
     wall, doc = timed_run(args.workload, quick=args.quick)
@@ -82,7 +112,13 @@ def main() -> None:
         fixed_doc,
         None,
     )
-    print(f"same ranking: {'yes' if same_ranking(doc, fixed_doc) else 'NO'}")
+    agree, total = same_ranking(doc, fixed_doc)
+    print(
+        f"same ranking: {agree} of the {total} pairs the adaptive run separates are in the "
+        f"same order in the fixed-length run ({'yes' if agree == total else 'NO'})"
+    )
+    if args.save:
+        Path(args.save).write_text(json.dumps({"adaptive": doc, "fixed": fixed_doc}))
     print(
         f"ratio of measuring phases adaptive/fixed: {measuring_s(doc) / measuring_s(fixed_doc):.2f}"
     )
