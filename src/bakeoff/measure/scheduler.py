@@ -209,6 +209,7 @@ def _second_process(
 ) -> None:
     """Start a second worker for a close contender; it too must pass the quality gate."""
     notify(f"{c.id}: still close after {next_round} rounds, starting a second process", c)
+    spawned_at[c.id] = next_round  # attempted: never retried, even if it fails
     probe = Candidate(c.variant, c.batch_size, c.label, c.options, artifact=c.artifact)
     w = _load(probe, ctx, s)
     if w is None:
@@ -223,7 +224,6 @@ def _second_process(
         c.stopped = f"no second process ({exc}); its CI covers one process only"
         return
     second[c.id] = w
-    spawned_at[c.id] = next_round
 
 
 def _server(
@@ -395,7 +395,9 @@ def measure_group(
                 continue
             active = [by_id[cid] for cid in workers]
             if s.racing and len(active) >= 2:
-                multi = all(cid in second for cid in workers)
+                # Decide only once every contender has had its second process
+                # (or tried to: one that would not start is not retried).
+                multi = all(cid in spawned_at for cid in workers)
                 raced, done = _check_stop(active, s, multi)
                 for cid, why in raced.items():
                     by_id[cid].stopped = why
@@ -405,7 +407,7 @@ def measure_group(
                     stop_reason = done
                     break
                 for cid in sorted(workers):
-                    if cid not in second:
+                    if cid not in spawned_at:
                         _second_process(by_id[cid], ctx, s, second, spawned_at, r + 1, notify)
             elif s.racing:
                 stop_reason = f"nothing left to compare after {r + 1} rounds"
