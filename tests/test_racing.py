@@ -116,7 +116,7 @@ def test_sampling_stops_once_everything_is_decided(tmp_path: Path) -> None:
         assert c["validity"] == "valid"
 
 
-def test_no_racing_without_enough_rounds_and_budget_is_respected(tmp_path: Path) -> None:
+def test_rounds_stay_between_the_minimum_and_the_maximum(tmp_path: Path) -> None:
     a, b = "{ latency_ms = 1.0, jitter = 0.3 }", "{ latency_ms = 1.02, jitter = 0.3 }"
     doc = _run(_workload(tmp_path, _two(a, b)), tmp_path / "s.db")
     rounds = [c["latency_ms"]["rounds"] for c in doc["candidates"]]

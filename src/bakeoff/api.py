@@ -313,7 +313,6 @@ def _restore(candidates: list[Candidate], record: dict[str, Any], store: Store) 
         if doc["status"] not in FINAL or c.status == "unavailable":
             continue
         c.status, c.reason = doc["status"], doc["reason"]
-        c.restored = True
         q = doc.get("quality")
         if q is not None:
             c.quality = Quality(

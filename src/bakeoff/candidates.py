@@ -40,7 +40,6 @@ class Candidate:
     stopped: str = ""  # why sampling ended (raced out, CI tight enough, budget)
     validity: str = "invalid"
     validity_reason: str = "not measured"
-    restored: bool = False  # finished before an interruption; taken from the store
     server: dict[str, Any] | None = None  # the server scenario's result, when run
     cold_starts: dict[str, list[float]] = field(default_factory=dict)  # repeated, fresh
     cold_start_error: str = ""

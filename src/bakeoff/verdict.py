@@ -87,6 +87,7 @@ def speedup(base: Measured, cand: Measured, objective: str, level: float = 0.95)
 
 
 DEFAULT_MARGIN = 0.02
+NOISY_CV = 0.10  # round-to-round spread above which a result is flagged noisy
 FAMILY_ALPHA = 0.05
 
 
@@ -119,9 +120,6 @@ def _why_tied(m: Measured, objective: str, min_rounds: int) -> str:
     if cv > NOISY_CV:
         return f"round-to-round spread {cv:.0%}"
     return "the difference is within the noise"
-
-
-NOISY_CV = 0.10
 
 
 def decide(

@@ -33,6 +33,13 @@ Metric = Literal["accuracy", "agreement", "cosine", "max_abs"]
 Objective = Literal["auto", "latency", "throughput"]
 
 
+def _check_runtime(name: str) -> None:
+    if name not in RUNTIMES:
+        hint = difflib.get_close_matches(name, RUNTIMES, n=1)
+        more = f" (did you mean {hint[0]!r}?)" if hint else ""
+        raise ValueError(f"unknown runtime {name!r}{more}; expected one of {', '.join(RUNTIMES)}")
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -94,12 +101,7 @@ class SearchSpec(_Strict):
     @model_validator(mode="after")
     def _known_runtimes(self) -> SearchSpec:
         for name in self.runtimes:
-            if name not in RUNTIMES:
-                hint = difflib.get_close_matches(name, RUNTIMES, n=1)
-                more = f" (did you mean {hint[0]!r}?)" if hint else ""
-                raise ValueError(
-                    f"unknown runtime {name!r}{more}; expected one of {', '.join(RUNTIMES)}"
-                )
+            _check_runtime(name)
         if not self.runtimes or not self.precisions or not self.batch_sizes:
             raise ValueError("runtimes, precisions and batch_sizes must not be empty")
         return self
@@ -117,12 +119,7 @@ class CandidateSpec(_Strict):
 
     @model_validator(mode="after")
     def _known_runtime(self) -> CandidateSpec:
-        if self.runtime not in RUNTIMES:
-            hint = difflib.get_close_matches(self.runtime, RUNTIMES, n=1)
-            more = f" (did you mean {hint[0]!r}?)" if hint else ""
-            raise ValueError(
-                f"unknown runtime {self.runtime!r}{more}; expected one of {', '.join(RUNTIMES)}"
-            )
+        _check_runtime(self.runtime)
         threads = self.options.get("threads")
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"options.threads must be a positive integer, got {threads!r}")

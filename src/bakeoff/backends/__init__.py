@@ -127,7 +127,3 @@ def package_availability(dist: str, module: str, install: str) -> Availability:
     if version is None or importlib.util.find_spec(module) is None:
         return Availability(False, None, f"{dist} is not installed", install)
     return Availability(True, version)
-
-
-def not_built(variant: Variant, why: str) -> Offer:
-    return Offer(variant, why)

@@ -42,9 +42,7 @@ def offers(precision: str, model_kind: str) -> list[Offer]:
     if precision == "fp32":
         return [Offer(Variant(RUNTIME, "fp32"))]
     if precision == "int8":
-        from bakeoff.backends import package_availability as pa
-
-        nncf = pa("nncf", "nncf", "pip install nncf==3.4.0")
+        nncf = package_availability("nncf", "nncf", "pip install nncf==3.4.0")
         if not nncf.available:
             return [Offer(Variant(RUNTIME, "int8", "nncf"), f"{nncf.reason}; {nncf.install}")]
         return [Offer(Variant(RUNTIME, "int8", "nncf"))]
