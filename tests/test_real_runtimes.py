@@ -273,3 +273,24 @@ def test_onnx_file_workload_uses_onnxruntime_as_reference(tmp_path: Path, store_
     assert cands["openvino-fp32-b4"]["quality"]["drop"] <= 1e-4
     assert result.document["verdicts"][0]["baseline"] == "onnxruntime-fp32-b4"
     assert result.document["workload"]["reference"] == "onnxruntime-fp32"
+
+
+def test_offline_scenario_sweeps_concurrency_with_loadgen(tmp_path: Path, store_path: Path) -> None:
+    wl = _workload(tmp_path, "build", ["openvino"], ["fp32"], [1, 8])
+    opts = api.RunOptions(quick=True, store=store_path, budget_s=3, threads=2, scenario="offline")
+    result = api.run(str(wl), opts)
+    doc = result.document
+    assert result.exit_code == 0
+    assert doc["settings"]["scenario"] == "offline"
+    swept = [c for c in doc["candidates"] if c["offline"]]
+    assert [c["batch_size"] for c in swept] == [1, 8]
+    for c in swept:
+        off = c["offline"]
+        assert off["batch_size"] == c["batch_size"]
+        assert [t["concurrency"] for t in off["sweep"]] == [1, 2]
+        assert [t["threads_per_stream"] for t in off["sweep"]] == [2, 1]
+        assert all(t["samples_per_s"] > 0 for t in off["sweep"]), off["sweep"]
+        assert off["best"]["samples_per_s"] == max(t["samples_per_s"] for t in off["sweep"])
+        # the two-stream step ran a variant compiled for two streams on two threads
+        two = off["sweep"][1]["settings"]
+        assert two["NUM_STREAMS"] == 2 and two["INFERENCE_NUM_THREADS"] == 2

@@ -36,6 +36,8 @@ from bakeoff.store import Store
 from bakeoff.verdict import Measured, Verdict, decide, objective_for
 from bakeoff.workload import PRECISIONS, RUNTIMES, Workload, load_workload
 
+SCENARIOS = ("latency", "server", "offline")
+
 SCHEMA_VERSION = 1
 # History of the result document:
 #   1 (0.1.0): first version: workload, environment, candidates, verdicts, timing.
@@ -57,7 +59,7 @@ class RunOptions:
     seed: int = 0
     margin: float | None = None  # overrides the workload's [search] margin
     fixed_seconds: float | None = None  # benchmark comparator: no rounds, no racing
-    scenario: str = "latency"  # latency | server
+    scenario: str = "latency"  # latency | server | offline
     latency_bound_ms: float = 100.0  # server scenario: the p99 bound
     cold_starts: int = 1  # fresh processes per candidate for cold start figures
 
@@ -135,6 +137,7 @@ def _measure_settings(opts: RunOptions, threads: int, n_groups: int) -> MeasureS
         server_bound_ms=opts.latency_bound_ms,
         server_duration_s=3.0 if opts.quick else 10.0,
         server_steps=5 if opts.quick else 7,
+        offline_duration_s=2.0 if opts.quick else 5.0,
         cold_starts=opts.cold_starts,
         threads=threads,
         cpus=cpus,
@@ -150,13 +153,13 @@ def _measure_settings(opts: RunOptions, threads: int, n_groups: int) -> MeasureS
     )
 
 
-def _require_loadgen() -> None:
+def _require_loadgen(scenario: str) -> None:
     import importlib.util
 
     if importlib.util.find_spec("mlperf_loadgen") is None:
         from bakeoff.measure.scenarios import INSTALL
 
-        raise UserError(f"--scenario server needs MLPerf LoadGen: {INSTALL}")
+        raise UserError(f"--scenario {scenario} needs MLPerf LoadGen: {INSTALL}")
 
 
 def _workload_ref(ref: str | None) -> str:
@@ -184,12 +187,14 @@ def run(
         raise UserError("--batch-sizes: every batch size must be a positive integer")
     if opts.cold_starts < 1:
         raise UserError("--cold-starts must be at least 1")
-    if opts.scenario not in ("latency", "server"):
-        raise UserError(f"--scenario: expected latency or server, got {opts.scenario!r}")
-    if opts.scenario == "server":
-        _require_loadgen()
-        if opts.latency_bound_ms <= 0:
-            raise UserError("--latency-bound-ms must be positive")
+    if opts.scenario not in SCENARIOS:
+        raise UserError(
+            f"--scenario: expected one of {', '.join(SCENARIOS)}, got {opts.scenario!r}"
+        )
+    if opts.scenario != "latency":
+        _require_loadgen(opts.scenario)
+    if opts.scenario == "server" and opts.latency_bound_ms <= 0:
+        raise UserError("--latency-bound-ms must be positive")
     t_start = time.perf_counter()
     rep.stage("loading workload")
     workload = load_workload(workload_ref)

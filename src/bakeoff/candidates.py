@@ -41,6 +41,7 @@ class Candidate:
     validity: str = "invalid"
     validity_reason: str = "not measured"
     server: dict[str, Any] | None = None  # the server scenario's result, when run
+    offline: dict[str, Any] | None = None  # the offline scenario's sweep, when run
     cold_starts: dict[str, list[float]] = field(default_factory=dict)  # repeated, fresh
     cold_start_error: str = ""
 
@@ -162,6 +163,7 @@ def candidate_document(c: Candidate) -> dict[str, Any]:
         "validity_reason": c.validity_reason,
         "stopped": c.stopped,
         "server": c.server,
+        "offline": c.offline,
         "quality": None if c.quality is None else c.quality.to_dict(),
         "latency_ms": None,
         "throughput": None,

@@ -84,7 +84,11 @@ def run(
     ] = None,
     scenario: Annotated[
         str,
-        typer.Option(help="latency (batch latency and throughput) or server (Poisson arrivals)"),
+        typer.Option(
+            help="latency (batch latency and throughput), server (Poisson arrivals, "
+            "highest rate within a p99 bound) or offline (all samples at once, "
+            "concurrency swept per batch size)"
+        ),
     ] = "latency",
     latency_bound_ms: Annotated[
         float, typer.Option(help="server scenario: the p99 latency bound in ms")

@@ -80,6 +80,9 @@ class LoadContext:
     input_names: tuple[str, ...]
     options: dict[str, Any] = field(default_factory=dict)
     candidate_id: str = ""
+    # Concurrent inference streams the offline scenario will run (threads is per
+    # stream); a runtime that schedules streams itself (OpenVINO) is told here.
+    streams: int = 1
 
 
 class Runner(Protocol):
@@ -95,6 +98,12 @@ class Runner(Protocol):
 
     def to_numpy(self, output: Any) -> Any:
         """The first output as a float numpy array, for the quality gate."""
+
+
+# A runner whose `run` may not be called from two threads at once (an OpenVINO
+# infer request) also has ``new_stream() -> Callable[[Any], Any]``: a run
+# function of its own for one more concurrent stream. Without it, `run` is
+# called from every stream (ONNX Runtime sessions and torch modules allow it).
 
 
 class Backend(Protocol):

@@ -71,6 +71,7 @@ _NUMPY_TYPES = {"f32": np.float32, "i64": np.int64, "i32": np.int32, "f16": np.f
 
 class OpenVinoRunner:
     def __init__(self, compiled: Any, settings: dict[str, Any]) -> None:
+        self.compiled = compiled
         self.request = compiled.create_infer_request()
         self.settings = settings
         self.inputs = [
@@ -86,6 +87,10 @@ class OpenVinoRunner:
 
     def to_numpy(self, output: Any) -> np.ndarray:
         return np.asarray(output[0], dtype=np.float32)
+
+    def new_stream(self) -> Any:
+        """An infer request of its own: one request serves one call at a time."""
+        return self.compiled.create_infer_request().infer
 
 
 def _plain(value: Any) -> Any:
@@ -106,8 +111,9 @@ def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> OpenVi
         # Always explicit: left alone, OpenVINO runs FP32 models in bf16 on CPUs
         # with BF16 support. A candidate may ask for bf16/f16 on purpose.
         "INFERENCE_PRECISION_HINT": str(ctx.options.get("inference_precision", "f32")),
-        "INFERENCE_NUM_THREADS": ctx.threads,
-        "NUM_STREAMS": int(ctx.options.get("num_streams", 1)),
+        # Threads for the whole compiled model: `ctx.threads` per stream.
+        "INFERENCE_NUM_THREADS": ctx.threads * ctx.streams,
+        "NUM_STREAMS": int(ctx.options.get("num_streams", ctx.streams)),
         "PERFORMANCE_HINT": str(ctx.options.get("performance_hint", "LATENCY")),
     }
     compiled = core.compile_model(core.read_model(artifact["path"]), "CPU", config)

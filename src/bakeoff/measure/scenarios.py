@@ -1,10 +1,16 @@
-"""MLPerf-style server scenario driven by MLPerf LoadGen (`mlcommons-loadgen`).
+"""MLPerf-style scenarios driven by MLPerf LoadGen (`mlcommons-loadgen`).
 
-Queries of one sample arrive as a Poisson process at a target rate; a run
-passes when the p99 latency (queueing included) stays within the bound and the
-completed rate keeps up with the target. `find_peak_rate` searches for the
-highest passing rate. LoadGen generates the arrivals and computes the
-percentiles: we do not write a load generator of our own.
+Server: queries of one sample arrive as a Poisson process at a target rate; a
+run passes when the p99 latency (queueing included) stays within the bound and
+the completed rate keeps up with the target. `find_peak_rate` searches for the
+highest passing rate.
+
+Offline: all samples are issued at once and the system under test works
+through them as fast as it can, in batches, with one or more concurrent
+streams; `offline_trial` reports the samples per second LoadGen measured.
+
+LoadGen generates the queries and computes the figures: we do not write a load
+generator of our own.
 
 This module runs inside the measuring worker, next to the loaded variant.
 """
@@ -27,6 +33,19 @@ RATE_TOLERANCE = 0.9
 def _summary_value(text: str, label: str) -> float | None:
     m = re.search(re.escape(label) + r"\s*:\s*([0-9.eE+-]+)", text)
     return float(m.group(1)) if m else None
+
+
+def _log_settings(out_dir: Path) -> Any:
+    import mlperf_loadgen as lg
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_output = lg.LogOutputSettings()
+    log_output.outdir = str(out_dir)
+    log_output.copy_summary_to_stdout = False
+    log_settings = lg.LogSettings()
+    log_settings.log_output = log_output
+    log_settings.enable_trace = False
+    return log_settings
 
 
 def server_trial(
@@ -64,15 +83,8 @@ def server_trial(
     settings.min_duration_ms = int(duration_s * 1000)
     settings.min_query_count = int(min_queries)
     settings.schedule_rng_seed = seed
-    out_dir.mkdir(parents=True, exist_ok=True)
-    log_output = lg.LogOutputSettings()
-    log_output.outdir = str(out_dir)
-    log_output.copy_summary_to_stdout = False
-    log_settings = lg.LogSettings()
-    log_settings.log_output = log_output
-    log_settings.enable_trace = False
     try:
-        lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
+        lg.StartTestWithLogSettings(sut, qsl, settings, _log_settings(out_dir))
     finally:
         work.put(None)
         server.join()
@@ -135,4 +147,74 @@ def find_peak_rate(
         "tries": tries,
         "duration_s": duration_s,
         "generator": "mlperf_loadgen (Poisson arrivals)",
+    }
+
+
+def offline_trial(
+    streams: list[Callable[[Any], Any]],
+    pool: list[Any],
+    batch_size: int,
+    expected_sps: float,
+    duration_s: float,
+    out_dir: Path,
+    seed: int,
+) -> dict[str, Any]:
+    """One LoadGen offline run: every sample issued at once, `len(streams)` workers.
+
+    Each stream is a run function safe to call from its own thread. Samples are
+    served in full batches of `batch_size` from the pool of real batches (a
+    compiled model keeps its shape); a short last group still runs a full batch,
+    which costs the same as it would in production.
+    """
+    import mlperf_loadgen as lg
+
+    work: queue.Queue[list[Any] | None] = queue.Queue()
+    failures: list[str] = []
+
+    def serve(run: Callable[[Any], Any]) -> None:
+        k = 0
+        while (group := work.get()) is not None:
+            try:
+                run(pool[k % len(pool)])
+            except Exception as exc:  # reported, and the rest still completes
+                failures.append(f"{type(exc).__name__}: {exc}")
+            k += 1
+            lg.QuerySamplesComplete([lg.QuerySampleResponse(s.id, 0, 0) for s in group])
+
+    def issue(samples: list[Any]) -> None:
+        for i in range(0, len(samples), batch_size):
+            work.put(list(samples[i : i + batch_size]))
+
+    threads = [threading.Thread(target=serve, args=(run,), daemon=True) for run in streams]
+    for t in threads:
+        t.start()
+    total = len(pool) * batch_size
+    sut = lg.ConstructSUT(issue, lambda: None)
+    qsl = lg.ConstructQSL(total, total, lambda _: None, lambda _: None)
+    settings = lg.TestSettings()
+    settings.scenario = lg.TestScenario.Offline
+    settings.mode = lg.TestMode.PerformanceOnly
+    settings.offline_expected_qps = float(expected_sps)
+    settings.min_duration_ms = int(duration_s * 1000)
+    settings.min_query_count = 1
+    settings.sample_index_rng_seed = seed
+    settings.schedule_rng_seed = seed
+    try:
+        lg.StartTestWithLogSettings(sut, qsl, settings, _log_settings(out_dir))
+    finally:
+        for _ in threads:
+            work.put(None)
+        for t in threads:
+            t.join()
+        lg.DestroyQSL(qsl)
+        lg.DestroySUT(sut)
+    if failures:
+        raise RuntimeError(f"{len(failures)} inference calls failed, first: {failures[0]}")
+    text = (out_dir / "mlperf_log_summary.txt").read_text()
+    sps = _summary_value(text, "Samples per second")
+    return {
+        "concurrency": len(streams),
+        "samples_per_s": round(sps, 3) if sps is not None else None,
+        "expected_sps": round(float(expected_sps), 3),
+        "min_duration_s": duration_s,
     }

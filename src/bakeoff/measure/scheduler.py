@@ -46,10 +46,13 @@ class MeasureSettings:
     margin: float = verdict.DEFAULT_MARGIN
     ci_target: float = 0.02  # stop when every objective CI half-width is this tight
     racing: bool = True
-    scenario: str = "latency"  # latency | server (LoadGen Poisson arrivals, batch 1)
+    # latency | server (LoadGen Poisson arrivals, batch 1) | offline (LoadGen,
+    # every sample at once, concurrency swept at each batch size)
+    scenario: str = "latency"
     server_bound_ms: float = 100.0
     server_duration_s: float = 10.0
     server_steps: int = 6
+    offline_duration_s: float = 5.0
     cold_starts: int = 1  # fresh processes per candidate for cold start (1: the measuring one)
 
 
@@ -264,6 +267,96 @@ def _server(
     notify(f"{c.id}: server peak {c.server['max_qps']} queries/s", c)
 
 
+def concurrency_levels(threads: int) -> list[int]:
+    """1, 2, 4, ... streams, each with threads // streams threads: the machine's
+    threads are shared out, never oversubscribed."""
+    levels = [1]
+    while levels[-1] * 2 <= threads:
+        levels.append(levels[-1] * 2)
+    return levels
+
+
+def _offline(
+    c: Candidate,
+    workers: dict[str, WorkerProcess],
+    ctx: GroupContext,
+    s: MeasureSettings,
+    notify: Notify,
+) -> None:
+    """The offline scenario for a candidate still in the race, concurrency swept.
+
+    One stream runs in the candidate's measuring worker; more streams get a
+    fresh worker each, loaded with the threads shared out between its streams
+    and its quality checked again (a differently configured runtime is a
+    different build of the same variant).
+    """
+    total_threads = _threads(c, s)
+    per_call_s = float(np.median(c.samples())) / 1e9
+    sweep: list[dict[str, Any]] = []
+    for streams in concurrency_levels(total_threads):
+        applied = c.settings
+        per_stream = max(1, total_threads // streams)
+        notify(f"{c.id}: offline scenario, {streams} stream(s) x {per_stream} thread(s)", c)
+        cmd = {
+            "cmd": "offline",
+            "concurrency": streams,
+            # A guess for LoadGen's sample count; the measured rate is its own.
+            "expected_sps": streams * c.batch_size / max(per_call_s, 1e-6),
+            "duration_s": s.offline_duration_s,
+            "out_dir": str(ctx.run_dir / "loadgen" / f"{c.id}-offline-{streams}"),
+            "seed": s.seed,
+        }
+        budget = s.trial_timeout_s + 4 * s.offline_duration_s + 10
+        worker: WorkerProcess | None = None
+        try:
+            if streams == 1:
+                reply = workers[c.id].request(cmd, budget)
+            else:
+                job = {
+                    **_job(c, ctx, s, "measure"),
+                    "threads": per_stream,
+                    "streams": streams,
+                    "outputs_path": str(ctx.run_dir / "outputs" / f"{c.id}-x{streams}.npy"),
+                }
+                worker = WorkerProcess(
+                    job, per_stream, ctx.run_dir / "logs" / f"{c.id}-offline-{streams}.log"
+                )
+                applied = worker.reply(s.trial_timeout_s)["settings"]
+                outputs = np.load(job["outputs_path"], allow_pickle=False)
+                quality = evaluate(ctx.metric, outputs, ctx.reference, ctx.labels, ctx.max_drop)
+                if not quality.passed:
+                    raise WorkerFailed(f"quality gate with {streams} streams: {quality.describe()}")
+                reply = worker.request(cmd, budget)
+        except WorkerFailed as exc:
+            sweep.append(
+                {"concurrency": streams, "threads_per_stream": per_stream, "error": str(exc)}
+            )
+            if streams == 1:
+                workers.pop(c.id).close()
+                c.set_status("ok")  # the latency rounds stand; only the scenario is lost
+                break
+            continue
+        finally:
+            if worker is not None:
+                worker.close()
+        sweep.append({**reply["offline"], "threads_per_stream": per_stream, "settings": applied})
+    ok = [t for t in sweep if t.get("samples_per_s")]
+    best = max(ok, key=lambda t: t["samples_per_s"]) if ok else None
+    c.offline = {
+        "scenario": "offline",
+        "batch_size": c.batch_size,
+        "sweep": sweep,
+        "best": best,
+        "generator": "mlperf_loadgen (offline: every sample issued at once)",
+    }
+    if best:
+        notify(
+            f"{c.id}: offline peak {best['samples_per_s']:.1f} samples/s "
+            f"with {best['concurrency']} stream(s)",
+            c,
+        )
+
+
 def set_validity(c: Candidate, min_rounds: int, objective: str) -> None:
     """valid | noisy | invalid, with the reason (DESIGN.md §3 rule 10)."""
     if c.status != "ok":
@@ -420,6 +513,9 @@ def measure_group(
         if s.scenario == "server" and candidates and candidates[0].batch_size == 1:
             for cid in sorted(workers):
                 _server(by_id[cid], workers, ctx, s, notify)
+        if s.scenario == "offline":
+            for cid in sorted(workers):
+                _offline(by_id[cid], workers, ctx, s, notify)
         for cid in list(workers):
             c = by_id[cid]
             c.stopped = f"stopped: {stop_reason}"

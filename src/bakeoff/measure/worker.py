@@ -11,7 +11,8 @@ Jobs (the first message):
 - ``coldstart``: load a variant and time its first call, nothing else.
 - ``measure``: load the variant, time the first call, save outputs on the
   quality inputs (the same loaded variant that is timed: rule 12), then
-  answer ``warmup`` / ``measure`` / ``exit`` commands until told to stop.
+  answer ``warmup`` / ``measure`` / ``server`` / ``offline`` / ``exit``
+  commands until told to stop.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ def _load_runner(job: dict[str, Any]) -> Runner:
         input_names=tuple(job["input_names"]),
         options=job.get("options", {}),
         candidate_id=job.get("candidate_id", ""),
+        streams=job.get("streams", 1),
     )
     return get_backend(job["variant"]["runtime"]).load(_variant(job), job["artifact"], ctx)
 
@@ -205,6 +207,23 @@ def serve_measure(conn: Connection, job: dict[str, Any], started: float) -> None
                 seed=cmd["seed"],
             )
             send(conn, {"ok": True, "server": result})
+        elif cmd["cmd"] == "offline":
+            from bakeoff.measure.scenarios import offline_trial
+
+            new_stream = getattr(runner, "new_stream", None)
+            streams = [
+                new_stream() if new_stream else runner.run for _ in range(cmd["concurrency"])
+            ]
+            result = offline_trial(
+                streams,
+                pool,
+                batch_size,
+                expected_sps=cmd["expected_sps"],
+                duration_s=cmd["duration_s"],
+                out_dir=Path(cmd["out_dir"]),
+                seed=cmd["seed"],
+            )
+            send(conn, {"ok": True, "offline": result})
         elif cmd["cmd"] == "exit":
             peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             send(conn, {"ok": True, "peak_rss_mb": peak_kib / 1024})

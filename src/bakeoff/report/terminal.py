@@ -178,6 +178,28 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
                     f"p99 {srv['p99_ms_at_max']:.1f} ms (bound {srv['bound_ms']:g} ms, "
                     f"{len(srv['tries'])} rates tried)"
                 )
+    offline = [c for c in document["candidates"] if c.get("offline")]
+    if offline:
+        console.print("\n[bold]Offline scenario[/] (every sample issued at once, LoadGen)")
+        for c in offline:
+            runs = ", ".join(
+                f"{t['concurrency']}x{t['threads_per_stream']}t: "
+                + (f"{t['samples_per_s']:.1f}/s" if t.get("samples_per_s") else "failed")
+                for t in c["offline"]["sweep"]
+            )
+            console.print(f"  {c['id']}: {runs}")
+        best = max(
+            (c for c in offline if c["offline"].get("best")),
+            key=lambda c: c["offline"]["best"]["samples_per_s"],
+            default=None,
+        )
+        if best is not None:
+            b = best["offline"]["best"]
+            console.print(
+                f"  highest: {best['id']} at {b['samples_per_s']:.1f} samples/s "
+                f"(batch {best['batch_size']}, {b['concurrency']} stream(s) x "
+                f"{b['threads_per_stream']} thread(s))"
+            )
     console.print("\n[bold]Verdict[/]")
     for v in document["verdicts"]:
         mark = f"[bold green]{v['winner']}[/]" if v["winner"] else "[red]no winner[/]"
