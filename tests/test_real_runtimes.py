@@ -55,9 +55,24 @@ MODEL_MODULE = textwrap.dedent(
             return self.net(wobble(x))
 
 
+    class Branchy(Mlp):
+        # A data-dependent branch: a tracer records the branch its example
+        # takes and the exported graph computes something else for the rest.
+        def forward(self, x):
+            h = self.net(x)
+            if x.mean() > 0.3057:
+                return h
+            return -h
+
+
     def build():
         torch.manual_seed(0)
         return Mlp()
+
+
+    def build_branchy():
+        torch.manual_seed(0)
+        return Branchy()
 
 
     def build_crashing():
@@ -132,6 +147,7 @@ def test_user_model_on_torch_onnxruntime_openvino(tmp_path: Path, store_path: Pa
             assert c["throughput"]["samples_per_s"] > 0
             assert c["peak_rss_mb"] > 0
             assert c["cold_start_s"]["load"] > 0
+            assert c["model_size_mb"] > 0
     # every INT8 method was built, run and quality-checked (ok or rejected, never lost)
     for cid in (
         "onnxruntime-int8-dynamic-b32",
@@ -294,3 +310,19 @@ def test_offline_scenario_sweeps_concurrency_with_loadgen(tmp_path: Path, store_
         # the two-stream step ran a variant compiled for two streams on two threads
         two = off["sweep"][1]["settings"]
         assert two["NUM_STREAMS"] == 2 and two["INFERENCE_NUM_THREADS"] == 2
+
+
+def test_traced_data_dependent_branch_is_rejected_by_the_quality_gate(
+    tmp_path: Path, store_path: Path
+) -> None:
+    wl = _workload(tmp_path, "build_branchy", ["torch", "onnxruntime"], ["fp32"], [1])
+    result = api.run(str(wl), api.RunOptions(quick=True, store=store_path, budget_s=3))
+    cands = _by_id(result.document)
+    assert cands["torch-fp32-b1"]["status"] == "ok"
+    ort = cands["onnxruntime-fp32-b1"]
+    # The export "succeeds" with one branch baked in; the gate catches it on real data.
+    assert ort["exporter"] in ("dynamo", "torchscript")
+    assert ort["status"] == "rejected", ort
+    assert ort["quality"]["drop"] > 0.1
+    assert f"drop {ort['quality']['drop']:.4f}" in ort["reason"]
+    assert result.document["verdicts"][0]["winner"] == "torch-fp32-b1"

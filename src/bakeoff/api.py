@@ -336,6 +336,8 @@ def _restore(candidates: list[Candidate], record: dict[str, Any], store: Store) 
             cold.get("first_call"),
         )
         c.peak_rss_mb = doc.get("peak_rss_mb")
+        size_mb = doc.get("model_size_mb")
+        c.model_bytes = None if size_mb is None else round(size_mb * 2**20)
         c.stopped = doc.get("stopped", "")
         c.validity = doc.get("validity", c.validity)
         c.validity_reason = doc.get("validity_reason", c.validity_reason)

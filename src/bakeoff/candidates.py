@@ -37,6 +37,7 @@ class Candidate:
     block_ns: list[int] = field(default_factory=list)
     round_slots: list[int] = field(default_factory=list)  # worker process of each round
     peak_rss_mb: float | None = None
+    model_bytes: int | None = None  # what the variant weighs on disk (sizes.model_bytes)
     stopped: str = ""  # why sampling ended (raced out, CI tight enough, budget)
     validity: str = "invalid"
     validity_reason: str = "not measured"
@@ -168,6 +169,7 @@ def candidate_document(c: Candidate) -> dict[str, Any]:
         "latency_ms": None,
         "throughput": None,
         "peak_rss_mb": None if c.peak_rss_mb is None else round(c.peak_rss_mb, 1),
+        "model_size_mb": None if c.model_bytes is None else round(c.model_bytes / 2**20, 3),
         "cold_start_s": _cold_start(c),
         "exporter": c.artifact.get("exporter"),
         "settings": c.settings,

@@ -114,6 +114,7 @@ def _load(c: Candidate, ctx: GroupContext, s: MeasureSettings) -> WorkerProcess 
         return None
     c.load_s, c.first_call_s = ready["load_s"], ready["first_call_s"]
     c.settings = ready["settings"]
+    c.model_bytes = ready.get("model_bytes")
     try:
         outputs = np.load(outputs_path, allow_pickle=False)
         c.quality = evaluate(ctx.metric, outputs, ctx.reference, ctx.labels, ctx.max_drop)

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from bakeoff.backends import BuildContext, LoadContext, Runner, Variant, get_backend
+from bakeoff.sizes import model_bytes
 from bakeoff.transforms import StepFailed
 from bakeoff.workload import ModelSource
 
@@ -169,6 +170,7 @@ def serve_measure(conn: Connection, job: dict[str, Any], started: float) -> None
             "load_s": load_s,
             "first_call_s": first_call_s,
             "settings": runner.settings,
+            "model_bytes": model_bytes(runner, job["artifact"]),
             "pid": os.getpid(),
         },
     )

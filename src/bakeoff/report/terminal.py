@@ -125,6 +125,7 @@ def results_table(document: dict[str, Any]) -> Table:
         ("p99 ms", "right"),
         ("samples/s [95% CI]", "right"),
         ("peak MB", "right"),
+        ("size MB", "right"),
         ("load s", "right"),
         ("1st call s", "right"),
     ):
@@ -145,6 +146,7 @@ def results_table(document: dict[str, Any]) -> Table:
             p99,
             "-" if not thr else f"{_num(thr['samples_per_s'])}{_ci(thr['ci95'])}",
             _fmt(c["peak_rss_mb"], 0),
+            _fmt(c.get("model_size_mb"), 1),
             _fmt(c["cold_start_s"]["load"]),
             _fmt(c["cold_start_s"]["first_call"]),
         )
