@@ -1,4 +1,5 @@
-"""ONNX Runtime on the CPU execution provider: FP32, INT8 dynamic and INT8 static."""
+"""ONNX Runtime on the CPU execution provider: FP32, FP16, INT8 dynamic and static, and
+INT4 weight-only. BF16 is offered as unavailable: the CPU provider has no kernels for it."""
 
 from __future__ import annotations
 
@@ -20,12 +21,13 @@ from bakeoff.backends.common import (
     example_inputs,
     map_inputs,
 )
+from bakeoff.hardware import precision_unsupported
 from bakeoff.transforms import cached_step
 
 RUNTIME = "onnxruntime"
 OPTIONS = {"threads", "graph_optimization_level", "allow_spinning"}
 INSTALL = "pip install onnxruntime==1.32.0"
-_NUMPY_TYPES = {
+NUMPY_TYPES = {
     "tensor(float)": np.float32,
     "tensor(double)": np.float64,
     "tensor(float16)": np.float16,
@@ -51,17 +53,50 @@ def offers(precision: str, model_kind: str) -> list[Offer]:
             Offer(Variant(RUNTIME, "int8", "dynamic")),
             Offer(Variant(RUNTIME, "int8", "static")),
         ]
+    if precision == "fp16":
+        reason = precision_unsupported("fp16")
+        return [Offer(Variant(RUNTIME, "fp16"), reason)]
+    if precision == "bf16":
+        return [Offer(Variant(RUNTIME, "bf16"), BF16_REASON)]
+    if precision == "int4":
+        return [Offer(Variant(RUNTIME, "int4", "weight-only"))]
     return [Offer(Variant(RUNTIME, precision), f"{precision} is not built by this version")]
+
+
+# Found by experiment with onnxruntime 1.32 (tests/test_precisions_ort_torch.py
+# repeats it): a bfloat16 graph fails at session creation with NOT_IMPLEMENTED.
+BF16_REASON = (
+    "ONNX Runtime's CPU execution provider has no bfloat16 kernels for MatMul, Gemm, Add, "
+    "Mul, Div, Relu, Erf, Softmax and most other compute operators (creating the session "
+    "fails with NOT_IMPLEMENTED); for BF16 on this CPU use torch autocast or OpenVINO"
+)
 
 
 def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
     from bakeoff.transforms.onnx_export import ensure_onnx
-    from bakeoff.transforms.ort_quantize import dynamic_int8, static_int8
+    from bakeoff.transforms.ort_float16 import float16
+    from bakeoff.transforms.ort_quantize import (
+        INT4_BLOCK_SIZE,
+        dynamic_int8,
+        int4_weight_only,
+        static_int8,
+    )
 
     fp32 = ensure_onnx(ctx.source, ctx.artifacts_dir, example_inputs(ctx))
     if variant.precision == "fp32":
         return dict(fp32)
-    if variant.method == "dynamic":
+    if variant.precision == "fp16":
+        example = example_inputs(ctx)
+        step = cached_step(
+            ctx.artifacts_dir, "ort-fp16", lambda d: float16(fp32["path"], d, example)
+        )
+    elif variant.precision == "int4":
+        step = cached_step(
+            ctx.artifacts_dir,
+            f"ort-int4-weight-only-block{INT4_BLOCK_SIZE}",
+            lambda d: int4_weight_only(fp32["path"], d, INT4_BLOCK_SIZE),
+        )
+    elif variant.method == "dynamic":
         step = cached_step(
             ctx.artifacts_dir, "ort-int8-dynamic", lambda d: dynamic_int8(fp32["path"], d)
         )
@@ -77,7 +112,7 @@ class OrtRunner:
     def __init__(self, session: Any, settings: dict[str, Any]) -> None:
         self.session = session
         self.settings = settings
-        self.inputs = [(i.name, _NUMPY_TYPES.get(i.type)) for i in session.get_inputs()]
+        self.inputs = [(i.name, NUMPY_TYPES.get(i.type)) for i in session.get_inputs()]
 
     def prepare(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return map_inputs(batch, self.inputs)

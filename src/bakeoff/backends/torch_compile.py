@@ -1,5 +1,6 @@
-"""torch.compile (inductor) on the CPU. Compilation happens on the first call, so it
-is recorded as part of the cold start, never in steady-state latency."""
+"""torch.compile (inductor) on the CPU: FP32, BF16/FP16 autocast and INT4 weight-only,
+as in eager. Compilation happens on the first call, so it is recorded as part of the
+cold start, never in steady-state latency."""
 
 from __future__ import annotations
 
@@ -33,4 +34,6 @@ def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> eager.
     model, settings = eager.load_model(variant, ctx)
     compiled = torch.compile(model, backend="inductor", mode=mode, dynamic=dynamic)
     settings.update({"compile_backend": "inductor", "compile_mode": mode, "dynamic": dynamic})
-    return eager.TorchRunner(compiled, settings)
+    # Autocast around the compiled call: dynamo traces the ambient autocast state
+    # into the graph (and guards on it), so inductor compiles the BF16/FP16 graph.
+    return eager.TorchRunner(eager.with_autocast(compiled, variant.precision), settings)

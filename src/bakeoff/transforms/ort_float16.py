@@ -1,0 +1,111 @@
+"""ONNX FP32 -> FP16 for ONNX Runtime, and what the CPU provider really computes in FP16.
+
+The converter is the one that ships with onnxruntime (onnxruntime.transformers.float16).
+Inputs and outputs stay float32 (keep_io_types) so every variant is fed the same
+arrays. ONNX Runtime's CPU execution provider has no float16 kernel for many
+operators (MatMul among them on x86) and silently inserts Casts to run them in
+float32; one profiled inference at build time counts which nodes really ran in
+float16, so the result says so instead of looking like an FP16 speed figure.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bakeoff.transforms import StepFailed
+
+# These settings change quality, so they are recorded with the artifact.
+_FLOAT16_SETTINGS: dict[str, Any] = {
+    "method": "convert",
+    "converter": "onnxruntime.transformers.float16.convert_float_to_float16",
+    "keep_io_types": True,
+    "op_block_list": "converter default",
+    "force_fp16_initializers": False,
+}
+
+
+def float16(fp32_path: str, out_dir: Path, example: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Convert to float16 (float32 inputs/outputs) and profile one CPU inference."""
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = convert_float_to_float16(onnx.load(fp32_path), keep_io_types=True)
+    path = out_dir / "model.onnx"
+    onnx.save(model, str(path))
+    dtypes = collections.Counter(init.data_type for init in model.graph.initializer)
+    settings = dict(_FLOAT16_SETTINGS)
+    settings["float16_initializers"] = dtypes[onnx.TensorProto.FLOAT16]
+    settings["float32_initializers"] = dtypes[onnx.TensorProto.FLOAT]
+    settings["cpu_kernels"] = cpu_kernel_precisions(path, out_dir, example)
+    return {"path": str(path), "quantization": settings}
+
+
+def cpu_kernel_precisions(
+    path: Path, out_dir: Path, example: dict[str, np.ndarray]
+) -> dict[str, Any]:
+    """One profiled inference on the CPU provider: how many nodes ran in float16.
+
+    The profile names each executed node with its output types, after ONNX
+    Runtime's own Cast insertion, so this is what runs, not what the file says.
+    """
+    import onnxruntime as ort
+
+    from bakeoff.backends.common import map_inputs
+    from bakeoff.backends.onnxruntime import NUMPY_TYPES
+
+    opts = ort.SessionOptions()
+    opts.enable_profiling = True
+    opts.profile_file_prefix = str(out_dir / "profile")
+    opts.intra_op_num_threads = 1
+    opts.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        inputs = [(i.name, NUMPY_TYPES.get(i.type)) for i in session.get_inputs()]
+        session.run(None, map_inputs(example, inputs))
+    except Exception as exc:
+        raise StepFailed(
+            "ONNX Runtime's CPU execution provider could not run the float16 model: "
+            f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+        ) from exc
+    profile = session.end_profiling()
+    try:
+        events = json.loads(Path(profile).read_text())
+    finally:
+        os.remove(profile)
+    return summarize_profile(events)
+
+
+def summarize_profile(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Count executed nodes by the float type they computed in."""
+    by_type: dict[str, collections.Counter[str]] = {
+        "float16": collections.Counter(),
+        "float": collections.Counter(),
+    }
+    casts = 0
+    for event in events:
+        if event.get("cat") != "Node" or not event.get("name", "").endswith("_kernel_time"):
+            continue
+        args = event.get("args", {})
+        op = str(args.get("op_name", "?"))
+        if op == "Cast":
+            casts += 1
+            continue
+        outputs = {t for shape in args.get("output_type_shape", []) for t in shape}
+        for dtype in ("float16", "float"):  # a node with a float16 output computed in float16
+            if dtype in outputs:
+                by_type[dtype][op] += 1
+                break
+    return {
+        "float16_nodes": sum(by_type["float16"].values()),
+        "float32_nodes": sum(by_type["float"].values()),
+        "cast_nodes": casts,
+        "float16_ops": sorted(by_type["float16"]),
+        "float32_ops": sorted(by_type["float"]),
+        "profiled": "one inference on CPUExecutionProvider, graph optimization level all",
+    }

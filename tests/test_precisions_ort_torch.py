@@ -1,0 +1,328 @@
+"""FP16, BF16 and INT4 on ONNX Runtime and PyTorch: the transforms on tiny models, the
+offers that say why a precision is unavailable, and one real run of every variant."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bakeoff import api
+
+MODEL_MODULE = textwrap.dedent(
+    """
+    import numpy as np
+    import torch
+    from sklearn.datasets import load_digits
+
+
+    class Mlp(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(
+                torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)
+            )
+
+        def forward(self, x):
+            return self.net(x)
+
+
+    def build():
+        torch.manual_seed(0)
+        return Mlp()
+
+
+    def inputs():
+        return (load_digits().data / 16.0).astype(np.float32)
+    """
+)
+
+
+def _workload(
+    tmp_path: Path, runtimes: list[str], precisions: list[str], batch_sizes: list[int]
+) -> Path:
+    (tmp_path / "tiny_model.py").write_text(MODEL_MODULE)
+    path = tmp_path / "workload.toml"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            name = "tiny"
+            [model]
+            kind = "torch"
+            factory = "tiny_model:build"
+            [data]
+            factory = "tiny_model:inputs"
+            [quality]
+            metric = "cosine"
+            max_drop = 0.01
+            [search]
+            runtimes = {json.dumps(runtimes)}
+            precisions = {json.dumps(precisions)}
+            batch_sizes = {json.dumps(batch_sizes)}
+            """
+        )
+    )
+    return path
+
+
+def _tiny_onnx(tmp_path: Path) -> Path:
+    """A two-layer MLP as ONNX; the TorchScript exporter writes each Linear as Gemm."""
+    import torch
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
+    path = tmp_path / "mlp.onnx"
+    torch.onnx.export(
+        net,
+        (torch.zeros(2, 64),),
+        str(path),
+        input_names=["x"],
+        output_names=["output"],
+        dynamic_axes={"x": {0: "batch"}, "output": {0: "batch"}},
+        dynamo=False,
+    )
+    return path
+
+
+def _session(path: Path) -> object:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def _x(n: int = 16) -> np.ndarray:
+    return np.random.default_rng(0).random((n, 64), np.float32)
+
+
+def test_ort_float16_keeps_float32_io_and_reports_cpu_kernels(tmp_path: Path) -> None:
+    import onnx
+
+    from bakeoff.transforms.ort_float16 import float16
+
+    src = _tiny_onnx(tmp_path)
+    (tmp_path / "fp16").mkdir()
+    art = float16(str(src), tmp_path / "fp16", {"x": _x(2)})
+    model = onnx.load(art["path"])
+    dtypes = {init.name: init.data_type for init in model.graph.initializer}
+    assert dtypes and set(dtypes.values()) == {onnx.TensorProto.FLOAT16}
+    io = [*model.graph.input, *model.graph.output]
+    assert {v.type.tensor_type.elem_type for v in io} == {onnx.TensorProto.FLOAT}
+    q = art["quantization"]
+    assert q["keep_io_types"] is True and q["float16_initializers"] == len(dtypes)
+    # What the CPU provider ran: Gemm has no float16 CPU kernel, so it runs in float32.
+    kernels = q["cpu_kernels"]
+    assert "Gemm" in kernels["float32_ops"]
+    assert kernels["float16_nodes"] + kernels["float32_nodes"] > 0
+    assert not list((tmp_path / "fp16").glob("profile*.json"))  # profile file removed
+    ref = _session(src).run(None, {"x": _x()})[0]  # type: ignore[attr-defined]
+    out = _session(Path(art["path"])).run(None, {"x": _x()})[0]  # type: ignore[attr-defined]
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, ref, atol=5e-3)
+
+
+def test_ort_int4_rewrites_gemm_and_quantizes_to_matmulnbits(tmp_path: Path) -> None:
+    import onnx
+
+    from bakeoff.transforms.ort_quantize import _gemm_to_matmul, int4_weight_only
+
+    src = _tiny_onnx(tmp_path)
+    # The Gemm -> MatMul + Add rewrite alone is exact.
+    model = onnx.load(str(src))
+    assert _gemm_to_matmul(model) == 2
+    assert [n.op_type for n in model.graph.node] == ["MatMul", "Add", "Relu", "MatMul", "Add"]
+    onnx.save(model, str(tmp_path / "rewritten.onnx"))
+    ref = _session(src).run(None, {"x": _x()})[0]  # type: ignore[attr-defined]
+    same = _session(tmp_path / "rewritten.onnx").run(None, {"x": _x()})[0]  # type: ignore[attr-defined]
+    np.testing.assert_allclose(same, ref, rtol=1e-5, atol=1e-6)
+
+    (tmp_path / "int4").mkdir()
+    art = int4_weight_only(str(src), tmp_path / "int4", block_size=32)
+    q = art["quantization"]
+    assert q["block_size"] == 32 and q["bits"] == 4 and q["symmetric"] is True
+    assert q["quantized_matmuls"] == 2 and q["gemm_rewritten_to_matmul"] == 2
+    ops = [n.op_type for n in onnx.load(art["path"]).graph.node]
+    assert ops.count("MatMulNBits") == 2 and "Gemm" not in ops
+    out = _session(Path(art["path"])).run(None, {"x": _x()})[0]  # type: ignore[attr-defined]
+    cos = (out * ref).sum(1) / np.linalg.norm(out, axis=1) / np.linalg.norm(ref, axis=1)
+    assert cos.min() > 0.99
+
+
+def test_ort_int4_without_weights_fails_with_reason(tmp_path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    from bakeoff.transforms import StepFailed
+    from bakeoff.transforms.ort_quantize import int4_weight_only
+
+    # activation x activation only: nothing has a weight to quantize
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])],
+        "g",
+        [
+            helper.make_tensor_value_info("a", TensorProto.FLOAT, [4, 4]),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, [4, 4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])],
+    )
+    onnx.save(helper.make_model(graph), str(tmp_path / "mm.onnx"))
+    with pytest.raises(StepFailed, match="no MatMul/Gemm with a constant 2-D weight"):
+        int4_weight_only(str(tmp_path / "mm.onnx"), tmp_path, block_size=32)
+
+
+def test_ort_bf16_is_unavailable_because_the_cpu_provider_lacks_kernels() -> None:
+    """The offer's reason, checked against the installed ONNX Runtime."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from bakeoff.backends import onnxruntime as backend
+
+    for op in ("MatMul", "Gemm", "Add", "Mul"):
+        names = ["a", "b"]
+        nodes = [
+            helper.make_node("Cast", [n], [f"{n}_bf16"], to=TensorProto.BFLOAT16) for n in names
+        ]
+        nodes.append(helper.make_node(op, [f"{n}_bf16" for n in names], ["y_bf16"]))
+        nodes.append(helper.make_node("Cast", ["y_bf16"], ["y"], to=TensorProto.FLOAT))
+        graph = helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4, 4]) for n in names],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+        model.ir_version = 9
+        with pytest.raises(Exception, match=f"NOT_IMPLEMENTED.*{op}"):
+            ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        assert op in backend.BF16_REASON
+    [offer] = backend.offers("bf16", "torch")
+    assert offer.reason == backend.BF16_REASON
+
+
+def test_torch_int4_linear_keeps_quality_and_lists_skipped_layers() -> None:
+    import torch
+
+    from bakeoff.backends.torch_eager import int4_weight_only
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    x = torch.from_numpy(_x())
+    with torch.no_grad():
+        ref = net(x)
+        quantized, settings = int4_weight_only(net, 32)
+        out = quantized(x)
+    assert type(quantized[0]).__name__ == "Int4WeightOnlyLinear"
+    assert isinstance(quantized[2], torch.nn.Linear)  # 10 outputs: not packable
+    assert settings["quantized_linear"] == 1 and settings["group_size"] == 32
+    assert settings["float32_linear"] == {"2": "out_features 10 not a multiple of 16"}
+    assert out.dtype == torch.float32
+    cos = torch.nn.functional.cosine_similarity(out, ref, dim=1)
+    assert float(cos.min()) > 0.99
+    with pytest.raises(RuntimeError, match="quantized no Linear layer"):
+        int4_weight_only(torch.nn.Sequential(torch.nn.Linear(10, 10)), 32)
+
+
+def test_offers_name_every_new_variant() -> None:
+    from bakeoff.backends import onnxruntime, torch_compile, torch_eager
+
+    ids = {
+        o.variant.id: o.reason
+        for backend in (onnxruntime, torch_eager, torch_compile)
+        for p in ("fp16", "bf16", "int4")
+        for o in backend.offers(p, "torch")
+    }
+    assert set(ids) == {
+        "onnxruntime-fp16",
+        "onnxruntime-bf16",
+        "onnxruntime-int4-weight-only",
+        "torch-fp16-autocast",
+        "torch-bf16-autocast",
+        "torch-int4-weight-only",
+        "torch-compile-fp16-autocast",
+        "torch-compile-bf16-autocast",
+        "torch-compile-int4-weight-only",
+    }
+
+
+@pytest.mark.slow  # ~2 min on a shared 2-core machine; the unit tests above are fast
+def test_fp16_bf16_int4_on_onnxruntime_and_torch(tmp_path: Path, store_path: Path) -> None:
+    import onnx
+
+    from bakeoff.hardware import precision_unsupported
+
+    wl = _workload(tmp_path, ["onnxruntime", "torch"], ["fp16", "bf16", "int4"], [1])
+    result = api.run(str(wl), api.RunOptions(quick=True, store=store_path, budget_s=2))
+    cands = {c["id"]: c for c in result.document["candidates"]}
+    assert set(cands) == {
+        "onnxruntime-fp16-b1",
+        "onnxruntime-bf16-b1",
+        "onnxruntime-int4-weight-only-b1",
+        "torch-fp16-autocast-b1",
+        "torch-bf16-autocast-b1",
+        "torch-int4-weight-only-b1",
+    }
+    for cid, c in cands.items():
+        if c["status"] in ("ok", "rejected"):
+            assert c["quality"]["metric"] == "cosine", cid
+            assert c["latency_ms"]["p50"] > 0, cid
+        else:
+            assert c["status"] in ("unavailable", "failed"), cid
+            assert len(c["reason"]) > 20, (cid, c["reason"])
+    assert cands["onnxruntime-bf16-b1"]["status"] == "unavailable"
+    assert "no bfloat16 kernels" in cands["onnxruntime-bf16-b1"]["reason"]
+
+    # Built and quality-checked wherever the CPU has the precision natively; else
+    # unavailable with the hardware reason.
+    needs = {
+        "onnxruntime-int4-weight-only-b1": None,
+        "onnxruntime-fp16-b1": "fp16",
+        "torch-fp16-autocast-b1": "fp16",
+        "torch-bf16-autocast-b1": "bf16",
+        "torch-int4-weight-only-b1": "bf16",  # its kernel takes bf16 activations
+    }
+    for cid, precision in needs.items():
+        missing = precision_unsupported(precision) if precision else None
+        if missing:
+            assert cands[cid]["status"] == "unavailable", cid
+            assert missing in cands[cid]["reason"], cid
+            continue
+        assert cands[cid]["status"] in ("ok", "rejected"), (cid, cands[cid]["reason"])
+        q = cands[cid]["settings"]["quantization"]
+        if cid.startswith("torch") and precision and cid.endswith("autocast-b1"):
+            dtype = {"fp16": "float16", "bf16": "bfloat16"}[precision]
+            assert q["method"] == "autocast" and q["dtype"] == dtype and q["onednn_native"]
+        elif cid == "torch-int4-weight-only-b1":
+            assert q["group_size"] == 32 and q["quantized_linear"] == 1
+            assert cands[cid]["quality"]["drop"] < 0.01
+        elif cid == "onnxruntime-int4-weight-only-b1":
+            assert q["method"] == "weight-only" and q["block_size"] == 32 and q["symmetric"]
+            assert cands[cid]["quality"]["drop"] < 0.01
+        else:  # onnxruntime-fp16: float32 I/O around a graph that really holds float16
+            assert q["keep_io_types"] is True and q["float16_initializers"] > 0
+            assert cands[cid]["quality"]["drop"] < 1e-3
+            artifacts = store_path.parent / "runs" / result.document["run_id"] / "artifacts"
+            graph = onnx.load(str(artifacts / "ort-fp16" / "model.onnx")).graph
+            assert any(i.data_type == onnx.TensorProto.FLOAT16 for i in graph.initializer)
+
+
+@pytest.mark.slow  # inductor compiles the autocast graph on the first call (~20 s here)
+def test_torch_compile_bf16_autocast(tmp_path: Path, store_path: Path) -> None:
+    from bakeoff.hardware import precision_unsupported
+
+    wl = _workload(tmp_path, ["torch-compile"], ["bf16"], [1])
+    result = api.run(str(wl), api.RunOptions(quick=True, store=store_path, budget_s=1))
+    [c] = result.document["candidates"]
+    assert c["id"] == "torch-compile-bf16-autocast-b1"
+    missing = precision_unsupported("bf16")
+    if missing:
+        assert c["status"] == "unavailable" and missing in c["reason"]
+        return
+    assert c["status"] in ("ok", "rejected"), c["reason"]
+    assert c["quality"]["drop"] < 1e-3
+    assert c["settings"]["compile_backend"] == "inductor"
+    assert c["settings"]["quantization"]["dtype"] == "bfloat16"
+    assert c["cold_start_s"]["first_call"] > 0
