@@ -12,6 +12,7 @@ import difflib
 import importlib
 import sys
 import tomllib
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -31,6 +32,13 @@ Precision = Literal["fp32", "fp16", "bf16", "int8", "int4"]
 DEFAULT_PRECISIONS: tuple[Precision, ...] = ("fp32", "int8")
 Metric = Literal["accuracy", "agreement", "cosine", "max_abs"]
 Objective = Literal["auto", "latency", "throughput"]
+HfTask = Literal["feature-extraction", "sequence-classification"]
+DEFAULT_HF_TASK: HfTask = "feature-extraction"
+# Checkpoint formats model.weights accepts. safetensors holds tensors only; the
+# pickle-based ones are read with torch.load(weights_only=True) and nothing else.
+SAFETENSORS_SUFFIXES = (".safetensors",)
+PICKLE_SUFFIXES = (".pt", ".pth", ".bin")
+DEFAULT_MAX_LENGTH = 128
 
 
 def _check_runtime(name: str) -> None:
@@ -45,36 +53,74 @@ class _Strict(BaseModel):
 
 
 class ModelSpec(_Strict):
-    kind: Literal["torch", "hf", "onnx", "builtin", "fake"]
+    kind: Literal["torch", "hf", "onnx", "openvino", "builtin", "fake"]
     name: str | None = Field(None, description="builtin: the built-in workload's name")
     factory: str | None = Field(None, description='"module:callable" returning a torch.nn.Module')
-    path: str | None = Field(None, description="a model file (onnx) or a local folder (hf)")
+    weights: str | None = Field(
+        None, description="torch: a state_dict file (.safetensors, .pt, .pth, .bin) to load"
+    )
+    path: str | None = Field(
+        None, description="a model file (onnx, OpenVINO IR .xml) or a local folder (hf)"
+    )
+    task: HfTask | None = Field(None, description="hf: what the module returns")
+    num_labels: int | None = Field(
+        None, ge=2, description="hf sequence-classification: classes of an untrained head"
+    )
     options: dict[str, Any] = Field(default_factory=dict, description="settings for kind=fake")
 
     @model_validator(mode="after")
     def _needs_source(self) -> ModelSpec:
         if self.kind == "torch" and not self.factory:
             raise ValueError('kind = "torch" needs factory = "module:callable"')
-        if self.kind in ("onnx", "hf") and not self.path:
+        if self.kind in ("onnx", "hf", "openvino") and not self.path:
             raise ValueError(f'kind = "{self.kind}" needs path = "..."')
+        if self.kind == "openvino" and self.path and not self.path.endswith(".xml"):
+            raise ValueError(
+                f'kind = "openvino" needs path = "model.xml" (an OpenVINO IR), got {self.path!r}'
+            )
         if self.kind == "builtin" and not self.name:
             raise ValueError('kind = "builtin" needs name = "minilm" or "digits"')
         if self.factory is not None and ":" not in self.factory:
             raise ValueError(f'factory must look like "module:callable", got {self.factory!r}')
+        if self.weights is not None:
+            if self.kind != "torch":
+                raise ValueError(f'weights is for kind = "torch" only, not kind = "{self.kind}"')
+            known = SAFETENSORS_SUFFIXES + PICKLE_SUFFIXES
+            if not self.weights.endswith(known):
+                raise ValueError(
+                    f"weights = {self.weights!r}: unknown file type; expected one of "
+                    f"{', '.join(known)} (a state_dict; .safetensors preferred)"
+                )
+        if self.task is not None and self.kind != "hf":
+            raise ValueError(f'task is for kind = "hf" only, not kind = "{self.kind}"')
+        if self.num_labels is not None and self.task != "sequence-classification":
+            raise ValueError('num_labels needs kind = "hf" and task = "sequence-classification"')
         return self
 
 
 class DataSpec(_Strict):
     factory: str | None = None
     path: str | None = None
+    text: str | None = Field(
+        None, description="hf: a UTF-8 file, one text per line, tokenized by the model's folder"
+    )
+    max_length: PositiveInt | None = Field(
+        None,
+        description=f"text: tokens per text, padded or truncated (default {DEFAULT_MAX_LENGTH})",
+    )
     quality_samples: PositiveInt | None = Field(
         None, description="how many held-out samples the quality gate uses"
     )
 
     @model_validator(mode="after")
     def _one_source(self) -> DataSpec:
-        if (self.factory is None) == (self.path is None):
-            raise ValueError('give exactly one of factory = "module:callable" or path = "x.npz"')
+        if sum(x is not None for x in (self.factory, self.path, self.text)) != 1:
+            raise ValueError(
+                'give exactly one of factory = "module:callable", path = "x.npz" '
+                'or text = "lines.txt"'
+            )
+        if self.max_length is not None and self.text is None:
+            raise ValueError('max_length goes with text = "lines.txt"')
         if self.factory is not None and ":" not in self.factory:
             raise ValueError(f'factory must look like "module:callable", got {self.factory!r}')
         return self
@@ -139,10 +185,35 @@ class WorkloadSpec(_Strict):
         default_factory=list, description="explicit candidates; replace the search grid"
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _task_aware_metric(cls, raw: Any) -> Any:
+        """A classifier's natural gate is top-1 agreement with the reference, not cosine.
+
+        Only fills in a metric the user left out, so every other workload keeps the
+        cosine default; malformed input is left for the field validators to report.
+        """
+        if not isinstance(raw, dict):
+            return raw
+        model = raw.get("model")
+        if not (isinstance(model, dict) and model.get("task") == "sequence-classification"):
+            return raw
+        quality = raw.get("quality", {})
+        if isinstance(quality, dict) and "metric" not in quality:
+            return {**raw, "quality": {**quality, "metric": "agreement"}}
+        return raw
+
     @model_validator(mode="after")
     def _data_needed(self) -> WorkloadSpec:
         if self.data is None and self.model.kind != "builtin":
-            raise ValueError('[data] is required: give factory = "module:callable" or path')
+            raise ValueError(
+                '[data] is required: give factory = "module:callable", path or text (hf only)'
+            )
+        if self.data is not None and self.data.text is not None and self.model.kind != "hf":
+            raise ValueError(
+                'data.text needs model.kind = "hf": texts are tokenized with the model '
+                "folder's own tokenizer; for other models give data.factory or data.path"
+            )
         labels = [c.label for c in self.candidates]
         dupes = sorted({x for x in labels if labels.count(x) > 1})
         if dupes:
@@ -159,6 +230,9 @@ class ModelSource:
     path: str | None
     base_dir: str | None
     options: dict[str, Any] = field(default_factory=dict)
+    task: str | None = None  # hf: feature-extraction | sequence-classification
+    num_labels: int | None = None  # hf sequence-classification without a trained head
+    weights: str | None = None  # torch: absolute path of a state_dict file
 
 
 @dataclass(frozen=True)
@@ -170,6 +244,9 @@ class Workload:
     source: ModelSource
     inputs: dict[str, np.ndarray]
     labels: np.ndarray | None
+    # Things the user must know about this workload (e.g. an untrained head);
+    # also issued as warnings when the workload is loaded.
+    notes: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -354,21 +431,204 @@ def _from_builtin(spec: WorkloadSpec, origin: str) -> Workload:
         if key in spec.model_fields_set:
             updates[key] = getattr(spec, key)
     merged = base.spec.model_copy(update=updates)
-    return Workload(merged, origin, base.source, base.inputs, base.labels)
+    return Workload(merged, origin, base.source, base.inputs, base.labels, base.notes)
+
+
+def _resolve(base_dir: str | None, name: str) -> Path:
+    """A path from the spec, relative to the workload file, made absolute: build
+    steps change the working directory, so workers must never see a relative one."""
+    return Path(base_dir or ".", name).absolute()
+
+
+def _check_model_path(model: ModelSpec, base_dir: str | None, origin: str) -> str | None:
+    if model.path is None:
+        return None
+    resolved = _resolve(base_dir, model.path)
+    key = f"{origin}: model.path = {model.path!r}"
+    if not resolved.exists():
+        raise UserError(f"{key}: {resolved} does not exist")
+    if model.kind == "hf":
+        if not resolved.is_dir():
+            raise UserError(
+                f'{key}: {resolved} is not a folder (kind = "hf" needs a local Hugging Face '
+                "model folder with config.json and the weights)"
+            )
+        if not (resolved / "config.json").is_file():
+            raise UserError(
+                f"{key}: {resolved} has no config.json: not a Hugging Face model folder"
+            )
+    if model.kind == "openvino":
+        weights = resolved.with_suffix(".bin")
+        if not resolved.is_file():
+            raise UserError(f"{key}: {resolved} is not a file")
+        if not weights.is_file():
+            raise UserError(
+                f"{key}: the weights file {weights} is missing (an OpenVINO IR is a .xml "
+                "with a .bin of the same name next to it)"
+            )
+    return str(resolved)
+
+
+def _check_weights(model: ModelSpec, base_dir: str | None, origin: str) -> str | None:
+    """Refuse a weights file here, before any build, rather than in every worker.
+
+    A pickle-based file is opened with torch's weights-only unpickler, which
+    refuses anything but tensors and plain containers without running it; torch
+    is imported for this only (kind = "torch" workloads import it with their
+    factory anyway). Whether the keys fit the architecture needs the model,
+    which only workers build: that check comes with the reference build.
+    """
+    if model.weights is None:
+        return None
+    resolved = _resolve(base_dir, model.weights)
+    key = f"{origin}: model.weights = {model.weights!r}"
+    if not resolved.is_file():
+        raise UserError(f"{key}: {resolved} does not exist")
+    from bakeoff.models import check_weights_file
+
+    check_weights_file(str(resolved), key)
+    return str(resolved)
+
+
+def _check_hf_folder(model: ModelSpec, folder: str, origin: str) -> tuple[Any, list[str]]:
+    """The folder's config, read without running any code it ships; and notes for the user."""
+    from transformers import AutoConfig
+
+    key = f"{origin}: model.path = {model.path!r}"
+    try:
+        config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    except Exception as exc:  # transformers raises ValueError, OSError or KeyError here
+        text = str(exc)
+        if "trust_remote_code" in text or "custom code" in text:
+            raise UserError(
+                f"{key}: this model needs code shipped in its folder (trust_remote_code); "
+                "bakeoff never runs a model folder's own code. Use a model type built into "
+                'transformers, or give the model as kind = "torch" with your own factory.'
+            ) from None
+        raise UserError(
+            f"{key}: cannot read its config.json: {type(exc).__name__}: {exc}"
+        ) from None
+    notes: list[str] = []
+    if (model.task or DEFAULT_HF_TASK) == "sequence-classification":
+        from transformers.models.auto.modeling_auto import (
+            MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES as with_head,
+        )
+
+        if config.model_type not in with_head:
+            raise UserError(
+                f"{key}: task = 'sequence-classification': transformers has no sequence "
+                f"classification model for model_type {config.model_type!r}"
+            )
+        architectures = list(getattr(config, "architectures", None) or [])
+        if any(a.endswith("ForSequenceClassification") for a in architectures):
+            if model.num_labels is not None and model.num_labels != config.num_labels:
+                raise UserError(
+                    f"{origin}: model.num_labels = {model.num_labels}, but the folder's trained "
+                    f"classification head has {config.num_labels} labels; leave num_labels out"
+                )
+        else:
+            n = model.num_labels or config.num_labels
+            notes.append(
+                f"model.path = {model.path!r} has no trained sequence-classification head "
+                f"(its config lists {architectures or 'no architectures'}): bakeoff adds one "
+                f"with {n} labels, UNTRAINED, initialised from a fixed seed so every process "
+                "builds the same one. Its predictions mean nothing; the agreement gate still "
+                "shows whether a runtime or precision changes the model's decisions."
+            )
+    return config, notes
+
+
+# Files that carry a tokenizer's vocabulary: without one, transformers builds an
+# empty tokenizer that maps every word to [UNK] instead of failing.
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "spm.model",
+    "sentencepiece.bpe.model",
+)
+
+
+def read_text_lines(path: Path, key: str) -> list[str]:
+    """One text per line, surrounding whitespace dropped, blank lines skipped."""
+    if not path.is_file():
+        raise UserError(f"{key}: {path} does not exist")
+    try:
+        content = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{key}: {path} is not UTF-8 text: {exc}") from None
+    texts = [line.strip() for line in content.splitlines() if line.strip()]
+    if not texts:
+        raise UserError(f"{key}: {path} is empty (expected one text per line)")
+    return texts
+
+
+def tokenize_texts(
+    folder: str, texts: list[str], max_length: int, key: str
+) -> dict[str, np.ndarray]:
+    """input_ids and attention_mask (int64), every text padded or cut to max_length
+    tokens, so any batch of samples stacks and the benchmark runs that length."""
+    if not any((Path(folder) / name).is_file() for name in _TOKENIZER_FILES):
+        raise UserError(
+            f"{key}: the model folder {folder} has no tokenizer (none of "
+            f"{', '.join(_TOKENIZER_FILES)}); give token ids with data.path or data.factory"
+        )
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            folder, local_files_only=True, trust_remote_code=False
+        )
+        if len(tokenizer) <= len(set(tokenizer.all_special_tokens)):
+            raise ValueError("the tokenizer has no vocabulary beyond its special tokens")
+        enc = tokenizer(
+            texts,
+            padding="max_length",
+            truncation=True,
+            max_length=max_length,
+            return_tensors="np",
+        )
+    except Exception as exc:  # tokenizers raise ValueError, OSError, TypeError...
+        raise UserError(
+            f"{key}: cannot tokenize with the tokenizer in {folder}: {type(exc).__name__}: {exc}"
+        ) from None
+    return {
+        "input_ids": np.asarray(enc["input_ids"], dtype=np.int64),
+        "attention_mask": np.asarray(enc["attention_mask"], dtype=np.int64),
+    }
+
+
+def _text_data(
+    data: DataSpec, folder: str, config: Any, base_dir: str | None, origin: str
+) -> dict[str, np.ndarray]:
+    assert data.text is not None
+    key = f"{origin}: data.text = {data.text!r}"
+    max_length = data.max_length or DEFAULT_MAX_LENGTH
+    limit = getattr(config, "max_position_embeddings", None)
+    if isinstance(limit, int) and max_length > limit:
+        raise UserError(
+            f"{origin}: data.max_length = {max_length}: the model takes at most {limit} tokens"
+        )
+    texts = read_text_lines(_resolve(base_dir, data.text), key)
+    return tokenize_texts(folder, texts, max_length, key)
 
 
 def workload_from_spec(spec: WorkloadSpec, origin: str, base_dir: str | None) -> Workload:
     if spec.model.kind == "builtin":
         return _from_builtin(spec, origin)
     assert spec.data is not None
-    model_path = spec.model.path
-    if model_path is not None and base_dir is not None:
-        resolved = Path(base_dir, model_path)
-        if not resolved.exists():
-            raise UserError(f"{origin}: model.path = {model_path!r}: {resolved} does not exist")
-        model_path = str(resolved)
+    model_path = _check_model_path(spec.model, base_dir, origin)
     if spec.model.kind == "torch" and spec.model.factory:
         import_factory(spec.model.factory, base_dir, origin, "model.factory")  # fail early
+    weights = _check_weights(spec.model, base_dir, origin)
+    hf_config: Any = None
+    notes: list[str] = []
+    if spec.model.kind == "hf":
+        assert model_path is not None
+        hf_config, notes = _check_hf_folder(spec.model, model_path, origin)
     if spec.data.factory:
         make = import_factory(spec.data.factory, base_dir, origin, "data.factory")
         with _on_path(base_dir):
@@ -379,6 +639,9 @@ def workload_from_spec(spec: WorkloadSpec, origin: str, base_dir: str | None) ->
                     f"{origin}: data.factory = {spec.data.factory!r} raised "
                     f"{type(exc).__name__}: {exc}"
                 ) from None
+    elif spec.data.text is not None:
+        assert model_path is not None  # data.text is for kind = "hf", which needs a path
+        raw = _text_data(spec.data, model_path, hf_config, base_dir, origin)
     else:
         assert spec.data.path is not None
         raw = _load_data_file(Path(base_dir or ".", spec.data.path), origin)
@@ -388,11 +651,25 @@ def workload_from_spec(spec: WorkloadSpec, origin: str, base_dir: str | None) ->
             f"{origin}: quality.metric = 'accuracy' needs labels: make data give (inputs, labels)"
             " or put a 'labels' array in the .npz"
         )
+    is_hf = spec.model.kind == "hf"
     source = ModelSource(
         kind=spec.model.kind,
         factory=spec.model.factory,
         path=model_path,
         base_dir=base_dir,
         options=dict(spec.model.options),
+        task=(spec.model.task or DEFAULT_HF_TASK) if is_hf else None,
+        num_labels=spec.model.num_labels,
+        weights=weights,
     )
-    return Workload(spec=spec, origin=origin, source=source, inputs=inputs, labels=labels)
+    for note in notes:
+        # Shown once on the terminal; kept in Workload.notes for reports.
+        warnings.warn(f"{origin}: {note}", UserWarning, stacklevel=2)
+    return Workload(
+        spec=spec,
+        origin=origin,
+        source=source,
+        inputs=inputs,
+        labels=labels,
+        notes=tuple(notes),
+    )
