@@ -298,7 +298,7 @@ def test_offline_scenario_sweeps_concurrency_with_loadgen(tmp_path: Path, store_
     doc = result.document
     assert result.exit_code == 0
     assert doc["settings"]["scenario"] == "offline"
-    swept = [c for c in doc["candidates"] if c["offline"]]
+    swept = [c for c in doc["candidates"] if c["offline"] and c["method"] is None]
     assert [c["batch_size"] for c in swept] == [1, 8]
     for c in swept:
         off = c["offline"]

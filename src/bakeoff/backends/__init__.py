@@ -70,6 +70,10 @@ class BuildContext:
     data_path: str  # npz with calib/<name> arrays (calibration) and input names
     input_names: tuple[str, ...]
     threads: int
+    # The quality gate's settings, for builds that tune against it (NNCF's
+    # accuracy-aware INT8); defaults are the workload defaults.
+    metric: str = "cosine"
+    max_drop: float = 0.01
 
 
 @dataclass(frozen=True)

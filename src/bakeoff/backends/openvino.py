@@ -1,4 +1,6 @@
-"""OpenVINO on the CPU: FP32 and NNCF post-training INT8.
+"""OpenVINO on the CPU: FP32 (from ONNX, or straight from torch), FP16/BF16 as
+inference precision hints, NNCF INT8 (plain and accuracy-aware) and NNCF INT4
+weight-only. A model given as OpenVINO IR (kind "openvino") is its own FP32 IR.
 
 The inference precision hint is always set explicitly: on CPUs with BF16
 support OpenVINO otherwise runs an FP32 model in bf16 without saying so.
@@ -6,6 +8,7 @@ support OpenVINO otherwise runs an FP32 model in bf16 without saying so.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,7 +28,9 @@ from bakeoff.backends.common import (
     is_transformer,
     map_inputs,
 )
-from bakeoff.transforms import cached_step
+from bakeoff.hardware import precision_unsupported
+from bakeoff.transforms import StepFailed, cached_step
+from bakeoff.transforms.openvino_convert import input_types
 
 RUNTIME = "openvino"
 OPTIONS = {"threads", "inference_precision", "num_streams", "performance_hint"}
@@ -36,37 +41,95 @@ def availability() -> Availability:
     return package_availability("openvino", "openvino", INSTALL)
 
 
+# The inference precision each variant runs in; FP16/BF16 are hints on the FP32
+# IR (the CPU plugin converts weights at compile time), not separate files.
+_HINTS = {"fp16": "f16", "bf16": "bf16"}
+_HINT_ALIASES = {"fp32": "f32", "fp16": "f16", "bfloat16": "bf16"}
+
+
 def offers(precision: str, model_kind: str) -> list[Offer]:
-    if model_kind not in ("torch", "hf", "onnx"):
+    if model_kind not in ("torch", "hf", "onnx", "openvino"):
         return [Offer(Variant(RUNTIME, precision), f"the model is {model_kind}, not convertible")]
     if precision == "fp32":
-        return [Offer(Variant(RUNTIME, "fp32"))]
-    if precision == "int8":
+        out = [Offer(Variant(RUNTIME, "fp32"))]
+        if model_kind in ("torch", "hf"):  # torch -> IR with no ONNX in between
+            out.append(Offer(Variant(RUNTIME, "fp32", "direct")))
+        return out
+    if precision in _HINTS:
+        return [Offer(Variant(RUNTIME, precision), precision_unsupported(precision))]
+    if precision in ("int8", "int4"):
+        methods = ["nncf", "nncf-aa"] if precision == "int8" else ["weight-only"]
         nncf = package_availability("nncf", "nncf", "pip install nncf==3.4.0")
-        if not nncf.available:
-            return [Offer(Variant(RUNTIME, "int8", "nncf"), f"{nncf.reason}; {nncf.install}")]
-        return [Offer(Variant(RUNTIME, "int8", "nncf"))]
+        reason = None if nncf.available else f"{nncf.reason}; {nncf.install}"
+        return [Offer(Variant(RUNTIME, precision, m), reason) for m in methods]
     return [Offer(Variant(RUNTIME, precision), f"{precision} is not built by this version")]
 
 
-def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
+def _fp32_ir(ctx: BuildContext) -> dict[str, Any]:
+    """The FP32 IR every other OpenVINO variant starts from: {"path", "exporter"}."""
+    if ctx.source.kind == "openvino":
+        # The user's own IR: no ONNX export, no conversion.
+        assert ctx.source.path is not None
+        xml = Path(ctx.source.path)
+        if not xml.is_file():
+            raise StepFailed(f"OpenVINO IR {xml} does not exist")
+        if not xml.with_suffix(".bin").is_file():
+            raise StepFailed(f"OpenVINO IR {xml} has no weights file {xml.with_suffix('.bin')}")
+        return {"path": str(xml), "exporter": "user-provided"}
     from bakeoff.transforms.onnx_export import ensure_onnx
-    from bakeoff.transforms.openvino_convert import ir_from_onnx, nncf_int8
+    from bakeoff.transforms.openvino_convert import ir_from_onnx
 
     onnx_fp32 = ensure_onnx(ctx.source, ctx.artifacts_dir, example_inputs(ctx))
     ir = cached_step(ctx.artifacts_dir, "ov-fp32", lambda d: ir_from_onnx(onnx_fp32["path"], d))
+    return {**ir, "exporter": onnx_fp32["exporter"]}
+
+
+def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
+    from bakeoff.transforms import openvino_convert as conv
+
+    if variant.method == "direct":
+        return cached_step(
+            ctx.artifacts_dir,
+            "ov-fp32-direct",
+            lambda d: conv.ir_from_torch(
+                ctx.source, example_inputs(ctx), d, transformer=is_transformer(ctx)
+            ),
+        )
+    ir = _fp32_ir(ctx)
     if variant.precision == "fp32":
-        return {**ir, "exporter": onnx_fp32["exporter"]}
-    calib = calibration_data(ctx)
-    step = cached_step(
-        ctx.artifacts_dir,
-        "ov-int8-nncf",
-        lambda d: nncf_int8(ir["path"], d, calib, transformer=is_transformer(ctx)),
-    )
-    return {**step, "exporter": onnx_fp32["exporter"]}
-
-
-_NUMPY_TYPES = {"f32": np.float32, "i64": np.int64, "i32": np.int32, "f16": np.float16}
+        return ir
+    if variant.precision in _HINTS:
+        hint = {"inference_precision_hint": _HINTS[variant.precision], "weights": "fp32 IR"}
+        return {**ir, "quantization": hint}
+    if variant.method == "weight-only":
+        step = cached_step(
+            ctx.artifacts_dir,
+            "ov-int4-weight-only",
+            lambda d: conv.nncf_int4_weights(ir["path"], d),
+        )
+    elif variant.method == "nncf-aa":
+        step = cached_step(
+            ctx.artifacts_dir,
+            # the result depends on the gate's settings, so they name the step
+            f"ov-int8-nncf-aa-{ctx.metric}-{ctx.max_drop:g}",
+            lambda d: conv.nncf_int8_accuracy_aware(
+                ir["path"],
+                d,
+                calibration_data(ctx),
+                transformer=is_transformer(ctx),
+                metric=ctx.metric,
+                max_drop=ctx.max_drop,
+            ),
+        )
+    else:
+        step = cached_step(
+            ctx.artifacts_dir,
+            "ov-int8-nncf",
+            lambda d: conv.nncf_int8(
+                ir["path"], d, calibration_data(ctx), transformer=is_transformer(ctx)
+            ),
+        )
+    return {**step, "exporter": ir["exporter"]}
 
 
 class OpenVinoRunner:
@@ -74,10 +137,7 @@ class OpenVinoRunner:
         self.compiled = compiled
         self.request = compiled.create_infer_request()
         self.settings = settings
-        self.inputs = [
-            (p.get_any_name(), _NUMPY_TYPES.get(p.get_element_type().get_type_name()))
-            for p in compiled.inputs
-        ]
+        self.inputs = input_types(compiled.inputs)
 
     def prepare(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return map_inputs(batch, self.inputs)
@@ -102,15 +162,21 @@ def _plain(value: Any) -> Any:
     return getattr(value, "name", str(value))  # enums such as PerformanceMode.LATENCY
 
 
+def _hint_name(value: str) -> str:
+    return _HINT_ALIASES.get(value.lower(), value.lower())
+
+
 def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> OpenVinoRunner:
     import openvino as ov
 
     check_options(ctx.options, OPTIONS, RUNTIME)
     core = ov.Core()
+    # A candidate's own inference_precision wins over the variant's precision.
+    hint = str(ctx.options.get("inference_precision", _HINTS.get(variant.precision, "f32")))
     config = {
         # Always explicit: left alone, OpenVINO runs FP32 models in bf16 on CPUs
-        # with BF16 support. A candidate may ask for bf16/f16 on purpose.
-        "INFERENCE_PRECISION_HINT": str(ctx.options.get("inference_precision", "f32")),
+        # with BF16 support. FP16/BF16 variants ask for theirs on purpose.
+        "INFERENCE_PRECISION_HINT": hint,
         # Threads for the whole compiled model: `ctx.threads` per stream.
         "INFERENCE_NUM_THREADS": ctx.threads * ctx.streams,
         "NUM_STREAMS": int(ctx.options.get("num_streams", ctx.streams)),
@@ -120,7 +186,24 @@ def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> OpenVi
     settings: dict[str, Any] = {"openvino_version": ov.get_version(), "device": "CPU"}
     for key in config:  # record what OpenVINO actually applied, not what we asked for
         settings[key] = _plain(compiled.get_property(key))
+    # Not set by us, but it changes quality: the CPU plugin quantizes activations
+    # of layers with compressed (INT4/INT8) weights in groups of this size.
+    if "DYNAMIC_QUANTIZATION_GROUP_SIZE" in compiled.get_property("SUPPORTED_PROPERTIES"):
+        settings["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = _plain(
+            compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE")
+        )
+    applied = str(settings["INFERENCE_PRECISION_HINT"])
+    if _hint_name(applied) != _hint_name(hint):
+        # OpenVINO may quietly run another precision; a candidate labelled bf16
+        # that runs f32 would be measured under the wrong name.
+        raise RuntimeError(
+            f"OpenVINO did not apply INFERENCE_PRECISION_HINT={hint} on this CPU: "
+            f"the compiled model reports {applied}"
+        )
     settings["exporter"] = artifact.get("exporter")
     if "quantization" in artifact:
-        settings["quantization"] = artifact["quantization"]
+        settings["quantization"] = dict(artifact["quantization"])
+        if "inference_precision_hint" in settings["quantization"]:
+            # a candidate's inference_precision option may have replaced the variant's
+            settings["quantization"]["inference_precision_hint"] = applied
     return OpenVinoRunner(compiled, settings)

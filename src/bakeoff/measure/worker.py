@@ -122,6 +122,8 @@ def do_build(job: dict[str, Any]) -> dict[str, Any]:
         data_path=job["data_path"],
         input_names=tuple(job["input_names"]),
         threads=job["threads"],
+        metric=job.get("metric", "cosine"),
+        max_drop=job.get("max_drop", 0.01),
     )
     t0 = time.perf_counter()
     artifact = get_backend(job["variant"]["runtime"]).build(_variant(job), ctx)

@@ -1,11 +1,63 @@
-"""ONNX -> OpenVINO IR (kept FP32 on disk), and NNCF post-training INT8 quantization."""
+"""OpenVINO IR steps: ONNX -> IR and torch -> IR (kept FP32 on disk), NNCF
+post-training INT8 (plain and accuracy-aware) and NNCF INT4 weight compression."""
 
 from __future__ import annotations
 
+import logging
+import re
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from bakeoff.transforms import StepFailed
+
+# OpenVINO element type names -> numpy dtypes, to feed a graph its own input types.
+NUMPY_TYPES: dict[str, Any] = {
+    "f32": np.float32,
+    "f64": np.float64,
+    "f16": np.float16,
+    "i64": np.int64,
+    "i32": np.int32,
+    "i8": np.int8,
+    "u8": np.uint8,
+    "boolean": np.bool_,
+}
+
+# INT4 weight-only settings. Asymmetric keeps a zero point per group, which holds
+# accuracy better than symmetric on weights that are not centred on zero; 128 is
+# NNCF's and OpenVINO's usual group size for CPU kernels.
+INT4_MODE = "int4_asym"
+INT4_GROUP_SIZE = 128
+INT4_RATIO = 1.0  # every eligible layer in INT4; first/last layers keep NNCF's INT8 backup
+
+# OpenVINO's torch frontend: "No conversion rule found for operations: mylib::op, ..."
+_UNCONVERTED = re.compile(r"No conversion rule found for operations: ([^\n]+)")
+
+
+# NNCF's closing report: "N out of M were reverted back to the floating-point
+# precision:\n\tname\n\tname" (its step-by-step messages include undone steps).
+_REVERTED = re.compile(
+    r"(\d+) out of (\d+) were reverted back to the floating-point precision:(.*)", re.DOTALL
+)
+
+
+class _Captured(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def input_types(ports: Iterable[Any]) -> list[tuple[str, Any]]:
+    """(name, numpy dtype) of each model input, in order."""
+    return [
+        (p.get_any_name(), NUMPY_TYPES.get(p.get_element_type().get_type_name())) for p in ports
+    ]
 
 
 def ir_from_onnx(onnx_path: str, out_dir: Path) -> dict[str, Any]:
@@ -18,6 +70,76 @@ def ir_from_onnx(onnx_path: str, out_dir: Path) -> dict[str, Any]:
     return {"path": str(path)}
 
 
+def ir_from_torch(
+    source: Any, example: dict[str, np.ndarray], out_dir: Path, transformer: bool
+) -> dict[str, Any]:
+    """The torch module straight to IR with OpenVINO's PyTorch frontend (no ONNX).
+
+    Batch is dynamic (-1) so one IR serves every batch size; for transformer
+    inputs the sequence axis is dynamic too. Inputs are renamed to the data's
+    array names, as the ONNX path names them.
+    """
+    import openvino as ov
+    import torch
+
+    from bakeoff.models import build_torch_model
+    from bakeoff.transforms.onnx_export import operator_in
+
+    module = build_torch_model(source)
+    names = list(example)
+    args = tuple(torch.from_numpy(np.ascontiguousarray(example[n])) for n in names)
+    shapes = [
+        ov.PartialShape(
+            [
+                -1 if axis == 0 or (transformer and axis == 1) else dim
+                for axis, dim in enumerate(a.shape)
+            ]
+        )
+        for a in args
+    ]
+    try:
+        with torch.no_grad():
+            model = ov.convert_model(module, example_input=args, input=shapes)
+    except Exception as exc:
+        text = str(exc)
+        found = _UNCONVERTED.search(text)
+        op = found.group(1).strip() if found else operator_in(text)
+        head = "OpenVINO direct conversion failed" + (f" on operator {op}" if op else "")
+        print(f"--- {type(exc).__name__} ---\n{text}", file=sys.stderr)  # whole text: build log
+        raise StepFailed(f"{head}: {type(exc).__name__}: {_gist(text)}") from exc
+    if len(model.inputs) != len(names):
+        raise StepFailed(
+            f"OpenVINO direct conversion gave {len(model.inputs)} inputs for the data's "
+            f"{len(names)} arrays ({', '.join(names)})"
+        )
+    for port, name in zip(model.inputs, names, strict=True):
+        port.get_tensor().set_names({name})
+    path = out_dir / "model.xml"
+    ov.save_model(model, str(path), compress_to_fp16=False)
+    return {"path": str(path), "exporter": "openvino.convert_model (torch, no ONNX)"}
+
+
+def _gist(text: str, limit: int = 400) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _samples(model: Any, calibration: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """One batch-1 input dict per calibration sample, keyed and typed as the IR wants."""
+    from bakeoff.backends.common import map_inputs
+
+    types = input_types(model.inputs)
+    n = len(next(iter(calibration.values())))
+    return [map_inputs({k: v[i : i + 1] for k, v in calibration.items()}, types) for i in range(n)]
+
+
+def _ptq_kwargs(nncf: Any, n: int, transformer: bool) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"subset_size": n, "preset": nncf.QuantizationPreset.MIXED}
+    if transformer:
+        kwargs["model_type"] = nncf.ModelType.TRANSFORMER
+    return kwargs
+
+
 def nncf_int8(
     ir_path: str, out_dir: Path, calibration: dict[str, np.ndarray], transformer: bool
 ) -> dict[str, Any]:
@@ -25,22 +147,210 @@ def nncf_int8(
     import openvino as ov
 
     model = ov.Core().read_model(ir_path)
-    names = [p.get_any_name() for p in model.inputs]
-    n = len(next(iter(calibration.values())))
-    samples = [
-        {name: calibration[name][i : i + 1] for name in names if name in calibration}
-        for i in range(n)
-    ]
-    kwargs: dict[str, Any] = {"subset_size": n, "preset": nncf.QuantizationPreset.MIXED}
-    if transformer:
-        kwargs["model_type"] = nncf.ModelType.TRANSFORMER
-    quantized = nncf.quantize(model, nncf.Dataset(samples), **kwargs)
+    samples = _samples(model, calibration)
+    quantized = nncf.quantize(
+        model, nncf.Dataset(samples), **_ptq_kwargs(nncf, len(samples), transformer)
+    )
     path = out_dir / "model.xml"
     ov.save_model(quantized, str(path), compress_to_fp16=False)
     settings = {
         "tool": "nncf.quantize",
         "preset": "mixed",
         "model_type": "transformer" if transformer else "default",
-        "calibration_samples": n,
+        "smooth_quant": transformer,  # NNCF applies it for model_type transformer only
+        "calibration_samples": len(samples),
     }
     return {"path": str(path), "quantization": settings}
+
+
+def nncf_int8_accuracy_aware(
+    ir_path: str,
+    out_dir: Path,
+    calibration: dict[str, np.ndarray],
+    transformer: bool,
+    metric: str,
+    max_drop: float,
+) -> dict[str, Any]:
+    """NNCF INT8 that reverts the most harmful quantizers to FP32 until the drop fits.
+
+    The validation metric is the quality gate's own comparison (bakeoff.quality)
+    against the FP32 IR's outputs, on the calibration split: NNCF sees 1 - drop
+    (1 for the FP32 IR itself; NNCF divides by it, so not 0), so its absolute
+    "accuracy drop" is the gate's drop and max_drop is the gate's max_drop.
+    The quality hold-out stays unseen, so the gate still judges the result.
+    """
+    import nncf
+    import openvino as ov
+    from nncf.quantization.advanced_parameters import (
+        AdvancedQuantizationParameters,
+        AdvancedSmoothQuantParameters,
+    )
+
+    from bakeoff.quality import evaluate
+
+    # The calibration split has no labels: for "accuracy", agreement with the
+    # FP32 top-1 is the closest label-free stand-in, and it is recorded as such.
+    val_metric = "agreement" if metric == "accuracy" else metric
+    core = ov.Core()
+    model = core.read_model(ir_path)
+    samples = _samples(model, calibration)
+    # f32 explicitly, as NNCF compiles for validation, so the reference is exact.
+    fp32 = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    reference = np.concatenate([np.asarray(fp32(s)[0], dtype=np.float32) for s in samples])
+    del fp32
+    items = list(enumerate(samples))
+
+    def drop_of(outputs: np.ndarray, rows: list[int]) -> float:
+        q = evaluate(val_metric, outputs, reference[rows], None, max_drop)
+        # NNCF subtracts metrics; an infinite drop (NaN outputs) would make NaN there.
+        return float(min(q.drop, 1e6))
+
+    def validate(compiled: Any, data: Iterable[tuple[int, dict[str, np.ndarray]]]) -> Any:
+        rows, outs = [], []
+        for i, inputs in data:
+            rows.append(i)
+            outs.append(np.asarray(compiled(inputs)[0], dtype=np.float32))
+        stacked = np.concatenate(outs)
+        per_item = [1.0 - drop_of(stacked[k : k + 1], [r]) for k, r in enumerate(rows)]
+        return 1.0 - drop_of(stacked, rows), per_item
+
+    dataset = nncf.Dataset(items, lambda item: item[1])
+    # NNCF says which layers it gave back to floating point only in its log.
+    log = _Captured()
+    logging.getLogger("nncf").addHandler(log)
+    try:
+        quantized = nncf.quantize_with_accuracy_control(
+            model,
+            dataset,
+            dataset,
+            validate,
+            max_drop=max_drop,
+            drop_type=nncf.DropType.ABSOLUTE,
+            # SmoothQuant off: NNCF 3.4 reverts a quantizer but keeps SmoothQuant's
+            # rescaling around it, and the "restored" model drifts away from FP32
+            # (on MiniLM every quantizer reverted still left a cosine drop of 0.7).
+            advanced_quantization_parameters=AdvancedQuantizationParameters(
+                smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=-1)
+            ),
+            **_ptq_kwargs(nncf, len(samples), transformer),
+        )
+    finally:
+        logging.getLogger("nncf").removeHandler(log)
+    reports = [m for m in map(_REVERTED.search, log.lines) if m]
+    remaining = sum(op.get_type_name() == "FakeQuantize" for op in quantized.get_ops())
+    if remaining == 0:
+        # Every quantizer went back to float: an FP32 model under an INT8 label.
+        raise StepFailed(
+            f"NNCF accuracy control reverted every quantizer to float: no INT8 model meets "
+            f"max_drop {max_drop:g} ({val_metric} vs the FP32 IR on the calibration split)"
+        )
+    final = core.compile_model(quantized, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    achieved = 1.0 - validate(final, items)[0]
+    del final
+    path = out_dir / "model.xml"
+    ov.save_model(quantized, str(path), compress_to_fp16=False)
+    settings = {
+        "tool": "nncf.quantize_with_accuracy_control",
+        "preset": "mixed",
+        "model_type": "transformer" if transformer else "default",
+        "smooth_quant": False,
+        "calibration_samples": len(samples),
+        "validation": "calibration split vs the FP32 IR's outputs",
+        "validation_metric": val_metric,
+        "max_drop": max_drop,
+        "drop_type": "absolute",
+        "calibration_drop": achieved,
+        "fake_quantize_ops": remaining,
+        # NNCF's closing report; none when the plain INT8 model already met max_drop
+        "quantized_operations": int(reports[-1].group(2)) if reports else None,
+        "reverted_to_float": reports[-1].group(3).split() if reports else [],
+    }
+    return {"path": str(path), "quantization": settings}
+
+
+def nncf_int4_weights(ir_path: str, out_dir: Path) -> dict[str, Any]:
+    """INT4 weight-only compression (activations stay floating point).
+
+    Layers whose input size is not a multiple of the group size make NNCF stop;
+    then the build retries with NNCF's ADJUST fallback (the largest power-of-two
+    group that divides the layer, at least 32, else the INT8 backup) and records
+    the fallback and the groups applied. A model with no layer left in INT4 is a
+    failed build, not an INT8 model under an INT4 label.
+    """
+    import nncf
+    import openvino as ov
+    from nncf.quantization.advanced_parameters import (
+        AdvancedCompressionParameters,
+        GroupSizeFallbackMode,
+    )
+
+    model = ov.Core().read_model(ir_path)
+    mode = nncf.CompressWeightsMode(INT4_MODE)
+    fallback: str | None = None
+    try:
+        compressed = nncf.compress_weights(
+            model.clone(), mode=mode, group_size=INT4_GROUP_SIZE, ratio=INT4_RATIO
+        )
+    except nncf.InvalidGroupSizeError as exc:
+        fallback = "adjust: " + " ".join(str(exc).split())
+        compressed = nncf.compress_weights(
+            model,
+            mode=mode,
+            group_size=INT4_GROUP_SIZE,
+            ratio=INT4_RATIO,
+            advanced_parameters=AdvancedCompressionParameters(
+                group_size_fallback_mode=GroupSizeFallbackMode.ADJUST
+            ),
+        )
+    weights = compressed_weights(compressed)
+    int4 = {k: v for k, v in weights.items() if v["bits"] == 4}
+    if not int4:
+        raise StepFailed(
+            f"NNCF compressed no weight to INT4 ({len(weights)} kept in its INT8 backup, as "
+            f"NNCF does for the first and last layers and for layers too small to group"
+            f"{'; ' + fallback if fallback else ''}): INT4 weight-only does not apply here"
+        )
+    path = out_dir / "model.xml"
+    ov.save_model(compressed, str(path), compress_to_fp16=False)
+    settings = {
+        "tool": "nncf.compress_weights",
+        "mode": INT4_MODE,
+        "group_size": INT4_GROUP_SIZE,
+        "ratio": INT4_RATIO,
+        "all_layers": False,
+        "backup_mode": "int8_asym",
+        "group_size_fallback": fallback,
+        "int4_weights": len(int4),
+        "int8_weights": len(weights) - len(int4),
+        "int4_group_sizes": sorted({v["group_size"] for v in int4.values()}),
+    }
+    return {"path": str(path), "quantization": settings}
+
+
+def compressed_weights(model: Any) -> dict[str, dict[str, int]]:
+    """Each low-bit weight NNCF left in the graph: {name: {"bits", "group_size"}}.
+
+    A compressed weight is a low-bit Constant -> Convert -> Subtract/Multiply at
+    port 0 (at port 1 of Subtract sits its zero point). Grouped weights are 3-D,
+    [out, groups, group_size]; per-channel ones 2-D (group_size -1).
+    """
+    bits = {"i4": 4, "u4": 4, "i8": 8, "u8": 8}
+    found: dict[str, dict[str, int]] = {}
+    for op in model.get_ops():
+        if op.get_type_name() != "Constant":
+            continue
+        b = bits.get(op.get_element_type().get_type_name())
+        if b is None:
+            continue
+        for convert in op.output(0).get_target_inputs():
+            if convert.get_node().get_type_name() != "Convert":
+                continue
+            for use in convert.get_node().output(0).get_target_inputs():
+                if use.get_index() == 0 and use.get_node().get_type_name() in (
+                    "Subtract",
+                    "Multiply",
+                ):
+                    shape = list(op.get_output_shape(0))
+                    group = int(shape[-1]) if len(shape) == 3 else -1
+                    found[op.get_friendly_name()] = {"bits": b, "group_size": group}
+    return found
