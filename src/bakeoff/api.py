@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 import bakeoff
+from bakeoff import cache as variant_cache
 from bakeoff import environment
 from bakeoff.backends import Variant
 from bakeoff.candidates import (
@@ -107,6 +108,8 @@ def _split(workload: Workload, quick: bool) -> dict[str, np.ndarray]:
 def _reference_variant(kind: str) -> Variant:
     if kind == "onnx":
         return Variant("onnxruntime", "fp32")
+    if kind == "openvino":  # an OpenVINO IR runs on OpenVINO only
+        return Variant("openvino", "fp32")
     if kind == "fake":
         return Variant("fake", "fp32")
     return Variant("torch", "fp32")
@@ -182,6 +185,8 @@ def run(
     opts = opts or RunOptions()
     rep = reporter or NullReporter()
     _check_choices(opts.runtimes, RUNTIMES, "--runtimes")
+    if opts.precisions == ["all"]:
+        opts = dataclasses.replace(opts, precisions=list(PRECISIONS))
     _check_choices(opts.precisions, PRECISIONS, "--precisions")
     if opts.batch_sizes is not None and any(b < 1 for b in opts.batch_sizes):
         raise UserError("--batch-sizes: every batch size must be a positive integer")
@@ -198,6 +203,8 @@ def run(
     t_start = time.perf_counter()
     rep.stage("loading workload")
     workload = load_workload(workload_ref)
+    for note in workload.notes:
+        rep.stage(f"note: {note}")
     if opts.margin is not None:
         if not 0.0 <= opts.margin < 0.5:
             raise UserError(f"--margin must be in [0, 0.5), got {opts.margin}")
@@ -257,6 +264,9 @@ def run(
             "data_path": str(data_path),
             "input_names": input_names,
             "artifacts_dir": str(run_dir / "artifacts"),
+            # The quality gate, for build steps that tune to it (NNCF accuracy control).
+            "metric": workload.spec.quality.metric,
+            "max_drop": workload.spec.quality.max_drop,
         }
         if workload.spec.candidates:
             candidates = explicit_candidates(
@@ -407,6 +417,19 @@ def _run_stages(
 
     # ---- build every distinct variant once, each in its own process
     t_build = time.perf_counter()
+    artifacts_dir = run_dir / "artifacts"
+    # The run's base key for the variant cache: model files, calibration data and
+    # library versions hashed once here; each build step adds its own name.
+    rep.stage(
+        variant_cache.prepare_run(
+            artifacts_dir,
+            workload.source,
+            Path(job_base["data_path"]),
+            list(job_base["input_names"]),
+            env.get("packages", {}),
+        )
+    )
+    reused, with_steps, saved_s, nothing_to_build = 0, 0, 0.0, []
     reference_variant = _reference_variant(workload.source.kind)
     variants: dict[str, Variant] = {}
     for c in candidates:
@@ -417,6 +440,7 @@ def _run_stages(
     for i, (vid, variant) in enumerate(variants.items()):
         rep.progress("building", i, len(variants))
         rep.stage(f"building {vid}")
+        mark = variant_cache.events_offset(artifacts_dir)
         try:
             reply = run_job(
                 {**job_base, "kind": "build", "variant": variant.__dict__, "threads": threads},
@@ -424,8 +448,20 @@ def _run_stages(
                 run_dir / "logs" / f"build-{vid}.log",
                 opts.build_timeout_s,
             )
-            built[vid] = {**reply["artifact"], "_build_s": reply["build_s"]}
-            rep.stage(f"built {vid} in {reply['build_s']:.1f} s")
+            # Which of its steps were built, reused in this run or taken from the cache.
+            use = variant_cache.summarize(variant_cache.read_events(artifacts_dir, mark))
+            built[vid] = {
+                **reply["artifact"],
+                "cache_hit": use.from_cache,
+                "_build_s": reply["build_s"],
+            }
+            rep.stage(use.describe(vid, reply["build_s"]))
+            saved_s += use.saved_s
+            if use.from_cache is None:
+                nothing_to_build.append(vid)
+            else:
+                with_steps += 1
+                reused += use.from_cache
         except WorkerFailed as exc:
             built[vid] = f"build failed: {exc}"
             rep.stage(f"{vid}: {built[vid]}")
@@ -441,6 +477,26 @@ def _run_stages(
         rep.candidates(candidates)
     rep.progress("building", len(variants), len(variants))
     build_s = time.perf_counter() - t_build
+    variant_cache.record_variants(
+        artifacts_dir,
+        {
+            vid: {k: v for k, v in b.items() if k != "_build_s"}
+            for vid, b in built.items()
+            if not isinstance(b, str)
+        },
+    )
+    cache_summary = {
+        "reused": reused,
+        "variants": with_steps,
+        "nothing_to_build": nothing_to_build,
+        "saved_s": round(saved_s, 3),
+        "enabled": (artifacts_dir / variant_cache.KEY_FILE).exists(),
+    }
+    rep.stage(
+        f"variant cache: {reused} of {with_steps} variants reused, "
+        f"{saved_s:.1f} s of building saved"
+        + (f" ({', '.join(nothing_to_build)}: nothing to build)" if nothing_to_build else "")
+    )
 
     # ---- the FP32 reference outputs on the quality hold-out
     t_ref = time.perf_counter()
@@ -555,14 +611,17 @@ def _run_stages(
             "samples": workload.n_samples,
             "quality_samples": len(reference),
             "reference": reference_variant.id,
+            "notes": list(workload.notes),
         },
         "environment": env,
         "settings": settings,
         "candidates": [candidate_document(c) for c in candidates],
         "verdicts": [v.to_dict() for v in verdicts],
         "noise": {"before": noise_before, "after": noise_after},
+        "variant_cache": cache_summary,
         "timing_s": {
             "build": round(build_s, 3),
+            "build_saved_by_cache": round(saved_s, 3),
             "reference": round(reference_s, 3),
             "measure": round(measure_s, 3),
             **{f"measure_{k}": round(v, 3) for k, v in phases.items()},

@@ -172,6 +172,8 @@ def candidate_document(c: Candidate) -> dict[str, Any]:
         "model_size_mb": None if c.model_bytes is None else round(c.model_bytes / 2**20, 3),
         "cold_start_s": _cold_start(c),
         "exporter": c.artifact.get("exporter"),
+        # True: every build step came from the variant cache; None: nothing to build.
+        "cache_hit": c.artifact.get("cache_hit"),
         "settings": c.settings,
     }
     samples = c.samples()

@@ -64,7 +64,10 @@ def run(
     runtimes: Annotated[
         str | None, typer.Option(help="comma-separated, e.g. torch,onnxruntime")
     ] = None,
-    precisions: Annotated[str | None, typer.Option(help="comma-separated, e.g. fp32,int8")] = None,
+    precisions: Annotated[
+        str | None,
+        typer.Option(help="comma-separated, e.g. fp32,int8; or all (fp32,fp16,bf16,int8,int4)"),
+    ] = None,
     batch_sizes: Annotated[str | None, typer.Option(help="comma-separated, e.g. 1,32")] = None,
     budget: Annotated[
         float | None, typer.Option(help="seconds of measuring (split over batch sizes)")
@@ -202,6 +205,112 @@ def env(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
         why = "" if r["available"] else f"{r['reason']}; {r['install']}"
         t.add_row(r["runtime"], "yes" if r["available"] else "[red]no[/]", r["version"] or "-", why)
     out.print(t)
+
+
+@app.command("export")
+def export_cmd(
+    run_id: Annotated[str, typer.Argument(help="a run id (or a unique prefix)")],
+    out_dir: Annotated[Path, typer.Option("--out", help="the folder to write (new or empty)")],
+    candidate: Annotated[
+        str | None,
+        typer.Option("--candidate", help="a candidate id (default: the first verdict's winner)"),
+    ] = None,
+    store: StoreOpt = DEFAULT_STORE,
+) -> None:
+    """Write a measured candidate's model files and manifest.json, ready to deploy."""
+    from bakeoff import export
+
+    manifest = export.export(run_id, out_dir, candidate, store)
+    files = ", ".join(f"{n} ({_mb(i['bytes'])})" for n, i in manifest["files"].items())
+    out.print(
+        f"exported {manifest['candidate']} ({manifest['runtime']} "
+        f"{manifest['runtime_version']}, {manifest['precision']}) of run {manifest['run_id']} "
+        f"to {out_dir}: {files}, manifest.json",
+        highlight=False,
+    )
+    out.print(
+        f"[dim]load it: bakeoff.export.load({str(out_dir)!r}) -> predict(inputs), "
+        f"or with {manifest['package']} alone (see the README)[/]",
+        highlight=False,
+    )
+
+
+cache_app = typer.Typer(
+    no_args_is_help=True, help="The variant cache: built variants shared between runs."
+)
+app.add_typer(cache_app, name="cache")
+
+
+def _mb(n: float) -> str:
+    """A size in bytes, in the unit that shows it best."""
+    for unit in ("B", "KB", "MB"):
+        if n < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.2f} GB"
+
+
+def _when(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M")
+
+
+@cache_app.command("ls")
+def cache_ls(
+    as_json: Annotated[bool, typer.Option("--json", help="print the entries as JSON")] = False,
+) -> None:
+    """List cached build steps: key, step, model, size, created, last used."""
+    from bakeoff import cache
+
+    found = cache.entries()
+    where = cache.variants_dir()
+    if as_json:
+        payload = {"dir": str(where), "entries": [e.to_dict() for e in found]}
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        return
+    if not found:
+        out.print(f"the variant cache is empty ({where})")
+        return
+    t = Table(title=f"variant cache {where}")
+    for col in ("key", "step", "model", "size", "built in", "created", "last used"):
+        t.add_column(col)
+    for e in found:
+        t.add_row(
+            e.key[:12],
+            e.step,
+            e.model_hash[:12],
+            _mb(e.bytes),
+            f"{e.build_s:.1f} s",
+            _when(e.created),
+            _when(e.last_used),
+        )
+    out.print(t)
+    total = sum(e.bytes for e in found)
+    out.print(f"{len(found)} entries, {_mb(total)}", highlight=False)
+
+
+@cache_app.command("clear")
+def cache_clear(
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
+) -> None:
+    """Remove every cached build step (run folders keep their own files)."""
+    from bakeoff import cache
+
+    found = cache.entries()
+    if not yes and not sys.stdin.isatty():
+        raise UserError("cache clear asks first, and there is no terminal to ask; pass --yes")
+    if not yes:
+        size = _mb(sum(e.bytes for e in found))
+        typer.confirm(
+            f"remove {len(found)} entries ({size}) from {cache.variants_dir()}?", abort=True
+        )
+    done = cache.clear()
+    shared = done.bytes - done.freed
+    out.print(
+        f"removed {done.entries} entries ({_mb(done.bytes)}) from {done.where}; "
+        f"{_mb(done.freed)} freed"
+        + (f", {_mb(shared)} still held by run folders that share the files" if shared > 0 else ""),
+        highlight=False,
+    )
 
 
 def main() -> None:

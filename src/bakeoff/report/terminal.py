@@ -214,3 +214,9 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
             f"{timing['reference']:.0f} s, measure {timing['measure']:.0f} s, total "
             f"{timing['total']:.0f} s[/]"
         )
+    vc = document.get("variant_cache")
+    if vc and vc.get("variants"):
+        console.print(
+            f"[dim]variant cache: {vc['reused']} of {vc['variants']} variants reused, "
+            f"{vc['saved_s']:.1f} s of building saved[/]"
+        )

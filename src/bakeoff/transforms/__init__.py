@@ -1,15 +1,22 @@
-"""Export, convert and quantize steps. Each runs in a build process and caches its
+"""Export, convert and quantize steps. Each runs in a build process and keeps its
 output under the run's artifacts folder, so variants that share a step (the ONNX
-export feeds ONNX Runtime and OpenVINO) build it once. A failed step is cached
-too, with its reason, so dependents fail fast with the same explanation."""
+export feeds ONNX Runtime and OpenVINO) build it once. When the run has a
+variant cache key (see `bakeoff.cache`), a step built by an earlier run with
+the same model, data, libraries and bakeoff is taken from the cache instead,
+and a step built here is stored there. A failed step is kept too, with its
+reason, but only for this run, so dependents fail fast with the same
+explanation and the next run tries again."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from bakeoff import cache
 
 
 class StepFailed(Exception):
@@ -19,21 +26,110 @@ class StepFailed(Exception):
 def cached_step(
     artifacts_dir: str, name: str, build: Callable[[Path], dict[str, Any]]
 ) -> dict[str, Any]:
-    """Run `build(out_dir)` once per run; later callers get the recorded result or failure."""
-    out_dir = Path(artifacts_dir) / name
+    """Run `build(out_dir)` once per run, or take its output from the variant cache;
+    later callers in the run get the recorded result or failure.
+
+    `name` must be unique per distinct output: it is the step's identity in the
+    cache key (with the model, calibration data and library versions).
+    """
+    run_dir = Path(artifacts_dir)
+    out_dir = run_dir / name
     done, failed = out_dir / "step.json", out_dir / "failed.json"
     if done.exists():
+        origin = _read(out_dir / cache.ORIGIN_FILE)
+        _event(run_dir, name, "run", origin, "reused from this run")
         return dict(json.loads(done.read_text()))
     if failed.exists():
+        cache.log_event(run_dir, {"step": name, "outcome": "failed"})
         raise StepFailed(json.loads(failed.read_text())["reason"])
     if out_dir.exists():  # a half-built step from an interrupted build
         shutil.rmtree(out_dir)
+    ctx = cache.step_context(run_dir, name)
+    if ctx is not None:
+        hit = _from_cache(ctx, out_dir)
+        if hit is not None:
+            return hit
     out_dir.mkdir(parents=True)
+    print(f"[bakeoff] step {name}: building", flush=True)
+    built_at, t0 = time.time(), time.perf_counter()
     try:
         result = build(out_dir)
     except Exception as exc:
         reason = str(exc) if isinstance(exc, StepFailed) else f"{type(exc).__name__}: {exc}"
         failed.write_text(json.dumps({"reason": reason}))
+        cache.log_event(run_dir, {"step": name, "outcome": "failed"})
         raise StepFailed(reason) from exc
-    done.write_text(json.dumps(result))
+    build_s = time.perf_counter() - t0
+    files = cache.file_digests(out_dir)
+    origin = {
+        "from_cache": False,
+        "key": ctx.key if ctx else None,
+        "build_s": round(build_s, 3),
+        "built_at": built_at,
+        "files": files,
+    }
+    (out_dir / cache.ORIGIN_FILE).write_text(json.dumps(origin, indent=1))
+    done.write_text(json.dumps(result))  # last: its presence means the step is whole
+    note = "not cached (the run has no cache key)"
+    if ctx is not None:
+        try:
+            stored = cache.publish(ctx, out_dir, result, files, build_s, built_at)
+            if stored:
+                note = f"stored in the variant cache as {ctx.key[:12]}"
+            else:
+                note = f"the variant cache already had {ctx.key[:12]} (built concurrently)"
+        except OSError as exc:  # a full or read-only cache must not fail the build
+            note = f"not stored in the variant cache: {exc}"
+    _event(run_dir, name, "built", origin, f"built in {build_s:.1f} s; {note}")
     return result
+
+
+def _from_cache(ctx: cache.StepContext, out_dir: Path) -> dict[str, Any] | None:
+    meta = cache.lookup(ctx)
+    if meta is None:
+        return None
+    try:
+        out_dir.mkdir(parents=True)
+        result = cache.materialize(ctx, meta, out_dir)
+    except (cache.CorruptEntry, OSError) as exc:
+        if isinstance(exc, cache.CorruptEntry):
+            cache.discard(ctx.entry_dir)
+        print(f"[bakeoff] step {ctx.step}: cache entry {ctx.key[:12]} not used: {exc}", flush=True)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        return None
+    origin = {
+        "from_cache": True,
+        "key": ctx.key,
+        "build_s": meta["build_s"],
+        "built_at": meta["created"],
+        "files": meta["files"],
+    }
+    (out_dir / cache.ORIGIN_FILE).write_text(json.dumps(origin, indent=1))
+    (out_dir / "step.json").write_text(json.dumps(result))
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(meta["created"]))
+    note = f"from the variant cache {ctx.key[:12]} (built in {meta['build_s']:.1f} s on {when})"
+    _event(out_dir.parent, ctx.step, "cache", origin, note)
+    return result
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def _event(run_dir: Path, name: str, outcome: str, origin: dict[str, Any], note: str) -> None:
+    # The build log says what happened to every step; the orchestrator reads the events.
+    print(f"[bakeoff] step {name}: {note}", flush=True)
+    cache.log_event(
+        run_dir,
+        {
+            "step": name,
+            "outcome": outcome,
+            "from_cache": bool(origin.get("from_cache")),
+            "build_s": origin.get("build_s", 0.0),
+            "built_at": origin.get("built_at"),
+            "key": origin.get("key"),
+        },
+    )
