@@ -65,6 +65,36 @@ MODEL_MODULE = textwrap.dedent(
             return -h
 
 
+    class Sequence(torch.nn.Module):
+        # (batch, steps, 8) -> (batch, 10): the steps axis may vary.
+        def __init__(self, bake_length=False):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 10)
+            self.bake_length = bake_length
+
+        def forward(self, x):
+            if self.bake_length:
+                # int() of a size: a tracer records the example's length as a constant
+                x = x[:, : int(x.shape[1]) // 2]
+            else:
+                x = x[:, : x.shape[1] // 2]
+            return self.lin(x).mean(dim=1)
+
+
+    def build_sequence():
+        torch.manual_seed(0)
+        return Sequence()
+
+
+    def build_sequence_baked():
+        torch.manual_seed(0)
+        return Sequence(bake_length=True)
+
+
+    def sequence_inputs():
+        return (load_digits().data / 16.0).astype(np.float32).reshape(-1, 8, 8)
+
+
     def build():
         torch.manual_seed(0)
         return Mlp()
@@ -326,3 +356,57 @@ def test_traced_data_dependent_branch_is_rejected_by_the_quality_gate(
     assert ort["quality"]["drop"] > 0.1
     assert f"drop {ort['quality']['drop']:.4f}" in ort["reason"]
     assert result.document["verdicts"][0]["winner"] == "torch-fp32-b1"
+
+
+def _sequence_workload(tmp_path: Path, factory: str) -> Path:
+    (tmp_path / "tiny_model.py").write_text(MODEL_MODULE)
+    path = tmp_path / "workload.toml"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            name = "steps"
+            [model]
+            kind = "torch"
+            factory = "tiny_model:{factory}"
+            [data]
+            factory = "tiny_model:sequence_inputs"
+            variable_axes = {{ input = [1] }}
+            [search]
+            runtimes = ["torch", "onnxruntime", "openvino"]
+            precisions = ["fp32"]
+            batch_sizes = [4]
+            """
+        )
+    )
+    return path
+
+
+def test_variable_axes_are_exported_dynamic_and_checked_at_a_second_shape(
+    tmp_path: Path, store_path: Path
+) -> None:
+    import onnx
+
+    wl = _sequence_workload(tmp_path, "build_sequence")
+    doc = api.run(str(wl), api.RunOptions(quick=True, store=store_path, budget_s=2)).document
+    assert doc["workload"]["variable_axes"] == {"input": [1]}
+    for c in doc["candidates"]:
+        assert c["status"] == "ok", c["reason"]
+        assert c["quality_second_shape"]["drop"] < 1e-4
+    onnx_file = next(store_path.parent.glob("runs/*/artifacts/onnx-fp32/model.onnx"))
+    dims = onnx.load(str(onnx_file)).graph.input[0].type.tensor_type.shape.dim
+    assert dims[0].dim_param and dims[1].dim_param and dims[2].dim_value == 8
+
+
+def test_a_length_baked_in_by_the_exporter_is_rejected_at_the_second_shape(
+    tmp_path: Path, store_path: Path
+) -> None:
+    wl = _sequence_workload(tmp_path, "build_sequence_baked")
+    doc = api.run(str(wl), api.RunOptions(quick=True, store=store_path, budget_s=2)).document
+    cands = _by_id(doc)
+    assert cands["torch-fp32-b4"]["status"] == "ok"
+    ort = cands["onnxruntime-fp32-b4"]
+    # right at the example's length, wrong at any other
+    assert ort["quality"]["drop"] < 1e-4
+    assert ort["status"] == "rejected"
+    assert "second shape" in ort["reason"]
+    assert ort["quality_second_shape"]["drop"] > 0.01

@@ -320,6 +320,30 @@ def test_accuracy_metric_with_labels_in_npz_loads(tmp_path: Path) -> None:
     assert w.labels.tolist() == [0, 1, 0, 1, 0, 1, 0, 1]
 
 
+@pytest.mark.parametrize(
+    ("axes", "expected"),
+    [
+        ("{ tokens = [1] }", "no input named 'tokens'"),
+        ("{ input = [2] }", "axis 2 does not exist"),
+        ("{ input = [0] }", "greater than 0"),
+    ],
+)
+def test_variable_axes_errors_name_the_key(tmp_path: Path, axes: str, expected: str) -> None:
+    np.savez(tmp_path / "d.npz", input=np.zeros((8, 3), dtype=np.float32))
+    body = f'name = "w"\n{FAKE_MODEL}[data]\npath = "d.npz"\nvariable_axes = {axes}\n'
+    msg = _load_error(_write(tmp_path, body, data=False))
+    assert "variable_axes" in msg
+    assert expected in msg
+
+
+def test_variable_axes_reach_the_model_source(tmp_path: Path) -> None:
+    np.savez(tmp_path / "d.npz", input=np.zeros((8, 6, 3), dtype=np.float32))
+    body = f'name = "w"\n{FAKE_MODEL}[data]\npath = "d.npz"\nvariable_axes = {{ input = [1] }}\n'
+    assert load_workload(str(_write(tmp_path, body, data=False))).source.variable_axes == {
+        "input": [1]
+    }
+
+
 def test_missing_data_file(tmp_path: Path) -> None:
     path = _write(tmp_path, f'name = "w"\n{FAKE_MODEL}[data]\npath = "gone.npz"\n', data=False)
     msg = _load_error(path)

@@ -30,6 +30,7 @@ from bakeoff.candidates import (
 from bakeoff.errors import BakeoffError, UserError
 from bakeoff.measure.process import WorkerFailed, run_job
 from bakeoff.measure.scheduler import GroupContext, MeasureSettings, measure_group
+from bakeoff.measure.worker import ALT_SPLIT, alt_outputs_path
 from bakeoff.paths import DEFAULT_STORE
 from bakeoff.quality import Quality
 from bakeoff.report import NullReporter, Reporter
@@ -100,6 +101,13 @@ def _split(workload: Workload, quick: bool) -> dict[str, np.ndarray]:
         arrays[f"quality/{name}"] = arr[quality_idx]
         arrays[f"pool/{name}"] = arr[pool_idx]
         arrays[f"calib/{name}"] = arr[calib_idx]
+    if workload.source.variable_axes:
+        # The same held-out samples at a second shape: variable axes cut to half.
+        for name, arr in workload.inputs.items():
+            alt = arr[quality_idx]
+            for axis in workload.source.variable_axes.get(name, []):
+                alt = np.take(alt, np.arange(max(1, alt.shape[axis] // 2)), axis=axis)
+            arrays[f"{ALT_SPLIT}/{name}"] = alt
     if workload.labels is not None:
         arrays["quality_labels"] = workload.labels[quality_idx]
     return arrays
@@ -528,6 +536,8 @@ def _run_stages(
             f"no variant can be quality-checked: {exc}"
         ) from None
     reference = np.load(ref_path, allow_pickle=False)
+    ref_alt_path = alt_outputs_path(ref_path)
+    reference_alt = np.load(ref_alt_path, allow_pickle=False) if ref_alt_path.exists() else None
     reference_s = time.perf_counter() - t_ref
 
     # ---- measure each batch-size group: candidates interleaved within a group
@@ -537,6 +547,7 @@ def _run_stages(
         job_base=job_base,
         run_dir=run_dir,
         reference=reference,
+        reference_alt=reference_alt,
         labels=labels,
         metric=workload.spec.quality.metric,
         max_drop=workload.spec.quality.max_drop,
@@ -611,6 +622,7 @@ def _run_stages(
             "samples": workload.n_samples,
             "quality_samples": len(reference),
             "reference": reference_variant.id,
+            "variable_axes": workload.source.variable_axes,
             "notes": list(workload.notes),
         },
         "environment": env,

@@ -30,6 +30,7 @@ class Candidate:
     build_s: float | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     quality: Quality | None = None
+    quality_alt: Quality | None = None  # at the second shape, when axes are variable
     load_s: float | None = None
     first_call_s: float | None = None
     warmup_ns: list[int] = field(default_factory=list)
@@ -166,6 +167,7 @@ def candidate_document(c: Candidate) -> dict[str, Any]:
         "server": c.server,
         "offline": c.offline,
         "quality": None if c.quality is None else c.quality.to_dict(),
+        "quality_second_shape": None if c.quality_alt is None else c.quality_alt.to_dict(),
         "latency_ms": None,
         "throughput": None,
         "peak_rss_mb": None if c.peak_rss_mb is None else round(c.peak_rss_mb, 1),

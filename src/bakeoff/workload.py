@@ -111,6 +111,11 @@ class DataSpec(_Strict):
     quality_samples: PositiveInt | None = Field(
         None, description="how many held-out samples the quality gate uses"
     )
+    variable_axes: dict[str, list[PositiveInt]] = Field(
+        default_factory=dict,
+        description="input name -> axes besides the batch axis whose size may vary, "
+        "e.g. { input_ids = [1], attention_mask = [1] } for the sequence length",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> DataSpec:
@@ -233,6 +238,8 @@ class ModelSource:
     task: str | None = None  # hf: feature-extraction | sequence-classification
     num_labels: int | None = None  # hf sequence-classification without a trained head
     weights: str | None = None  # torch: absolute path of a state_dict file
+    # input name -> axes (besides batch) that vary: exported dynamic, checked at two sizes
+    variable_axes: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -354,6 +361,29 @@ def import_factory(ref: str, base_dir: str | None, origin: str, key: str) -> Cal
     if not callable(obj):
         raise UserError(f"{origin}: {key} = {ref!r}: {attr!r} is not callable")
     return obj
+
+
+def _check_variable_axes(
+    axes: dict[str, list[int]], inputs: dict[str, np.ndarray], origin: str
+) -> None:
+    for name, wanted in axes.items():
+        if name not in inputs:
+            raise UserError(
+                f"{origin}: data.variable_axes: no input named {name!r} "
+                f"(inputs: {', '.join(inputs)})"
+            )
+        ndim = inputs[name].ndim
+        for axis in wanted:
+            if axis >= ndim:
+                raise UserError(
+                    f"{origin}: data.variable_axes.{name}: axis {axis} does not exist "
+                    f"(the input has {ndim} axes; axis 0, the batch, is always variable)"
+                )
+            if inputs[name].shape[axis] < 2:
+                raise UserError(
+                    f"{origin}: data.variable_axes.{name}: axis {axis} has size "
+                    f"{inputs[name].shape[axis]}; a variable axis needs at least 2 to vary"
+                )
 
 
 def normalize_data(raw: Any, origin: str) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
@@ -646,6 +676,7 @@ def workload_from_spec(spec: WorkloadSpec, origin: str, base_dir: str | None) ->
         assert spec.data.path is not None
         raw = _load_data_file(Path(base_dir or ".", spec.data.path), origin)
     inputs, labels = normalize_data(raw, origin)
+    _check_variable_axes(spec.data.variable_axes, inputs, origin)
     if spec.quality.metric == "accuracy" and labels is None:
         raise UserError(
             f"{origin}: quality.metric = 'accuracy' needs labels: make data give (inputs, labels)"
@@ -661,6 +692,7 @@ def workload_from_spec(spec: WorkloadSpec, origin: str, base_dir: str | None) ->
         task=(spec.model.task or DEFAULT_HF_TASK) if is_hf else None,
         num_labels=spec.model.num_labels,
         weights=weights,
+        variable_axes={k: sorted(set(v)) for k, v in spec.data.variable_axes.items()},
     )
     for note in notes:
         # Shown once on the terminal; kept in Workload.notes for reports.

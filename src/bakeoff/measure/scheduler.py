@@ -26,6 +26,7 @@ from bakeoff import verdict
 from bakeoff.candidates import Candidate
 from bakeoff.measure import stats
 from bakeoff.measure.process import WorkerFailed, WorkerProcess, run_job
+from bakeoff.measure.worker import alt_outputs_path
 from bakeoff.quality import evaluate
 
 
@@ -64,6 +65,7 @@ class GroupContext:
     labels: np.ndarray | None
     metric: str
     max_drop: float
+    reference_alt: np.ndarray | None = None  # at the second shape (variable axes halved)
 
 
 Recorder = Callable[[Candidate, int, str, list[int], int | None, int], None]
@@ -125,6 +127,23 @@ def _load(c: Candidate, ctx: GroupContext, s: MeasureSettings) -> WorkerProcess 
         c.set_status("rejected", "quality gate: " + c.quality.describe())
         worker.close()
         return None
+    if ctx.reference_alt is not None:
+        try:
+            outputs = np.load(alt_outputs_path(outputs_path), allow_pickle=False)
+            c.quality_alt = evaluate(
+                ctx.metric, outputs, ctx.reference_alt, ctx.labels, ctx.max_drop
+            )
+        except (ValueError, OSError) as exc:
+            _fail(c, worker, f"quality check at the second shape failed: {exc}")
+            return None
+        if not c.quality_alt.passed:
+            c.set_status(
+                "rejected",
+                "quality gate at the second shape (variable axes halved): "
+                + c.quality_alt.describe(),
+            )
+            worker.close()
+            return None
     return worker
 
 

@@ -1,6 +1,7 @@
 """torch -> ONNX, with the dynamo exporter first and the TorchScript exporter as fallback.
 
-The batch axis is dynamic so one file serves every batch size. When both
+The batch axis is dynamic so one file serves every batch size, and so are the
+axes the workload declares variable (a sequence length, say). When both
 exporters fail, the reason names the operator that stopped them.
 """
 
@@ -58,7 +59,6 @@ def _export(source: ModelSource, example: dict[str, np.ndarray], out_dir: Path) 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            batch = torch.export.Dim("batch")
             program = torch.onnx.export(
                 model,
                 args,
@@ -66,13 +66,14 @@ def _export(source: ModelSource, example: dict[str, np.ndarray], out_dir: Path) 
                 output_names=["output"],
                 opset_version=OPSET,
                 dynamo=True,
-                dynamic_shapes={n: {0: batch} for n in _forward_arg_names(model, names)},
+                dynamic_shapes=_dynamic_shapes(model, names, source.variable_axes),
                 external_data=False,
                 verbose=False,
             )
             assert program is not None
             program.save(str(path))
             _check_loads(path)
+            _check_variable_axes(path, source.variable_axes)
             return {"path": str(path), "exporter": "dynamo"}
         except Exception as exc:
             errors.append(f"dynamo exporter: {type(exc).__name__}: {_first_lines(exc)}")
@@ -85,7 +86,13 @@ def _export(source: ModelSource, example: dict[str, np.ndarray], out_dir: Path) 
                 output_names=["output"],
                 opset_version=OPSET,
                 dynamo=False,
-                dynamic_axes={n: {0: "batch"} for n in [*names, "output"]},
+                dynamic_axes={
+                    **{
+                        n: {0: "batch", **{a: f"axis{a}" for a in source.variable_axes.get(n, [])}}
+                        for n in names
+                    },
+                    "output": {0: "batch"},
+                },
             )
             _check_loads(path)
             return {"path": str(path), "exporter": "torchscript"}
@@ -95,6 +102,46 @@ def _export(source: ModelSource, example: dict[str, np.ndarray], out_dir: Path) 
     head = f"ONNX export failed on operator {op}" if op else "ONNX export failed"
     # Both exporters' errors follow; the full texts are in the build log.
     raise StepFailed(head + "; " + " | ".join(errors))
+
+
+def _dynamic_shapes(
+    model: Any, names: list[str], variable_axes: dict[str, list[int]]
+) -> dict[str, dict[int, Any]]:
+    """Batch always dynamic, plus the workload's variable axes; one Dim per axis index,
+    shared by the inputs that have it (input_ids and attention_mask share a length)."""
+    import torch
+
+    dims: dict[int, Any] = {0: torch.export.Dim("batch")}
+
+    def dim(axis: int) -> Any:
+        return dims.setdefault(axis, torch.export.Dim(f"axis{axis}"))
+
+    return {
+        arg: {axis: dim(axis) for axis in [0, *variable_axes.get(name, [])]}
+        for arg, name in zip(_forward_arg_names(model, names), names, strict=True)
+    }
+
+
+def _check_variable_axes(path: Path, variable_axes: dict[str, list[int]]) -> None:
+    """torch.export specializes a dimension the model's code pins (int(x.shape[1]),
+    say) and exports it fixed, without an error: catch that here."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    fixed = [
+        f"axis {axis} of {inp.name} is fixed at {dims[axis].dim_value}"
+        for inp in graph.input
+        if inp.name in variable_axes
+        for dims in [inp.type.tensor_type.shape.dim]
+        for axis in variable_axes[inp.name]
+        if axis < len(dims) and not dims[axis].dim_param
+    ]
+    if fixed:
+        raise ValueError(
+            "declared variable but exported fixed: "
+            + "; ".join(fixed)
+            + " (the model's code pins that length)"
+        )
 
 
 def _forward_arg_names(model: Any, fallback: list[str]) -> list[str]:

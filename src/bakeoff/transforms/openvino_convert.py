@@ -76,7 +76,8 @@ def ir_from_torch(
     """The torch module straight to IR with OpenVINO's PyTorch frontend (no ONNX).
 
     Batch is dynamic (-1) so one IR serves every batch size; for transformer
-    inputs the sequence axis is dynamic too. Inputs are renamed to the data's
+    inputs the sequence axis is dynamic too, and so is every axis the workload
+    declares variable. Inputs are renamed to the data's
     array names, as the ONNX path names them.
     """
     import openvino as ov
@@ -88,14 +89,17 @@ def ir_from_torch(
     module = build_torch_model(source)
     names = list(example)
     args = tuple(torch.from_numpy(np.ascontiguousarray(example[n])) for n in names)
+    variable: dict[str, list[int]] = source.variable_axes
     shapes = [
         ov.PartialShape(
             [
-                -1 if axis == 0 or (transformer and axis == 1) else dim
+                -1
+                if axis == 0 or (transformer and axis == 1) or axis in variable.get(name, [])
+                else dim
                 for axis, dim in enumerate(a.shape)
             ]
         )
-        for a in args
+        for name, a in zip(names, args, strict=True)
     ]
     try:
         with torch.no_grad():
