@@ -31,7 +31,7 @@ test: $(TEST_STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -m "not slow and not gpu"; rc=$$?; \
+	$(PY) -m pytest -m "not slow and not gpu" --durations=10; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 test-slow: $(TEST_STAMP)
