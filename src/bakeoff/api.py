@@ -445,6 +445,7 @@ def _run_stages(
             variants.setdefault(c.variant.id, c.variant)
     variants.setdefault(reference_variant.id, reference_variant)
     built: dict[str, dict[str, Any] | str] = {}
+    not_needed: set[str] = set()
     for i, (vid, variant) in enumerate(variants.items()):
         rep.progress("building", i, len(variants))
         rep.stage(f"building {vid}")
@@ -471,13 +472,15 @@ def _run_stages(
                 with_steps += 1
                 reused += use.from_cache
         except WorkerFailed as exc:
-            built[vid] = f"build failed: {exc}"
+            built[vid] = str(exc) if exc.not_needed else f"build failed: {exc}"
+            if exc.not_needed:
+                not_needed.add(vid)
             rep.stage(f"{vid}: {built[vid]}")
         for c in candidates:
             if c.variant.id == vid and c.status == "pending":
                 b = built[vid]
                 if isinstance(b, str):
-                    c.set_status("failed", b)
+                    c.set_status("unavailable" if vid in not_needed else "failed", b)
                 else:
                     c.artifact = {k: v for k, v in b.items() if k != "_build_s"}
                     c.build_s = b["_build_s"]

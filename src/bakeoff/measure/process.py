@@ -29,6 +29,10 @@ THREAD_VARIABLES = (
 class WorkerFailed(Exception):
     """The worker crashed, hung, or reported an error; the message says which."""
 
+    def __init__(self, reason: str, not_needed: bool = False) -> None:
+        super().__init__(reason)
+        self.not_needed = not_needed  # a build that would add nothing, not an error
+
 
 def worker_env(threads: int) -> dict[str, str]:
     """The same explicit thread settings for every runtime (rule 2)."""
@@ -110,7 +114,10 @@ class WorkerProcess:
             raise WorkerFailed(self._death()) from None
         msg = dict(json.loads(data))
         if not msg.get("ok"):
-            raise WorkerFailed(str(msg.get("reason", "worker reported an error")))
+            raise WorkerFailed(
+                str(msg.get("reason", "worker reported an error")),
+                not_needed=bool(msg.get("not_needed")),
+            )
         return msg
 
     def request(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:

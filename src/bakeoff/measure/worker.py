@@ -32,7 +32,7 @@ import numpy as np
 
 from bakeoff.backends import BuildContext, LoadContext, Runner, Variant, get_backend
 from bakeoff.sizes import model_bytes
-from bakeoff.transforms import StepFailed
+from bakeoff.transforms import StepFailed, StepNotNeeded
 from bakeoff.workload import ModelSource
 
 
@@ -281,6 +281,8 @@ def main(fd: int) -> int:
             send(conn, do_cold_start(job, started))
         else:
             send(conn, {"ok": False, "reason": f"unknown job kind {job['kind']!r}"})
+    except StepNotNeeded as exc:
+        send(conn, {"ok": False, "reason": str(exc), "not_needed": True})
     except StepFailed as exc:
         send(conn, {"ok": False, "reason": str(exc)})
     except Exception as exc:

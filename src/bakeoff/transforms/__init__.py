@@ -23,6 +23,11 @@ class StepFailed(Exception):
     """A build step failed; the message is the reason shown to the user."""
 
 
+class StepNotNeeded(Exception):
+    """A variant that would add nothing here (its candidate becomes `unavailable`,
+    with the message as the reason); decided before any step is cached."""
+
+
 def cached_step(
     artifacts_dir: str, name: str, build: Callable[[Path], dict[str, Any]]
 ) -> dict[str, Any]:

@@ -167,6 +167,30 @@ def nncf_int8(
     return {"path": str(path), "quantization": settings}
 
 
+def calibration_drop(
+    fp32_ir: str,
+    candidate_ir: str,
+    calibration: dict[str, np.ndarray],
+    metric: str,
+    max_drop: float,
+) -> float:
+    """The quality gate's drop of `candidate_ir` against the FP32 IR on the calibration
+    split (the hold-out stays unseen); agreement stands in for accuracy (no labels)."""
+    import openvino as ov
+
+    from bakeoff.quality import evaluate
+
+    core = ov.Core()
+    outputs = []
+    for path in (fp32_ir, candidate_ir):
+        model = core.read_model(path)
+        compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        rows = [np.asarray(compiled(s)[0], dtype=np.float32) for s in _samples(model, calibration)]
+        outputs.append(np.concatenate(rows))
+    val_metric = "agreement" if metric == "accuracy" else metric
+    return float(evaluate(val_metric, outputs[1], outputs[0], None, max_drop).drop)
+
+
 def nncf_int8_accuracy_aware(
     ir_path: str,
     out_dir: Path,
