@@ -26,7 +26,6 @@ numpy dependency and the one runtime, nothing else.
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import os
 import secrets
@@ -37,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from bakeoff.backends.common import map_inputs
+from bakeoff.cache import sha256_file
 from bakeoff.errors import UserError
 
 MANIFEST = "manifest.json"
@@ -49,14 +50,6 @@ _PACKAGE = {
     "torch": "torch",
     "torch-compile": "torch",
 }
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # ---------------------------------------------------------------- export
@@ -103,7 +96,7 @@ def export(
         else:
             artifact = _copy_artifact(cand, run_dir, tmp)
         files = {
-            p.relative_to(tmp).as_posix(): {"sha256": _sha256(p), "bytes": p.stat().st_size}
+            p.relative_to(tmp).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
             for p in sorted(tmp.rglob("*"))
             if p.is_file()
         }
@@ -188,7 +181,7 @@ def _check_measured(src: Path, run_dir: Path) -> bool:
     recorded = files.get(Path(*rel.parts[1:]).as_posix())
     if recorded is None:
         return False
-    if _sha256(src) != recorded["sha256"]:
+    if sha256_file(src) != recorded["sha256"]:
         raise UserError(f"{src} changed after it was built and measured (sha256 differs)")
     return True
 
@@ -452,7 +445,7 @@ def load(path: str | Path) -> Predictor:
         file = folder / name
         if not file.is_file():
             raise UserError(f"{folder}: {name} is missing")
-        if _sha256(file) != info["sha256"]:
+        if sha256_file(file) != info["sha256"]:
             raise UserError(f"{folder}: {name} does not match its sha256 in {MANIFEST}")
     runtime = manifest["runtime"]
     loaders = {
@@ -466,32 +459,10 @@ def load(path: str | Path) -> Predictor:
     return Predictor(manifest, loaders[runtime](folder, manifest))
 
 
-def _by_model_inputs(
-    inputs: dict[str, np.ndarray], model_inputs: list[tuple[str, Any]]
-) -> dict[str, np.ndarray]:
-    """The arrays under the model's own input names (by name, else in order), in its dtypes."""
-    names = [n for n, _ in model_inputs]
-    arrays = [inputs[n] for n in names] if set(names) <= set(inputs) else list(inputs.values())
-    if len(arrays) != len(names):
-        raise ValueError(f"the model takes {names}, the manifest lists {list(inputs)}")
-    return {
-        name: arr if dtype is None else np.ascontiguousarray(arr, dtype=dtype)
-        for (name, dtype), arr in zip(model_inputs, arrays, strict=True)
-    }
-
-
-_ORT_TYPES = {
-    "tensor(float)": np.float32,
-    "tensor(double)": np.float64,
-    "tensor(float16)": np.float16,
-    "tensor(int64)": np.int64,
-    "tensor(int32)": np.int32,
-    "tensor(bool)": np.bool_,
-}
-
-
 def _load_onnxruntime(folder: Path, manifest: dict[str, Any]) -> Callable[..., np.ndarray]:
     import onnxruntime as ort
+
+    from bakeoff.backends.onnxruntime import NUMPY_TYPES
 
     cfg = manifest["load"]
     levels = {
@@ -512,10 +483,10 @@ def _load_onnxruntime(folder: Path, manifest: dict[str, Any]) -> Callable[..., n
     session = ort.InferenceSession(
         str(folder / manifest["file"]), opts, providers=["CPUExecutionProvider"]
     )
-    model_inputs = [(i.name, _ORT_TYPES.get(i.type)) for i in session.get_inputs()]
+    model_inputs = [(i.name, NUMPY_TYPES.get(i.type)) for i in session.get_inputs()]
 
     def run(inputs: dict[str, np.ndarray]) -> np.ndarray:
-        return np.asarray(session.run(None, _by_model_inputs(inputs, model_inputs))[0])
+        return np.asarray(session.run(None, map_inputs(inputs, model_inputs))[0])
 
     return run
 
@@ -537,7 +508,7 @@ def _load_openvino(folder: Path, manifest: dict[str, Any]) -> Callable[..., np.n
     ]
 
     def run(inputs: dict[str, np.ndarray]) -> np.ndarray:
-        return np.asarray(request.infer(_by_model_inputs(inputs, model_inputs))[0])
+        return np.asarray(request.infer(map_inputs(inputs, model_inputs))[0])
 
     return run
 
