@@ -23,35 +23,9 @@ import pytest
 from bakeoff import api, cache
 from bakeoff.transforms import StepFailed, cached_step
 from bakeoff.workload import ModelSource
+from tiny_mlp import TINY_MLP
 
-# Copied from tests/test_real_runtimes.py (the tiny MLP on scikit-learn digits).
-MODEL_MODULE = textwrap.dedent(
-    """
-    import numpy as np
-    import torch
-    from sklearn.datasets import load_digits
-
-
-    class Mlp(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = torch.nn.Sequential(
-                torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)
-            )
-
-        def forward(self, x):
-            return self.net(x)
-
-
-    def build():
-        torch.manual_seed(0)
-        return Mlp()
-
-
-    def inputs():
-        return (load_digits().data / 16.0).astype(np.float32)
-    """
-)
+MODEL_MODULE = TINY_MLP
 
 
 def _workload(folder: Path, module_text: str = MODEL_MODULE, extra: str = "") -> Path:

@@ -14,25 +14,10 @@ import pytest
 
 from bakeoff import api
 from bakeoff.transforms import StepNotNeeded
+from tiny_mlp import TINY_MLP
 
-MODEL_MODULE = textwrap.dedent(
+MODEL_MODULE = TINY_MLP + textwrap.dedent(
     """
-    import numpy as np
-    import torch
-    from sklearn.datasets import load_digits
-
-
-    class Mlp(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = torch.nn.Sequential(
-                torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)
-            )
-
-        def forward(self, x):
-            return self.net(x)
-
-
     @torch.library.custom_op("bakeofftest::wobble", mutates_args=())
     def wobble(x: torch.Tensor) -> torch.Tensor:
         return x * 2.0 + 1.0
@@ -48,18 +33,9 @@ MODEL_MODULE = textwrap.dedent(
             return self.net(wobble(x))
 
 
-    def build():
-        torch.manual_seed(0)
-        return Mlp()
-
-
     def build_custom_op():
         torch.manual_seed(0)
         return WithCustomOp()
-
-
-    def inputs():
-        return (load_digits().data / 16.0).astype(np.float32)
     """
 )
 
