@@ -8,7 +8,7 @@ TEST_STAMP := $(VENV)/.installed-test
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test test-slow test-gpu lint format typecheck bench clean
+.PHONY: demo test test-slow test-gpu lint format typecheck bench clean frameworks
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,11 @@ $(STAMP): pyproject.toml $(PY)
 $(TEST_STAMP): $(STAMP)
 	$(PIP) install --quiet -e '.[test]'
 	touch $(TEST_STAMP)
+
+# The optional frameworks (Keras 3, JAX, TensorFlow, LiteRT) for `bakeoff run`;
+# make test installs them too, since its tests run each framework path.
+frameworks: $(STAMP)
+	$(PIP) install --quiet -e '.[frameworks]'
 
 demo: $(STAMP)
 	$(VENV)/bin/bakeoff run builtin:minilm

@@ -36,7 +36,7 @@ from bakeoff.quality import Quality
 from bakeoff.report import NullReporter, Reporter
 from bakeoff.store import Store
 from bakeoff.verdict import Measured, Verdict, decide, objective_for
-from bakeoff.workload import PRECISIONS, RUNTIMES, Workload, load_workload
+from bakeoff.workload import PRECISIONS, RUNTIMES, Workload, default_runtimes, load_workload
 
 SCENARIOS = ("latency", "server", "offline")
 
@@ -120,6 +120,12 @@ def _reference_variant(kind: str) -> Variant:
         return Variant("openvino", "fp32")
     if kind == "fake":
         return Variant("fake", "fp32")
+    if kind == "keras":  # Keras' own backend for a saved Keras model
+        return Variant("keras-tensorflow", "fp32")
+    if kind == "jax":
+        return Variant("jax", "fp32")
+    if kind == "savedmodel":
+        return Variant("tensorflow", "fp32")
     return Variant("torch", "fp32")
 
 
@@ -222,8 +228,8 @@ def run(
         )
     search = workload.spec.search
     runtimes = opts.runtimes or search.runtimes
-    if workload.source.kind == "fake" and opts.runtimes is None:
-        runtimes = ["fake"]
+    if opts.runtimes is None and "runtimes" not in search.model_fields_set:
+        runtimes = default_runtimes(workload.source.kind)
     precisions = opts.precisions or list(search.precisions)
     batch_sizes = sorted(set(opts.batch_sizes or search.batch_sizes))
     if opts.scenario == "server" and 1 not in batch_sizes:

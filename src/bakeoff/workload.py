@@ -24,9 +24,25 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 
 from bakeoff.errors import UserError
 
-RUNTIMES = ("torch", "torch-compile", "onnxruntime", "openvino", "fake")
+RUNTIMES = (
+    "torch",
+    "torch-compile",
+    "onnxruntime",
+    "openvino",
+    "fake",
+)
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "int4")
 DEFAULT_RUNTIMES = ["torch", "torch-compile", "onnxruntime", "openvino"]
+# Model kinds whose default candidates differ from DEFAULT_RUNTIMES (used when
+# neither --runtimes nor [search] runtimes is given).
+DEFAULT_RUNTIMES_BY_KIND: dict[str, list[str]] = {
+    "fake": ["fake"],
+}
+
+
+def default_runtimes(model_kind: str) -> list[str]:
+    return list(DEFAULT_RUNTIMES_BY_KIND.get(model_kind, DEFAULT_RUNTIMES))
+
 
 Precision = Literal["fp32", "fp16", "bf16", "int8", "int4"]
 DEFAULT_PRECISIONS: tuple[Precision, ...] = ("fp32", "int8")
@@ -53,7 +69,9 @@ class _Strict(BaseModel):
 
 
 class ModelSpec(_Strict):
-    kind: Literal["torch", "hf", "onnx", "openvino", "builtin", "fake"]
+    kind: Literal[
+        "torch", "hf", "onnx", "openvino", "keras", "jax", "savedmodel", "builtin", "fake"
+    ]
     name: str | None = Field(None, description="builtin: the built-in workload's name")
     factory: str | None = Field(None, description='"module:callable" returning a torch.nn.Module')
     weights: str | None = Field(
