@@ -8,7 +8,7 @@ TEST_STAMP := $(VENV)/.installed-test
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test test-slow test-gpu lint format typecheck bench clean frameworks
+.PHONY: demo test test-slow test-gpu test-report browser lint format typecheck bench clean frameworks
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ $(TEST_STAMP): $(STAMP)
 	$(PIP) install --quiet -e '.[test]'
 	touch $(TEST_STAMP)
 
-# The optional frameworks (Keras 3, JAX, TensorFlow, LiteRT) for `bakeoff run`;
+# The optional frameworks (Keras 3, JAX, TensorFlow, LiteRT, TVM) for `bakeoff run`;
 # make test installs them too, since its tests run each framework path.
 frameworks: $(STAMP)
 	$(PIP) install --quiet -e '.[frameworks]'
@@ -31,8 +31,17 @@ frameworks: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/bakeoff run builtin:minilm
 
+# Debian's Chromium for the HTML report's browser test (about 20 s with apt, as
+# root). Where it cannot be installed, make test says so and that test is skipped.
+CHROMIUM := /usr/bin/chromium
+browser:
+	@test -x $(CHROMIUM) || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -qq --no-install-recommends chromium >/dev/null; } || \
+	  echo "note: could not install Chromium; the browser test will be skipped"
+
 # pytest exit code 5 (no tests collected) is a failure here, never a pass.
-test: $(TEST_STAMP)
+test: $(TEST_STAMP) browser
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy
@@ -44,6 +53,12 @@ test-slow: $(TEST_STAMP)
 
 test-gpu: $(TEST_STAMP)
 	$(PY) -m pytest -m gpu
+
+# The HTML report in headless Chromium alone; keeps its screenshot in test-output/.
+test-report: $(TEST_STAMP) browser
+	@test -x $(CHROMIUM) || { echo "Chromium is needed: apt-get install chromium"; exit 1; }
+	BAKEOFF_TEST_OUTPUT=test-output $(PY) -m pytest -m browser tests/test_report.py
+	@echo "screenshot: test-output/report.png"
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 import bakeoff
+from bakeoff import advise as advising
 from bakeoff import cache as variant_cache
 from bakeoff import environment
 from bakeoff.backends import Variant
@@ -64,6 +65,9 @@ class RunOptions:
     scenario: str = "latency"  # latency | server | offline
     latency_bound_ms: float = 100.0  # server scenario: the p99 bound
     cold_starts: int = 1  # fresh processes per candidate for cold start figures
+    # The deployment target whose advice picks the candidates when nothing else
+    # does (None: detected, see advise.default_target).
+    target: str | None = None
 
 
 @dataclass
@@ -227,10 +231,22 @@ def run(
             workload, spec=workload.spec.model_copy(update={"search": search})
         )
     search = workload.spec.search
+    advice = _advice_for(workload, opts.target)
     runtimes = opts.runtimes or search.runtimes
-    if opts.runtimes is None and "runtimes" not in search.model_fields_set:
-        runtimes = default_runtimes(workload.source.kind)
     precisions = opts.precisions or list(search.precisions)
+    candidates_from = "flags" if opts.runtimes else "workload"
+    if opts.runtimes is None and "runtimes" not in search.model_fields_set:
+        # No search given: the advice picks runtimes (and precisions, unless given);
+        # the per-kind defaults stay for models the advice has nothing measurable for.
+        runtimes, candidates_from = default_runtimes(workload.source.kind), "defaults"
+        advised_runtimes, advised_precisions = advice.run_grid()
+        if workload.spec.candidates:  # hand-written candidates replace any search
+            advised_runtimes, candidates_from = [], "workload candidates"
+        advised_runtimes = [r for r in advised_runtimes if r in RUNTIMES]
+        if advised_runtimes:
+            runtimes, candidates_from = advised_runtimes, "advice"
+            if opts.precisions is None and "precisions" not in search.model_fields_set:
+                precisions = advised_precisions or precisions
     batch_sizes = sorted(set(opts.batch_sizes or search.batch_sizes))
     if opts.scenario == "server" and 1 not in batch_sizes:
         batch_sizes = [1, *batch_sizes]  # server queries carry one sample each
@@ -268,6 +284,8 @@ def run(
             "scenario": opts.scenario,
             "latency_bound_ms": opts.latency_bound_ms,
             "cold_starts": opts.cold_starts,
+            "candidates_from": candidates_from,
+            "target": opts.target,
         }
         if resume_record is None:
             store.start_run(run_id, workload.origin, env, settings)
@@ -312,6 +330,7 @@ def run(
             env,
             settings,
             t_start,
+            advice.to_dict(),
         )
         status = "done"
         return result
@@ -403,6 +422,7 @@ def resume(
         scenario=st.get("scenario", "latency"),
         latency_bound_ms=st.get("latency_bound_ms", 100.0),
         cold_starts=st.get("cold_starts", 1),
+        target=st.get("target"),
     )
     return run(st["workload_ref"], opts, reporter, resume_record=record)
 
@@ -422,6 +442,7 @@ def _run_stages(
     env: dict[str, Any],
     settings: dict[str, Any],
     t_start: float,
+    advice: dict[str, Any] | None = None,
 ) -> RunResult:
     def save(c: Candidate) -> None:
         store.put_candidate(run_id, candidate_document(c))
@@ -649,10 +670,35 @@ def _run_stages(
             "total": round(time.perf_counter() - t_start, 3),
         },
     }
+    if advice is not None:
+        # Per piece of advice: did the measurement confirm it?
+        document["advice"] = advising.confirmations(advice, document)
     store.finish_run(run_id, "done", document)
     if opts.json_path:
         write_json(document, Path(opts.json_path))
     return RunResult(run_id, document, verdicts)
+
+
+def _advice_for(workload: Workload, target: str | None) -> advising.AdviceReport:
+    """The advice for a loaded workload: facts from its model files, goal from its
+    [search] objective when that names one."""
+    src = workload.source
+    facts = advising.detect_facts(workload.origin, src.kind, src.path, src.weights, src.factory)
+    objective = workload.spec.search.objective
+    goal = objective if objective in advising.GOALS else None
+    return advising.advise_facts(facts, target, goal)
+
+
+def advise(
+    workload_ref: str | None,
+    target: str | None = None,
+    goal: str | None = None,
+    train: bool = False,
+    baseline_ms: float | None = None,
+) -> advising.AdviceReport:
+    """Candidate stacks for a workload with reasons, and the ones that are out, with why;
+    from the spec and the model files alone (no data loaded, nothing run)."""
+    return advising.advise(workload_ref, target, goal, train, baseline_ms)
 
 
 def write_json(document: dict[str, Any], path: Path) -> None:

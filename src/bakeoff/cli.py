@@ -196,13 +196,17 @@ def env(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
         f"CPU: {cpu['model']} ({cpu['physical_cores']} physical / {cpu['logical_cores']} logical "
         f"cores, flags: {', '.join(cpu['flags']) or 'none notable'})"
     )
-    out.print(f"memory: {fp['memory_gb']} GiB; GPU: {fp['gpu'] or 'none (no CUDA device)'}")
+    gpus = "; ".join(
+        f"{g['name']} (driver {g.get('driver')}, {g.get('memory_mb', '?')} MiB)"
+        for g in fp["gpu"] or []
+    )
+    out.print(f"memory: {fp['memory_gb']} GiB; GPU: {gpus or 'none (no CUDA device)'}")
     out.print(f"default threads per runtime: {environment.default_threads()}")
     t = Table(title="runtimes")
     for col in ("runtime", "available", "version", "why not / install"):
         t.add_column(col)
     for r in rts:
-        why = "" if r["available"] else f"{r['reason']}; {r['install']}"
+        why = "" if r["available"] else f"{r['reason']}; install: {r['install']}"
         t.add_row(r["runtime"], "yes" if r["available"] else "[red]no[/]", r["version"] or "-", why)
     out.print(t)
 
@@ -233,6 +237,130 @@ def export_cmd(
         f"or with {manifest['package']} alone (see the README)[/]",
         highlight=False,
     )
+
+
+@app.command("advise")
+def advise_cmd(
+    workload: Annotated[
+        str | None, typer.Argument(help="a workload .toml or builtin:NAME (default builtin:minilm)")
+    ] = None,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            help="server-cpu, server-gpu, edge-intel, mobile, browser or apple "
+            "(default: detected from this machine)"
+        ),
+    ] = None,
+    goal: Annotated[str | None, typer.Option(help="latency or throughput")] = None,
+    train: Annotated[bool, typer.Option("--train", help="also advise on training")] = False,
+    baseline_ms: Annotated[
+        float | None,
+        typer.Option(help="the model's measured baseline latency in ms (batch 1), if known"),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the advice as JSON")] = False,
+) -> None:
+    """Propose candidate stacks for a workload, each with its reason, and say why others are out."""
+    report = api.advise(workload, target, goal, train, baseline_ms)
+    if as_json:
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+        return
+    source = "stated" if report.target_source == "stated" else "detected"
+    out.print(
+        f"[bold]advice for {report.facts.workload}[/], target {report.target} ({source})"
+        + (f", goal {report.goal}" if report.goal else ""),
+        highlight=False,
+    )
+    out.print(f"[dim]{report.facts.describe()}[/]", highlight=False)
+    t = Table(title="proposed candidates")
+    for col in ("runtime", "precision", "methods", "reason"):
+        t.add_column(col)
+    for p in report.proposed:
+        t.add_row(p.runtime, p.precision, ", ".join(p.methods) or "-", p.reason)
+    out.print(t)
+    if report.excluded:
+        x = Table(title="excluded")
+        x.add_column("what")
+        x.add_column("why")
+        for e in report.excluded:
+            x.add_row(e.what, e.why)
+        out.print(x)
+    notes = [a for a in report.advice if not a.proposes]
+    if notes:
+        out.print("[bold]Notes[/]")
+        for a in notes:
+            mark = "[yellow]warning:[/] " if a.warning else ""
+            out.print(f"  {mark}{a.text}", highlight=False)
+            out.print(f"    [dim]{a.reason}[/]", highlight=False)
+
+
+@app.command("report")
+def report_cmd(
+    run_id: Annotated[str, typer.Argument(help="a run id (or a unique prefix)")],
+    output: Annotated[
+        Path | None,
+        typer.Option("-o", "--output", help="the file to write (default report-RUN_ID.html/.md)"),
+    ] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", help="html (self-contained page) or md (PR summary)")
+    ] = "html",
+    store: StoreOpt = DEFAULT_STORE,
+) -> None:
+    """Write a stored run's report: one self-contained HTML file, or Markdown."""
+    from bakeoff.report import html, markdown
+
+    if fmt not in ("html", "md"):
+        raise UserError(f"--format: expected html or md, got {fmt!r}")
+    writer = html.write if fmt == "html" else markdown.write
+    # Resolve a prefix to the full id first, so the default name is the real run id.
+    full_id = api.show_run(run_id, store)["run_id"]
+    path = writer(full_id, store, output or Path(f"report-{full_id}.{fmt}"))
+    out.print(str(path), highlight=False, soft_wrap=True)
+
+
+@app.command("compare")
+def compare_cmd(
+    run_a: Annotated[str, typer.Argument(help="the earlier run (baseline)")],
+    run_b: Annotated[str, typer.Argument(help="the later run")],
+    fail_on_regression: Annotated[
+        float | None,
+        typer.Option(
+            help="exit 1 if a candidate is slower by more than PCT percent, its CI excluding it"
+        ),
+    ] = None,
+    margin: Annotated[
+        float | None,
+        typer.Option(help="equivalence margin for 'same' (default: run A's, usually 0.02)"),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the comparison as JSON")] = False,
+    store: StoreOpt = DEFAULT_STORE,
+) -> None:
+    """Per candidate, B/A of the objective with its CI: faster, slower or same."""
+    from bakeoff import compare
+
+    if fail_on_regression is not None and not 0 < fail_on_regression < 100:
+        raise UserError(f"--fail-on-regression: a percentage in (0, 100), got {fail_on_regression}")
+    cmp = compare.compare(run_a, run_b, store, margin)
+    regressions = cmp.regressions(fail_on_regression) if fail_on_regression is not None else []
+    if as_json:
+        payload = cmp.to_dict()
+        if fail_on_regression is not None:
+            payload["regressions"] = [r.candidate for r in regressions]
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    else:
+        compare.print_comparison(cmp, out)
+        if fail_on_regression is not None:
+            if regressions:
+                for r in regressions:
+                    err.print(
+                        f"[red]regression:[/] {r.candidate} is {r.slower_by_pct:.1f}% slower "
+                        f"(B/A {r.ratio:.3f}, {cmp.level:.1%} CI {r.ratio_lo:.3f}-"
+                        f"{r.ratio_hi:.3f}), beyond {fail_on_regression:g}%",
+                        highlight=False,
+                    )
+            else:
+                out.print(f"no candidate is slower by more than {fail_on_regression:g}%")
+    if regressions:
+        raise typer.Exit(1)
 
 
 cache_app = typer.Typer(
@@ -316,7 +444,11 @@ def cache_clear(
 def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click returns a command's typer.Exit code
+        # instead of exiting with it.
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code != 0:
+            sys.exit(code)
     except UserError as exc:
         err.print(f"[red]error:[/] {exc}", highlight=False)
         sys.exit(exc.exit_code)

@@ -14,6 +14,7 @@ import psutil
 
 import bakeoff
 from bakeoff.backends import BUILTIN_BACKENDS, get_backend
+from bakeoff.backends.gpu import gpu_info
 
 _PACKAGES = (
     "torch",
@@ -25,6 +26,16 @@ _PACKAGES = (
     "transformers",
     "numpy",
     "scikit-learn",
+    "tensorflow-cpu",
+    "tensorflow",
+    "jax",
+    "jaxlib",
+    "flax",
+    "keras",
+    "ai-edge-litert",
+    "apache-tvm",
+    "onnxruntime-gpu",
+    "tensorrt",
 )
 _CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
 
@@ -93,7 +104,8 @@ def fingerprint() -> dict[str, Any]:
         "machine": platform.machine(),
         "cpu": _cpu_info(),
         "memory_gb": round(mem.total / 2**30, 1),
-        "gpu": None,
+        # Every NVIDIA GPU's model, driver and memory (nvidia-smi); None without one.
+        "gpu": gpu_info() or None,
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "packages": versions(),
     }

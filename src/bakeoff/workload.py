@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from bakeoff.errors import UserError
 
@@ -30,13 +38,40 @@ RUNTIMES = (
     "onnxruntime",
     "openvino",
     "fake",
+    "keras-jax",
+    "keras-tensorflow",
+    "keras-torch",
+    "litert",
+    "jax",
+    "tensorflow",
+    "tvm",
+    "torch-cuda",
+    "torch-compile-cuda",
+    "onnxruntime-cuda",
+    "onnxruntime-tensorrt",
+    "tensorrt",
+    "openvino-gpu",
+    "jax-cuda",
 )
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "int4")
 DEFAULT_RUNTIMES = ["torch", "torch-compile", "onnxruntime", "openvino"]
 # Model kinds whose default candidates differ from DEFAULT_RUNTIMES (used when
 # neither --runtimes nor [search] runtimes is given).
+# A Keras model natively on each Keras backend, then exported (LiteRT, ONNX).
+KERAS_DEFAULT_RUNTIMES = [
+    "keras-jax",
+    "keras-tensorflow",
+    "keras-torch",
+    "tensorflow",
+    "litert",
+    "onnxruntime",
+    "openvino",
+]
 DEFAULT_RUNTIMES_BY_KIND: dict[str, list[str]] = {
     "fake": ["fake"],
+    "keras": KERAS_DEFAULT_RUNTIMES,
+    "jax": ["jax"],
+    "savedmodel": ["tensorflow"],
 }
 
 
@@ -55,6 +90,19 @@ DEFAULT_HF_TASK: HfTask = "feature-extraction"
 SAFETENSORS_SUFFIXES = (".safetensors",)
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin")
 DEFAULT_MAX_LENGTH = 128
+# kind = "jax" parameter files: numpy arrays (read with allow_pickle=False) or Flax msgpack.
+JAX_PARAMS_SUFFIXES = (".npz", ".msgpack")
+
+
+# MXNet is refused by name (model.kind) and by its checkpoint files (model.path).
+MXNET_SUFFIXES = ("-symbol.json", ".params")
+MXNET_RETIRED = (
+    "MXNet is retired: Apache MXNet moved to the Apache Attic in 2023 and gets no more "
+    "releases or fixes, so bakeoff does not run it. Migrate through ONNX: export the model "
+    "with MXNet's own exporter, e.g. mx.onnx.export_model(sym, params, in_shapes=[...], "
+    "onnx_file_path='model.onnx'), then run bakeoff on the file with "
+    '[model] kind = "onnx", path = "model.onnx"'
+)
 
 
 def _check_runtime(name: str) -> None:
@@ -62,6 +110,30 @@ def _check_runtime(name: str) -> None:
         hint = difflib.get_close_matches(name, RUNTIMES, n=1)
         more = f" (did you mean {hint[0]!r}?)" if hint else ""
         raise ValueError(f"unknown runtime {name!r}{more}; expected one of {', '.join(RUNTIMES)}")
+
+
+# Keras model files other than Keras 3's own .keras zip, and why each is refused.
+KERAS_LEGACY_SUFFIXES = (".h5", ".hdf5")
+
+
+def _check_keras_source(path: str | None, factory: str | None) -> None:
+    if (path is None) == (factory is None):
+        raise ValueError(
+            'kind = "keras" needs exactly one of path = "model.keras" (saved with '
+            'model.save) or factory = "module:callable" returning a keras.Model'
+        )
+    if path is None or path.endswith(".keras"):
+        return
+    if path.endswith(KERAS_LEGACY_SUFFIXES):
+        raise ValueError(
+            f"path = {path!r} is a legacy HDF5 Keras file; Keras 3 loads .keras files only. "
+            "Load it once with tf.keras / keras 2 and save it again with "
+            "model.save('model.keras'), or give a factory that builds the model"
+        )
+    raise ValueError(
+        f'kind = "keras" needs path = "model.keras" (a Keras 3 file), got {path!r}; '
+        'for a TensorFlow SavedModel folder use kind = "savedmodel"'
+    )
 
 
 class _Strict(BaseModel):
@@ -85,6 +157,27 @@ class ModelSpec(_Strict):
         None, ge=2, description="hf sequence-classification: classes of an untrained head"
     )
     options: dict[str, Any] = Field(default_factory=dict, description="settings for kind=fake")
+    function: str | None = Field(
+        None, description='jax: "module:fn", a pure function called as fn(params, *inputs)'
+    )
+    params: str | None = Field(
+        None, description="jax: the function's parameters, a .npz ('/' in keys nests) or .msgpack"
+    )
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _not_mxnet_kind(cls, kind: Any) -> Any:
+        if isinstance(kind, str) and kind.lower() == "mxnet":
+            raise ValueError(MXNET_RETIRED)
+        return kind
+
+    @field_validator("path", mode="before")
+    @classmethod
+    def _not_mxnet_files(cls, path: Any) -> Any:
+        # An MXNet checkpoint is a NAME-symbol.json graph plus NAME-0000.params weights.
+        if isinstance(path, str) and path.endswith(MXNET_SUFFIXES):
+            raise ValueError(f"this looks like an MXNet checkpoint. {MXNET_RETIRED}")
+        return path
 
     @model_validator(mode="after")
     def _needs_source(self) -> ModelSpec:
@@ -96,6 +189,25 @@ class ModelSpec(_Strict):
             raise ValueError(
                 f'kind = "openvino" needs path = "model.xml" (an OpenVINO IR), got {self.path!r}'
             )
+        if self.kind == "jax":
+            if not self.function or not self.params:
+                raise ValueError(
+                    'kind = "jax" needs function = "module:fn" (called as fn(params, *inputs)) '
+                    'and params = "params.npz" (or a Flax .msgpack)'
+                )
+            if ":" not in self.function:
+                raise ValueError(f'function must look like "module:fn", got {self.function!r}')
+            if not self.params.endswith(JAX_PARAMS_SUFFIXES):
+                raise ValueError(
+                    f"params = {self.params!r}: expected one of {', '.join(JAX_PARAMS_SUFFIXES)} "
+                    "(arrays only, never a pickle)"
+                )
+        elif self.function is not None or self.params is not None:
+            raise ValueError(f'function and params are for kind = "jax" only, not "{self.kind}"')
+        if self.kind == "savedmodel" and not self.path:
+            raise ValueError('kind = "savedmodel" needs path = "a SavedModel folder"')
+        if self.kind == "keras":
+            _check_keras_source(self.path, self.factory)
         if self.kind == "builtin" and not self.name:
             raise ValueError('kind = "builtin" needs name = "minilm" or "digits"')
         if self.factory is not None and ":" not in self.factory:
@@ -255,9 +367,10 @@ class ModelSource:
     options: dict[str, Any] = field(default_factory=dict)
     task: str | None = None  # hf: feature-extraction | sequence-classification
     num_labels: int | None = None  # hf sequence-classification without a trained head
-    weights: str | None = None  # torch: absolute path of a state_dict file
+    weights: str | None = None  # torch: a state_dict file; jax: the params file (absolute)
     # input name -> axes (besides batch) that vary: exported dynamic, checked at two sizes
     variable_axes: dict[str, list[int]] = field(default_factory=dict)
+    function: str | None = None  # jax: "module:fn"; its params file is `weights`
 
 
 @dataclass(frozen=True)
@@ -505,6 +618,11 @@ def _check_model_path(model: ModelSpec, base_dir: str | None, origin: str) -> st
             raise UserError(
                 f"{key}: {resolved} has no config.json: not a Hugging Face model folder"
             )
+    if model.kind == "savedmodel" and not (resolved / "saved_model.pb").is_file():
+        raise UserError(
+            f"{key}: {resolved} is not a TensorFlow SavedModel folder (no saved_model.pb in it;"
+            " write one with tf.saved_model.save or model.export)"
+        )
     if model.kind == "openvino":
         weights = resolved.with_suffix(".bin")
         if not resolved.is_file():
@@ -664,6 +782,37 @@ def _text_data(
     return tokenize_texts(folder, texts, max_length, key)
 
 
+def _check_jax_model(model: ModelSpec, base_dir: str | None, origin: str) -> str:
+    """The params file, checked without importing jax (or the user's module, which
+    imports it) in this process: the function itself is looked up in the worker."""
+    import importlib.util
+
+    assert model.function is not None and model.params is not None
+    module_name = model.function.partition(":")[0]
+    with _on_path(base_dir):
+        try:
+            found = importlib.util.find_spec(module_name) is not None
+        except (ImportError, ValueError):
+            found = False
+    if not found:
+        where = f" (looked next to the workload, in {base_dir})" if base_dir else ""
+        raise UserError(
+            f"{origin}: model.function = {model.function!r}: no module {module_name!r}{where}"
+        )
+    resolved = _resolve(base_dir, model.params)
+    key = f"{origin}: model.params = {model.params!r}"
+    if not resolved.is_file():
+        raise UserError(f"{key}: {resolved} does not exist")
+    if resolved.suffix == ".npz":
+        try:
+            with np.load(resolved, allow_pickle=False) as z:
+                for name in z.files:
+                    z[name]  # allow_pickle=False refuses object arrays: never unpickle
+        except (ValueError, OSError) as exc:
+            raise UserError(f"{key}: not a readable .npz of numeric arrays: {exc}") from None
+    return str(resolved)
+
+
 def workload_from_spec(spec: WorkloadSpec, origin: str, base_dir: str | None) -> Workload:
     if spec.model.kind == "builtin":
         return _from_builtin(spec, origin)
@@ -672,6 +821,8 @@ def workload_from_spec(spec: WorkloadSpec, origin: str, base_dir: str | None) ->
     if spec.model.kind == "torch" and spec.model.factory:
         import_factory(spec.model.factory, base_dir, origin, "model.factory")  # fail early
     weights = _check_weights(spec.model, base_dir, origin)
+    if spec.model.kind == "jax":
+        weights = _check_jax_model(spec.model, base_dir, origin)
     hf_config: Any = None
     notes: list[str] = []
     if spec.model.kind == "hf":
@@ -711,6 +862,7 @@ def workload_from_spec(spec: WorkloadSpec, origin: str, base_dir: str | None) ->
         num_labels=spec.model.num_labels,
         weights=weights,
         variable_axes={k: sorted(set(v)) for k, v in spec.data.variable_axes.items()},
+        function=spec.model.function,
     )
     for note in notes:
         # Shown once on the terminal; kept in Workload.notes for reports.

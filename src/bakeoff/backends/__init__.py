@@ -30,6 +30,20 @@ BUILTIN_BACKENDS: dict[str, str] = {
     "onnxruntime": "bakeoff.backends.onnxruntime",
     "openvino": "bakeoff.backends.openvino",
     "fake": "bakeoff.backends.fake",
+    "jax": "bakeoff.backends.jax_backend",
+    "tensorflow": "bakeoff.backends.tensorflow_backend",
+    "tvm": "bakeoff.backends.tvm",
+    "torch-cuda": "bakeoff.backends.torch_cuda",
+    "torch-compile-cuda": "bakeoff.backends.torch_compile_cuda",
+    "onnxruntime-cuda": "bakeoff.backends.onnxruntime_cuda",
+    "onnxruntime-tensorrt": "bakeoff.backends.onnxruntime_tensorrt",
+    "tensorrt": "bakeoff.backends.tensorrt_engine",
+    "openvino-gpu": "bakeoff.backends.openvino_gpu",
+    "jax-cuda": "bakeoff.backends.jax_cuda",
+    "keras-jax": "bakeoff.backends.keras_jax",
+    "keras-tensorflow": "bakeoff.backends.keras_tensorflow",
+    "keras-torch": "bakeoff.backends.keras_torch",
+    "litert": "bakeoff.backends.litert",
 }
 
 
@@ -87,6 +101,9 @@ class LoadContext:
     # Concurrent inference streams the offline scenario will run (threads is per
     # stream); a runtime that schedules streams itself (OpenVINO) is told here.
     streams: int = 1
+    # The run's data file (npz with pool/<name> arrays): a runtime that compiles for
+    # the exact batch shape in `load` (JAX, TVM, XLA) reads the per-sample shapes here.
+    data_path: str = ""
 
 
 class Runner(Protocol):

@@ -44,7 +44,7 @@ def availability() -> Availability:
 
 
 def offers(precision: str, model_kind: str) -> list[Offer]:
-    if model_kind not in ("torch", "hf", "onnx"):
+    if model_kind not in ("torch", "hf", "onnx", "keras"):
         return [Offer(Variant(RUNTIME, precision), f"the model is {model_kind}, not ONNX-able")]
     if precision == "fp32":
         return [Offer(Variant(RUNTIME, "fp32"))]

@@ -48,7 +48,7 @@ _HINT_ALIASES = {"fp32": "f32", "fp16": "f16", "bfloat16": "bf16"}
 
 
 def offers(precision: str, model_kind: str) -> list[Offer]:
-    if model_kind not in ("torch", "hf", "onnx", "openvino"):
+    if model_kind not in ("torch", "hf", "onnx", "openvino", "keras"):
         return [Offer(Variant(RUNTIME, precision), f"the model is {model_kind}, not convertible")]
     if precision == "fp32":
         out = [Offer(Variant(RUNTIME, "fp32"))]

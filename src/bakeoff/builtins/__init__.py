@@ -5,7 +5,7 @@ from __future__ import annotations
 from bakeoff.errors import UserError
 from bakeoff.workload import Workload
 
-BUILTINS = ("minilm", "digits")
+BUILTINS = ("minilm", "digits", "digits-keras")
 
 
 def load_builtin(name: str) -> Workload:
@@ -17,4 +17,8 @@ def load_builtin(name: str) -> Workload:
         from bakeoff.builtins.digits import workload
 
         return workload()
+    if name == "digits-keras":
+        from bakeoff.builtins.digits_keras import workload as keras_workload
+
+        return keras_workload()
     raise UserError(f"builtin:{name}: no such built-in workload (have: {', '.join(BUILTINS)})")

@@ -141,6 +141,7 @@ def _load_runner(job: dict[str, Any]) -> Runner:
         options=job.get("options", {}),
         candidate_id=job.get("candidate_id", ""),
         streams=job.get("streams", 1),
+        data_path=job.get("data_path", ""),
     )
     return get_backend(job["variant"]["runtime"]).load(_variant(job), job["artifact"], ctx)
 

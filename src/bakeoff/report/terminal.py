@@ -157,6 +157,15 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
     console = console or Console()
     console.print(results_table(document))
     console.print("[dim]* winner; ? marks a p99 with too few samples to support it[/]")
+    compiled = [c for c in document["candidates"] if c["cold_start_s"].get("compile") is not None]
+    if compiled:
+        # Ahead-of-time compilation (jax.jit, XLA, TVM, TensorRT) happens while loading:
+        # part of the cold start, never of the latency above.
+        console.print(
+            "[dim]compile time (in the load time, not in latency): "
+            + ", ".join(f"{c['id']} compile {c['cold_start_s']['compile']:.3g} s" for c in compiled)
+            + "[/]"
+        )
     not_ok = [c for c in document["candidates"] if c["status"] not in ("ok",)]
     if not_ok:
         console.print("\n[bold]Not measured or not eligible[/]")
@@ -207,6 +216,18 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
         mark = f"[bold green]{v['winner']}[/]" if v["winner"] else "[red]no winner[/]"
         console.print(f"  batch {v['batch_size']} ({v['objective']}): {mark}")
         console.print(f"    {v['reason']}")
+    advice = document.get("advice")
+    if advice:
+        source = document.get("settings", {}).get("candidates_from", "-")
+        console.print(
+            f"\n[bold]Advice[/] for target {advice['target']} (candidates from: {source})"
+        )
+        marks = {True: "[green]confirmed[/]", False: "[yellow]not confirmed[/]"}
+        for a in advice["advice"]:
+            if a.get("confirm") is None:
+                continue  # text-only advice: shown by `bakeoff advise` and in the JSON
+            mark = marks.get(a.get("confirmed"), "[dim]not measured[/]")
+            console.print(f"  {mark} {a['text']}: {a['why']}", highlight=False)
     timing = document.get("timing_s")
     if timing:
         console.print(

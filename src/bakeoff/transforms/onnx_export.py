@@ -43,6 +43,10 @@ def ensure_onnx(source: ModelSource, artifacts_dir: str, example: dict[str, np.n
     if source.kind == "onnx":
         assert source.path is not None
         return {"path": source.path, "exporter": "user-provided"}
+    if source.kind == "keras":  # Keras' own exporter, in transforms/keras_export.py
+        from bakeoff.transforms.keras_export import onnx_from_keras
+
+        return onnx_from_keras(source, artifacts_dir, example)
     return cached_step(artifacts_dir, "onnx-fp32", lambda out: _export(source, example, out))
 
 

@@ -1,0 +1,205 @@
+"""What the GPU runtimes share: finding a CUDA device without importing any framework,
+the GPU model and driver for the fingerprint, and a PyTorch runner that synchronizes
+the device before `run` returns and reads back the device memory peak.
+
+Every check here is cheap (a file under /proc, or one `nvidia-smi` call): `bakeoff env` and
+candidate enumeration run it in the main process, where no framework may be imported.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from bakeoff.backends import Availability, Offer, Variant, package_availability
+
+NVIDIA_PROC = Path("/proc/driver/nvidia/version")
+# PyPI's Linux wheel of torch is the CUDA build; the +cpu one comes from PyTorch's CPU index.
+TORCH_CUDA_INSTALL = "a CUDA build of PyTorch: pip install --force-reinstall torch==2.13.0"
+
+
+@functools.cache
+def gpu_info() -> list[dict[str, Any]]:
+    """One entry per NVIDIA GPU (name, driver, memory), or [] when there is none."""
+    if not NVIDIA_PROC.exists() and shutil.which("nvidia-smi") is None:
+        return []
+    if shutil.which("nvidia-smi") is None:
+        # The kernel driver is loaded but the tool is missing: say what we can.
+        first = NVIDIA_PROC.read_text().splitlines()[0] if NVIDIA_PROC.exists() else ""
+        return [{"name": "NVIDIA GPU (nvidia-smi not on PATH)", "driver": first.strip()}]
+    try:
+        out = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=name,driver_version,memory.total,compute_cap",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    gpus = []
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 3:
+            gpus.append(
+                {
+                    "name": parts[0],
+                    "driver": parts[1],
+                    "memory_mb": int(parts[2]) if parts[2].isdigit() else parts[2],
+                    "compute_capability": parts[3] if len(parts) > 3 else None,
+                }
+            )
+    return gpus
+
+
+def no_cuda_reason() -> str | None:
+    """None when an NVIDIA GPU with its driver is present, else why not."""
+    if gpu_info():
+        return None
+    return (
+        "no CUDA device: no NVIDIA driver (/proc/driver/nvidia/version is missing) and "
+        "nvidia-smi is not on PATH"
+    )
+
+
+def cuda_availability(dist: str, module: str, install: str) -> Availability:
+    """Unavailable without a CUDA device (version still shown when installed)."""
+    pkg = package_availability(dist, module, install)
+    reason = no_cuda_reason()
+    if reason is not None:
+        return Availability(False, pkg.version, reason, f"needs an NVIDIA GPU; then {install}")
+    return pkg
+
+
+def torch_cuda_availability() -> Availability:
+    a = cuda_availability("torch", "torch", TORCH_CUDA_INSTALL)
+    if a.available and a.version and "+cpu" in a.version:
+        return Availability(
+            False, a.version, f"torch {a.version} is a CPU-only build", TORCH_CUDA_INSTALL
+        )
+    return a
+
+
+def process_gpu_memory_mb() -> float | None:
+    """Device memory this process holds now (nvidia-smi), for runtimes with no peak counter."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-compute-apps=pid,used_memory",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out.strip().splitlines():
+        pid, _, used = (p.strip() for p in line.partition(","))
+        if pid == str(os.getpid()) and used.isdigit():
+            return float(used)
+    return None
+
+
+def torch_cuda_offers(runtime: str, precision: str, model_kind: str) -> list[Offer]:
+    if model_kind not in ("torch", "hf"):
+        return [Offer(Variant(runtime, precision), f"the model is {model_kind}, not PyTorch")]
+    if precision == "fp32":
+        return [Offer(Variant(runtime, "fp32"))]
+    if precision in ("fp16", "bf16"):
+        return [Offer(Variant(runtime, precision, "autocast"))]
+    return [
+        Offer(
+            Variant(runtime, precision),
+            f"no {precision} path for PyTorch on CUDA in this version; see onnxruntime-tensorrt "
+            "and tensorrt",
+        )
+    ]
+
+
+class TorchCudaRunner:
+    """A torch module on the GPU. `run` waits for the device (torch.cuda.synchronize), so
+    the host clock around it measures the whole call; `settings` reads the memory peak."""
+
+    def __init__(self, model: Any, device: Any, settings: dict[str, Any]) -> None:
+        self.model, self.device, self._settings = model, device, settings
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        import torch
+
+        peak = torch.cuda.max_memory_allocated(self.device)
+        return {**self._settings, "device_memory_peak_mb": round(peak / 2**20, 1)}
+
+    def prepare(self, batch: dict[str, Any]) -> Any:
+        import torch
+
+        return tuple(torch.from_numpy(v).to(self.device) for v in batch.values())
+
+    def run(self, prepared: Any) -> Any:
+        import torch
+
+        out = self.model(*prepared)
+        torch.cuda.synchronize(self.device)
+        return out
+
+    def to_numpy(self, output: Any) -> Any:
+        from bakeoff.models import first_output
+
+        return first_output(output).detach().float().cpu().numpy()
+
+
+def torch_cuda_model(variant: Variant, ctx: Any) -> tuple[Any, Any, dict[str, Any]]:
+    """The workload's torch model on cuda:0, in eval mode, with the device described."""
+    import torch
+
+    from bakeoff.backends.torch_eager import set_torch_threads
+    from bakeoff.models import build_torch_model
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"torch {torch.__version__} sees no CUDA device (CUDA build: "
+            f"{torch.version.cuda or 'no, CPU-only'}); install {TORCH_CUDA_INSTALL}"
+        )
+    settings = set_torch_threads(ctx.threads)
+    device = torch.device("cuda", 0)
+    model = build_torch_model(ctx.source).to(device).eval()
+    props = torch.cuda.get_device_properties(device)
+    settings.update(
+        {
+            "device": torch.cuda.get_device_name(device),
+            "compute_capability": f"{props.major}.{props.minor}",
+            "cuda_version": torch.version.cuda,
+            "cudnn_version": torch.backends.cudnn.version(),
+            "gpu": gpu_info(),
+            "sync": "torch.cuda.synchronize after every call",
+        }
+    )
+    torch.cuda.reset_peak_memory_stats(device)
+    return model, device, settings
+
+
+def with_cuda_autocast(model: Any, precision: str) -> Any:
+    if precision not in ("fp16", "bf16"):
+        return model
+    import torch
+
+    dtype = torch.float16 if precision == "fp16" else torch.bfloat16
+
+    def call(*args: Any) -> Any:
+        with torch.autocast("cuda", dtype=dtype):
+            return model(*args)
+
+    return call

@@ -1,0 +1,73 @@
+"""Keras 3 on the JAX backend: the forward pass as one jax.jit-compiled function."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from bakeoff.backends import Availability, BuildContext, LoadContext, Offer, Variant
+from bakeoff.backends.common import check_options
+from bakeoff.backends.keras_common import (
+    KerasRunner,
+    keras_availability,
+    keras_build,
+    keras_offers,
+    load_keras,
+)
+
+RUNTIME = "keras-jax"
+BACKEND = "jax"
+OPTIONS = {"threads"}
+
+
+def availability() -> Availability:
+    return keras_availability("jax", "jax")
+
+
+def offers(precision: str, model_kind: str) -> list[Offer]:
+    return keras_offers(RUNTIME, BACKEND, precision, model_kind)
+
+
+def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
+    return keras_build(variant, ctx, BACKEND)
+
+
+def _single_thread_xla(threads: int) -> str:
+    """XLA's CPU client sizes its thread pool when jax is first imported, from
+    XLA_FLAGS; one thread must be asked for before that, there is no call later."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if threads == 1 and "intra_op_parallelism_threads" not in flags:
+        flags = f"{flags} --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+        os.environ["XLA_FLAGS"] = flags.strip()
+    return os.environ.get("XLA_FLAGS", "")
+
+
+def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> KerasRunner:
+    check_options(ctx.options, OPTIONS, RUNTIME)
+    xla_flags = _single_thread_xla(ctx.threads)
+    model, settings = load_keras(variant, artifact, ctx, BACKEND)
+    import jax
+
+    # stateless_call under jax.jit is what Keras' own predict step compiles;
+    # calling it directly skips predict's per-call data pipeline.
+    trainable = [v.value for v in model.trainable_variables]
+    non_trainable = [v.value for v in model.non_trainable_variables]
+
+    @jax.jit
+    def forward(trainable: Any, non_trainable: Any, x: Any) -> Any:
+        return model.stateless_call(trainable, non_trainable, x, training=False)[0]
+
+    def call(x: Any) -> Any:
+        # jax dispatches asynchronously: wait for the result so timing includes it.
+        return jax.block_until_ready(forward(trainable, non_trainable, x))
+
+    settings.update(
+        {
+            "jax_version": jax.__version__,
+            "jit": "jax.jit(model.stateless_call)",
+            "devices": [str(d) for d in jax.devices()],
+            "xla_flags": xla_flags or "(default: XLA sizes its CPU thread pool itself)",
+            "intra_op_threads": 1 if ctx.threads == 1 else "XLA default",
+        }
+    )
+    return KerasRunner(model, settings, jax.device_put, call)

@@ -1,0 +1,125 @@
+"""LiteRT (the successor of TensorFlow Lite) on the CPU, with XNNPACK: FP32, FP16
+weight-only and INT8 full-integer post-training quantization, converted from a
+Keras 3 model with TensorFlow's converter and run by ``ai-edge-litert``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from bakeoff.backends import (
+    Availability,
+    BuildContext,
+    LoadContext,
+    Offer,
+    Variant,
+    package_availability,
+)
+from bakeoff.backends.common import calibration_data, check_options, example_inputs
+from bakeoff.transforms import cached_step
+
+RUNTIME = "litert"
+OPTIONS = {"threads"}
+INSTALL = "pip install -e '.[frameworks]'  (or: make frameworks)"
+METHODS = {"fp32": None, "fp16": "weight-only", "int8": "static"}
+
+
+def availability() -> Availability:
+    runtime = package_availability("ai-edge-litert", "ai_edge_litert", INSTALL)
+    if not runtime.available:
+        return runtime
+    # Conversion needs TensorFlow's converter (and Keras to load the model).
+    for dist, module in (("tensorflow-cpu", "tensorflow"), ("keras", "keras")):
+        a = package_availability(dist, module, INSTALL)
+        if not a.available:
+            return Availability(False, None, f"{a.reason} (needed to convert to LiteRT)", INSTALL)
+    return runtime
+
+
+def offers(precision: str, model_kind: str) -> list[Offer]:
+    if model_kind != "keras":
+        return [
+            Offer(
+                Variant(RUNTIME, precision),
+                f"the model is {model_kind}; this version converts Keras models to LiteRT",
+            )
+        ]
+    if precision in METHODS:
+        return [Offer(Variant(RUNTIME, precision, METHODS[precision]))]
+    return [
+        Offer(
+            Variant(RUNTIME, precision),
+            f"{precision} is not built: the LiteRT CPU kernels have no {precision} path "
+            "(bf16 has no kernels; int4 only for weights of selected ops)",
+        )
+    ]
+
+
+def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
+    from bakeoff.transforms.keras_export import load_for_build
+    from bakeoff.transforms.litert_convert import BACKEND, convert
+
+    name = "litert-" + variant.id.removeprefix(RUNTIME + "-")
+
+    def step(out: Any) -> dict[str, Any]:
+        model = load_for_build(ctx.source, ctx.artifacts_dir, BACKEND, example_inputs(ctx))
+        return convert(model, variant.precision, calibration_data(ctx), out)
+
+    return cached_step(ctx.artifacts_dir, name, step)
+
+
+class LiteRtRunner:
+    """One interpreter, resized once to the batch size (inputs keep their shape)."""
+
+    def __init__(self, interpreter: Any, settings: dict[str, Any]) -> None:
+        self.interpreter = interpreter
+        self.settings = settings
+        self.inputs = interpreter.get_input_details()
+        self.output = interpreter.get_output_details()[0]["index"]
+
+    def prepare(self, batch: dict[str, np.ndarray]) -> list[np.ndarray]:
+        arrays = list(batch.values())
+        if len(arrays) != len(self.inputs):
+            raise ValueError(f"the model has {len(self.inputs)} inputs, the data {len(arrays)}")
+        return [
+            np.ascontiguousarray(a, dtype=d["dtype"])
+            for a, d in zip(arrays, self.inputs, strict=True)
+        ]
+
+    def run(self, prepared: list[np.ndarray]) -> np.ndarray:
+        it = self.interpreter
+        for detail, array in zip(self.inputs, prepared, strict=True):
+            it.set_tensor(detail["index"], array)
+        it.invoke()  # synchronous: the output is complete on return
+        return it.get_tensor(self.output)
+
+    def to_numpy(self, output: np.ndarray) -> np.ndarray:
+        return np.asarray(output, dtype=np.float32)
+
+
+def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> LiteRtRunner:
+    import importlib.metadata
+
+    from ai_edge_litert.interpreter import Interpreter
+
+    check_options(ctx.options, OPTIONS, RUNTIME)
+    interpreter = Interpreter(model_path=artifact["path"], num_threads=ctx.threads)
+    for detail in interpreter.get_input_details():
+        # Converted with a dynamic batch axis (-1 in shape_signature): fix it to
+        # the candidate's batch size once, before tensors are allocated.
+        shape = list(detail["shape"])
+        shape[0] = ctx.batch_size
+        interpreter.resize_tensor_input(detail["index"], shape)
+    interpreter.allocate_tensors()
+    settings: dict[str, Any] = {
+        "litert_version": importlib.metadata.version("ai-edge-litert"),
+        "num_threads": ctx.threads,
+        "delegate": "XNNPACK (default CPU delegate)",
+        "batch_size": ctx.batch_size,
+        "input_dtypes": [np.dtype(d["dtype"]).name for d in interpreter.get_input_details()],
+        "exporter": artifact.get("exporter"),
+    }
+    if "quantization" in artifact:
+        settings["quantization"] = artifact["quantization"]
+    return LiteRtRunner(interpreter, settings)

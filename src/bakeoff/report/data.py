@@ -1,0 +1,120 @@
+"""A stored run as the HTML/Markdown reports and `bakeoff compare` read it: the
+result document plus each candidate's raw measured rounds from the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bakeoff.errors import UserError
+from bakeoff.store import Store
+from bakeoff.verdict import Measured, objective_for
+
+
+@dataclass
+class StoredRun:
+    record: dict[str, Any]  # Store.run(): run_id, status, environment, settings, document, ...
+    rounds: dict[str, list[tuple[int, list[int], int, int]]] = field(default_factory=dict)
+    warmup_calls: dict[str, int] = field(default_factory=dict)
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def run_id(self) -> str:
+        return str(self.record["run_id"])
+
+    @property
+    def document(self) -> dict[str, Any] | None:
+        return self.record["document"]
+
+    @property
+    def candidates(self) -> list[dict[str, Any]]:
+        """The final candidate documents, or those stored so far for an unfinished run."""
+        doc = self.document
+        return list(doc["candidates"] if doc else self.record["candidates"])
+
+    @property
+    def verdicts(self) -> list[dict[str, Any]]:
+        doc = self.document
+        return list(doc["verdicts"]) if doc else []
+
+    @property
+    def environment(self) -> dict[str, Any]:
+        return dict(self.record["environment"])
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return dict(self.record["settings"])
+
+    def objective(self, batch_size: int) -> str:
+        """The objective the run's verdict used for this batch size."""
+        for v in self.verdicts:
+            if v["batch_size"] == batch_size:
+                return str(v["objective"])
+        return objective_for(batch_size, str(self.settings.get("objective", "auto")))
+
+    def samples_ns(self, candidate_id: str) -> np.ndarray:
+        """Every measured latency of a candidate, flat, in ns."""
+        rows = self.rounds.get(candidate_id, [])
+        if not rows:
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([np.asarray(lat, dtype=np.int64) for _, lat, _, _ in rows])
+
+    def measured(self, candidate: dict[str, Any]) -> Measured | None:
+        """The candidate's rounds as the verdict used them; None without full rounds."""
+        rows = self.rounds.get(candidate["id"], [])
+        if not rows:
+            return None
+        # Rounds of one candidate have the same number of calls (see measure.scheduler);
+        # keep that many in case a resumed run stored a short one.
+        calls = min(len(lat) for _, lat, _, _ in rows)
+        if calls == 0:
+            return None
+        return Measured(
+            candidate["id"],
+            np.asarray([lat[:calls] for _, lat, _, _ in rows], dtype=np.int64),
+            np.asarray([block for _, _, block, _ in rows], dtype=np.int64),
+            int(candidate["batch_size"]),
+            np.asarray([proc for _, _, _, proc in rows], dtype=np.int64),
+        )
+
+
+def load(run_id: str, store: str | Path) -> StoredRun:
+    """Read a run and its raw rounds; a missing store or run id is a UserError (exit 2)."""
+    path = Path(store)
+    if not path.exists():
+        raise UserError(f"no store at {store} (run `bakeoff run` first, or pass --store)")
+    s = Store(path)
+    try:
+        record = s.run(run_id)
+        run = StoredRun(record)
+        ids = [c["id"] for c in run.candidates]
+        for cid in ids:
+            rows = s.rounds(run.run_id, cid)
+            if rows:
+                run.rounds[cid] = rows
+            warm = s.samples(run.run_id, cid, "warmup")
+            if warm:
+                run.warmup_calls[cid] = sum(len(w) for w in warm)
+    finally:
+        s.close()
+    run.input_shapes = _input_shapes(path.parent / "runs" / run.run_id / "data.npz")
+    return run
+
+
+def _input_shapes(data_path: Path) -> dict[str, list[int]]:
+    """Per-sample input shapes from the run's data split, when its folder is still there."""
+    if not data_path.exists():
+        return {}
+    out: dict[str, list[int]] = {}
+    try:
+        # allow_pickle=False: the split holds numeric arrays only; never unpickle.
+        with np.load(data_path, allow_pickle=False) as data:
+            for key in data.files:
+                if key.startswith("pool/"):
+                    out[key.removeprefix("pool/")] = [int(d) for d in data[key].shape[1:]]
+    except (OSError, ValueError):
+        return {}
+    return out

@@ -1,0 +1,98 @@
+"""`bakeoff report --format md`: a compact Markdown summary for a pull request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bakeoff.report.charts import num
+from bakeoff.report.data import StoredRun, load
+
+
+def _cell(value: Any) -> str:
+    """Table-safe text: a `|` or a line break would split the row."""
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _ci(ci: list[float] | None) -> str:
+    return "" if not ci else f" [{num(ci[0])}–{num(ci[1])}]"
+
+
+def render(run: StoredRun) -> str:
+    doc = run.document or {}
+    wl = doc.get("workload") or {}
+    name = wl.get("name") or run.record.get("workload")
+    lines = [f"## bakeoff: {_cell(name)} (run `{run.run_id}`)", ""]
+    if run.document is None:
+        lines += [f"Run status: **{run.record['status']}**; no verdict.", ""]
+    lines += ["### Verdict", ""]
+    for v in run.verdicts:
+        if v["winner"]:
+            sp = v.get("speedup")
+            gain = (
+                f": {sp['value']:.2f}x over `{v['baseline']}` "
+                f"(95% CI {sp['ci95'][0]:.2f}–{sp['ci95'][1]:.2f})"
+                if sp
+                else ""
+            )
+            lines.append(f"- **batch {v['batch_size']}** ({v['objective']}): `{v['winner']}`{gain}")
+        else:
+            lines.append(f"- **batch {v['batch_size']}** ({v['objective']}): no winner")
+        if v.get("ties"):
+            lines.append(f"  - tied: {', '.join(f'`{t}`' for t in v['ties'][0][1:])}")
+    winners = {v["winner"] for v in run.verdicts if v["winner"]}
+    lines += [
+        "",
+        "| candidate | status | quality | p50 ms [95% CI] | samples/s [95% CI] | size MiB |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for c in run.candidates:
+        if c["status"] not in ("ok", "rejected"):
+            continue
+        lat, thr, q = c.get("latency_ms"), c.get("throughput"), c.get("quality")
+        size = c.get("model_size_mb")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    f"`{c['id']}`" + (" ★" if c["id"] in winners else ""),
+                    c["status"],
+                    "–" if not q or q.get("value") is None else f"{q['value']:.4f}",
+                    "–" if not lat else num(lat["p50"]) + _ci(lat["ci95"]["p50"]),
+                    "–" if not thr else num(thr["samples_per_s"]) + _ci(thr["ci95"]),
+                    "–" if size is None else f"{size:.3f}",
+                ]
+            )
+            + " |"
+        )
+    out_of_race = [
+        c for c in run.candidates if c["status"] in ("rejected", "failed", "unavailable")
+    ]
+    if out_of_race:
+        lines += ["", "<details><summary>Rejected, failed and unavailable</summary>", ""]
+        lines += [f"- `{c['id']}` {c['status']}: {_cell(c['reason'])}" for c in out_of_race]
+        lines += ["", "</details>"]
+    env, st = run.environment, run.settings
+    cpu = env.get("cpu") or {}
+    pkgs = env.get("packages") or {}
+    runtimes = ", ".join(f"{k} {v}" for k, v in pkgs.items() if v and k != "numpy")
+    gpu = env.get("gpu")
+    if isinstance(gpu, list):
+        gpu = ", ".join(str(g.get("name") if isinstance(g, dict) else g) for g in gpu)
+    lines += [
+        "",
+        f"<sub>{_cell(cpu.get('model'))}, {cpu.get('physical_cores')} cores, "
+        f"{env.get('memory_gb')} GiB, GPU {_cell(gpu or 'none')}; Python "
+        f"{env.get('python')}; {_cell(runtimes)}; threads {st.get('threads')}, "
+        f"{'quick' if st.get('quick') else 'full'} run, margin {st.get('margin', 0.02):.0%}"
+        "</sub>",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write(run_id: str, store: str | Path, out: Path) -> Path:
+    text = render(load(run_id, store))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    return out

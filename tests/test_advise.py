@@ -1,0 +1,299 @@
+"""`bakeoff advise`: the rules, their output (terminal and JSON), MXNet's refusal, the
+advice-driven default run and the confirmation of advice by a run's results."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from bakeoff import advise, api
+from bakeoff.cli import app
+from bakeoff.errors import UserError
+from bakeoff.report.terminal import print_result
+
+NVIDIA = ("tensorrt", "onnxruntime-tensorrt", "onnxruntime-cuda")
+
+
+@pytest.fixture(scope="module")
+def minilm_facts() -> advise.Facts:
+    return advise.facts_for_ref("builtin:minilm")
+
+
+def _no_gpu_here() -> None:
+    if advise.detect_gpus()[0]:
+        pytest.skip("this machine has an NVIDIA GPU; the exclusion needs one without")
+
+
+def _ids(report: advise.AdviceReport) -> set[str]:
+    return {a.id for a in report.advice}
+
+
+# ---------------------------------------------------------------- acceptance
+
+
+def test_cli_server_gpu_excludes_tensorrt_and_cuda_providers_with_the_reason() -> None:
+    _no_gpu_here()
+    runner = CliRunner()
+    shown = runner.invoke(app, ["advise", "builtin:minilm", "--target", "server-gpu"])
+    assert shown.exit_code == 0, shown.output
+    assert "excluded" in shown.output and "no NVIDIA GPU on this machine" in shown.output
+    as_json = runner.invoke(app, ["advise", "builtin:minilm", "--target", "server-gpu", "--json"])
+    doc = json.loads(as_json.output)
+    excluded = {e["what"]: e["why"] for e in doc["excluded"]}
+    for runtime in NVIDIA:
+        assert excluded[runtime].startswith("no NVIDIA GPU on this machine"), excluded
+    assert not {p["runtime"] for p in doc["proposed"]} & set(NVIDIA)
+    assert doc["target"] == "server-gpu" and doc["target_source"] == "stated"
+
+
+def test_edge_intel_proposes_openvino_int8() -> None:
+    report = api.advise("builtin:minilm", target="edge-intel")
+    ov_int8 = next(p for p in report.proposed if (p.runtime, p.precision) == ("openvino", "int8"))
+    assert "nncf" in ov_int8.methods
+    assert "measured-here" in _ids(report)  # timed here, not on the edge device
+    shown = CliRunner().invoke(app, ["advise", "builtin:minilm", "--target", "edge-intel"])
+    assert shown.exit_code == 0 and "openvino" in shown.output and "int8" in shown.output
+
+
+def _mxnet_workload(tmp_path: Path, model: str) -> Path:
+    path = tmp_path / "w.toml"
+    path.write_text(f'name = "old"\n[model]\n{model}\n[data]\npath = "d.npz"\n')
+    return path
+
+
+@pytest.mark.parametrize(
+    "model", ['kind = "mxnet"\npath = "net-symbol.json"', 'kind = "onnx"\npath = "net-0000.params"']
+)
+def test_mxnet_is_refused_with_the_migration_hint(tmp_path: Path, model: str) -> None:
+    wl = _mxnet_workload(tmp_path, model)
+    for call in (lambda: api.advise(str(wl)), lambda: api.run(str(wl))):
+        with pytest.raises(UserError) as err:
+            call()
+        text = str(err.value)
+        assert "MXNet is retired" in text and "Apache Attic" in text
+        assert "mx.onnx.export_model" in text and 'kind = "onnx"' in text
+
+
+def test_cli_refuses_mxnet_with_exit_2_and_no_traceback(tmp_path: Path) -> None:
+    wl = _mxnet_workload(tmp_path, 'kind = "mxnet"')
+    proc = subprocess.run(
+        [sys.executable, "-m", "bakeoff.cli", "advise", str(wl)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "MXNet is retired" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------- facts and rules
+
+
+def test_minilm_folder_is_a_pretrained_transformer_counted_from_safetensors(
+    minilm_facts: advise.Facts,
+) -> None:
+    from bakeoff.builtins.minilm import model_folder
+
+    facts = advise.model_facts("hf", model_folder(), None, None)
+    assert facts["family"] == "transformer" and facts["architecture"] == "BertModel"
+    assert facts["pretrained"] and facts["params_source"] == "safetensors header"
+    assert 22_000_000 < facts["params"] < 23_500_000  # all-MiniLM-L6-v2: 22.7M
+    assert minilm_facts.family == "transformer"
+    assert "pretrained transformer (BertModel)" in minilm_facts.describe()
+
+
+def test_generative_llm_config_gets_vllm_and_weight_compression(tmp_path: Path) -> None:
+    folder = tmp_path / "llm"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": 4096,
+                "num_hidden_layers": 32,
+                "vocab_size": 32000,
+            }
+        )
+    )
+    facts = advise.detect_facts("llm.toml", "hf", str(folder), None, None)
+    assert facts.family == "llm" and facts.params_source == "estimate from config.json"
+    cpu = advise.advise_facts(facts, target="server-cpu")
+    assert ("openvino", "int4") in {(p.runtime, p.precision) for p in cpu.proposed}
+    gpu = advise.advise_facts(facts, target="server-gpu")
+    vllm = next(a for a in gpu.advice if a.id == "llm-vllm")
+    assert "vLLM" in vllm.text and advise.NOT_MEASURED in vllm.text
+    assert "llm-measures-prefill" in _ids(gpu)
+
+
+def test_with_an_nvidia_gpu_the_default_target_is_server_gpu_and_no_hardware_exclusion(
+    minilm_facts: advise.Facts,
+) -> None:
+    facts = dataclasses.replace(minilm_facts, gpus=(advise.Gpu("NVIDIA H100", 81559),))
+    report = advise.advise_facts(facts)
+    assert report.target == "server-gpu" and report.target_source == "detected"
+    for e in report.excluded:
+        assert "no NVIDIA GPU" not in e.why, e  # out only for a missing backend or package
+    assert {"transformer-nvidia", "nvidia"} <= _ids(report)
+
+
+def test_custom_architecture_warns_that_custom_operators_may_not_export(tmp_path: Path) -> None:
+    facts = advise.detect_facts("w.toml", "torch", None, None, "model:build")
+    report = advise.advise_facts(facts, target="server-cpu")
+    warning = next(a for a in report.advice if a.id == "custom-architecture")
+    assert warning.warning and "may not export" in warning.text
+    assert "tvm" in _ids(report)
+    assert report.proposed[0].runtime == "torch"
+
+
+def test_about_a_millisecond_baseline_says_the_stack_may_not_pay(
+    minilm_facts: advise.Facts,
+) -> None:
+    fast = advise.advise_facts(minilm_facts, baseline_ms=0.8)
+    small = next(a for a in fast.advice if a.id == "small-model")
+    assert small.warning and "may not pay for its complexity" in small.text
+    assert "small-model" not in _ids(advise.advise_facts(minilm_facts, baseline_ms=25.0))
+
+
+def test_training_rules(minilm_facts: advise.Facts) -> None:
+    small = advise.advise_facts(minilm_facts, train=True)
+    one = next(a for a in small.advice if a.id == "train-one-device")
+    assert "mixed precision" in one.text and "gradient accumulation" in one.text
+    assert "train-sharded" not in _ids(small) and "train-ddp" not in _ids(small)
+    assert "train-one-device" not in _ids(advise.advise_facts(minilm_facts))
+    big = dataclasses.replace(
+        minilm_facts,
+        params=7_000_000_000,
+        gpus=(advise.Gpu("NVIDIA L4", 24576), advise.Gpu("NVIDIA L4", 24576)),
+    )
+    report = advise.advise_facts(big, train=True)
+    sharded = next(a for a in report.advice if a.id == "train-sharded")
+    for name in ("FSDP", "DeepSpeed ZeRO", "LoRA"):
+        assert name in sharded.text
+    assert "train-ddp" in _ids(report) and "train-one-device" not in _ids(report)
+
+
+def test_bad_target_and_goal_are_user_errors() -> None:
+    with pytest.raises(UserError, match="--target"):
+        api.advise("builtin:minilm", target="toaster")
+    with pytest.raises(UserError, match="--goal"):
+        api.advise("builtin:minilm", goal="fastest")
+
+
+def test_json_shape() -> None:
+    doc = json.loads(
+        CliRunner().invoke(app, ["advise", "builtin:digits", "--train", "--json"]).output
+    )
+    assert set(doc) >= {"target", "goal", "train", "facts", "proposed", "excluded", "advice"}
+    assert doc["facts"]["family"] == "cnn" and doc["facts"]["params"] == 38282
+    for p in doc["proposed"]:
+        assert set(p) == {"runtime", "precision", "methods", "reason", "advice"} and p["reason"]
+    for e in doc["excluded"]:
+        assert e["what"] and e["why"]
+    for a in doc["advice"]:
+        assert {"id", "text", "reason", "proposes", "excludes", "confirm"} <= set(a)
+
+
+# ---------------------------------------------------------------- the run
+
+
+def test_default_minilm_run_keeps_its_candidate_grid() -> None:
+    """A benchmark depends on it: torch, torch-compile, onnxruntime, openvino x fp32, int8."""
+    report = advise.advise("builtin:minilm", target="server-cpu")
+    assert report.run_grid() == (
+        ["torch", "torch-compile", "onnxruntime", "openvino"],
+        ["fp32", "int8"],
+    )
+
+
+def _candidate(cid: str, runtime: str, precision: str, status: str = "ok", **kw: Any) -> dict:
+    return {"id": cid, "runtime": runtime, "precision": precision, "status": status, **kw}
+
+
+def _verdict(bs: int, winner: str | None, baseline: str, speedup: float | None) -> dict:
+    sp = None if speedup is None else {"value": speedup, "ci95": [speedup, speedup]}
+    return {"batch_size": bs, "winner": winner, "baseline": baseline, "speedup": sp, "ties": []}
+
+
+def test_confirmations_on_a_hand_made_result(minilm_facts: advise.Facts) -> None:
+    report = advise.advise_facts(minilm_facts, target="edge-intel").to_dict()
+    lat = {"p50": 3.0}
+    doc = {
+        "candidates": [
+            _candidate("torch-fp32-b1", "torch", "fp32", latency_ms={"p50": 12.0}),
+            _candidate("openvino-int8-nncf-b1", "openvino", "int8", latency_ms=lat),
+            _candidate(
+                "onnxruntime-fp32-b1",
+                "onnxruntime",
+                "fp32",
+                "rejected",
+                reason="quality",
+                quality={"metric": "cosine", "drop": 0.03, "max_drop": 0.01},
+            ),
+            _candidate("torch-compile-fp32-b1", "torch-compile", "fp32", "failed", reason="x"),
+        ],
+        "verdicts": [_verdict(1, "openvino-int8-nncf-b1", "torch-fp32-b1", 4.1)],
+    }
+    checked = {a["id"]: a for a in advise.confirmations(report, doc)["advice"]}
+    assert checked["reference"]["confirmed"] is True
+    int8 = checked["cpu-int8"]
+    assert int8["confirmed"] is True
+    assert "openvino-int8-nncf-b1 is the winner at batch 1, 4.1x over torch-fp32-b1" in int8["why"]
+    general = checked["onnxruntime-general"]
+    assert general["confirmed"] is False and "drop 0.03" in general["why"]
+    assert checked["torch-compile"]["confirmed"] is None
+    assert checked["measured-here"]["confirmed"] is None  # text only
+    assert "small-model" not in checked  # a 12 ms baseline leaves plenty to win
+    doc["candidates"][0]["latency_ms"] = {"p50": 0.9}
+    doc["candidates"][1]["latency_ms"] = {"p50": 0.7}
+    small = advise.confirmations(report, doc)["advice"][-1]
+    assert small["id"] == "small-model" and small["confirmed"] is True
+
+
+def test_advice_picks_the_candidates_of_a_run_and_is_confirmed_in_its_document(
+    tmp_path: Path, store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fake-runtime run without [search]: the advice (here: fake FP32 only, instead
+    of the default FP32 + INT8) picks the candidates; the document says what came of it."""
+    np.savez(tmp_path / "d.npz", input=np.random.default_rng(0).random((64, 8), np.float32))
+    (tmp_path / "w.toml").write_text(
+        'name = "fake"\n[model]\nkind = "fake"\noptions = { latency_ms = 1.0 }\n'
+        '[data]\npath = "d.npz"\n'
+    )
+    real = api._advice_for
+
+    def fake_fp32_only(workload: Any, target: str | None) -> advise.AdviceReport:
+        report = real(workload, target)
+        item = advise.Advice(
+            "fake-reference",
+            "fake FP32",
+            "the only runtime for fake models",
+            proposes=[("fake", "fp32")],
+            confirm="reference",
+        )
+        report.advice.append(item)
+        report.proposed, report.excluded = advise.collect(report.advice, "fake")
+        return report
+
+    monkeypatch.setattr(api, "_advice_for", fake_fp32_only)
+    result = api.run(
+        str(tmp_path / "w.toml"),
+        api.RunOptions(quick=True, store=store_path, batch_sizes=[1], budget_s=1),
+    )
+    doc = result.document
+    assert doc["settings"]["candidates_from"] == "advice"
+    assert [c["id"] for c in doc["candidates"]] == ["fake-fp32-b1"]
+    item = next(a for a in doc["advice"]["advice"] if a["id"] == "fake-reference")
+    assert item["confirmed"] is True and "fake-fp32-b1" in item["why"]
+    console = Console(record=True, width=160)
+    print_result(doc, console)
+    assert "confirmed fake FP32" in console.export_text()

@@ -1,0 +1,221 @@
+"""JAX functions and TensorFlow SavedModels on tiny real models: compile time reported apart
+from latency, XLA on and off as two candidates, and no framework imported in the main
+process (the runs happen in a child process that reports its own sys.modules)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bakeoff.errors import UserError
+from bakeoff.workload import load_workload
+
+JAX_FUNCTION = textwrap.dedent(
+    """
+    import jax.numpy as jnp
+
+
+    def apply(params, x):
+        h = jnp.maximum(x @ params["dense1"]["kernel"] + params["dense1"]["bias"], 0.0)
+        return h @ params["dense2"]["kernel"] + params["dense2"]["bias"]
+    """
+)
+
+DATA = textwrap.dedent(
+    """
+    import numpy as np
+
+
+    def inputs():
+        return {"x": np.random.default_rng(0).standard_normal((96, 64)).astype(np.float32)}
+    """
+)
+
+SAVEDMODEL = textwrap.dedent(
+    """
+    import sys
+
+    import numpy as np
+    import tensorflow as tf
+
+
+    class Mlp(tf.Module):
+        def __init__(self):
+            r = np.random.default_rng(1)
+            self.w1 = tf.Variable((r.standard_normal((64, 32)) * 0.1).astype("float32"))
+            self.b1 = tf.Variable(np.zeros(32, "float32"))
+            self.w2 = tf.Variable((r.standard_normal((32, 10)) * 0.1).astype("float32"))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 64], tf.float32, name="x")])
+        def serve(self, x):
+            return {"y": tf.matmul(tf.nn.relu(tf.matmul(x, self.w1) + self.b1), self.w2)}
+
+
+    m = Mlp()
+    tf.saved_model.save(m, sys.argv[1], signatures={"serving_default": m.serve})
+    """
+)
+
+# Both runs in one child process; it prints the run documents and which frameworks
+# it imported itself (candidates run in workers, never in this process).
+CHILD = textwrap.dedent(
+    """
+    import json
+    import sys
+
+    from bakeoff import api
+
+    docs = {}
+    for name in ("jax", "tf"):
+        opts = api.RunOptions(quick=True, store=sys.argv[1], budget_s=4)
+        docs[name] = api.run(sys.argv[2] + f"/{name}.toml", opts).document
+    frameworks = ("jax", "jaxlib", "tensorflow", "keras", "flax", "torch")
+    print("RESULT " + json.dumps({
+        "docs": docs,
+        "imported": [m for m in frameworks if m in sys.modules],
+    }))
+    """
+)
+
+
+def _params(path: Path) -> None:
+    r = np.random.default_rng(1)
+    np.savez(
+        path,
+        **{
+            "dense1/kernel": (r.standard_normal((64, 32)) * 0.1).astype(np.float32),
+            "dense1/bias": np.zeros(32, np.float32),
+            "dense2/kernel": (r.standard_normal((32, 10)) * 0.1).astype(np.float32),
+            "dense2/bias": np.zeros(10, np.float32),
+        },
+    )
+
+
+def _jax_workload(tmp_path: Path, extra: str = "") -> Path:
+    (tmp_path / "tiny_fn.py").write_text(JAX_FUNCTION)
+    (tmp_path / "tiny_data.py").write_text(DATA)
+    _params(tmp_path / "params.npz")
+    path = tmp_path / "jax.toml"
+    path.write_text(
+        textwrap.dedent(
+            """
+            name = "tiny-jax"
+            [model]
+            kind = "jax"
+            function = "tiny_fn:apply"
+            params = "params.npz"
+            [data]
+            factory = "tiny_data:inputs"
+            [search]
+            precisions = ["fp32", "bf16", "int8"]
+            batch_sizes = [8]
+            """
+        )
+        + extra
+    )
+    return path
+
+
+def test_jax_function_and_savedmodel_with_xla_on_and_off(tmp_path: Path) -> None:
+    _jax_workload(tmp_path)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    subprocess.run(
+        [sys.executable, "-c", SAVEDMODEL, str(tmp_path / "sm")],
+        check=True,
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )
+    (tmp_path / "tf.toml").write_text(
+        textwrap.dedent(
+            """
+            name = "tiny-tf"
+            [model]
+            kind = "savedmodel"
+            path = "sm"
+            [data]
+            factory = "tiny_data:inputs"
+            [search]
+            precisions = ["fp32", "int8"]
+            batch_sizes = [8]
+            """
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tmp_path / "store.db"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(line.removeprefix("RESULT "))
+    # No framework in the orchestrating process: jax and tensorflow ran in workers only.
+    assert result["imported"] == []
+
+    jax_doc = {c["id"]: c for c in result["docs"]["jax"]["candidates"]}
+    for cid in ("jax-fp32-b8", "jax-bf16-b8"):
+        c = jax_doc[cid]
+        assert c["status"] == "ok", c["reason"]
+        # compile time is its own figure, inside the load time, apart from latency
+        compile_s = c["cold_start_s"]["compile"]
+        assert compile_s == c["settings"]["compile_s"] > 0
+        assert compile_s <= c["cold_start_s"]["load"]
+        assert c["settings"]["compiled_for"] == [[8, 64]]
+        assert c["settings"]["jax_platforms"] == "cpu"
+        assert c["latency_ms"]["p50"] > 0
+    assert jax_doc["jax-fp32-b8"]["quality"]["drop"] < 1e-5
+    assert jax_doc["jax-bf16-b8"]["settings"]["dtype"].startswith("bfloat16")
+    assert jax_doc["jax-int8-b8"]["status"] == "unavailable"
+    assert "quantizer" in jax_doc["jax-int8-b8"]["reason"]
+    assert result["docs"]["jax"]["workload"]["reference"] == "jax-fp32"
+
+    tf_doc = {c["id"]: c for c in result["docs"]["tf"]["candidates"]}
+    for cid, xla in (("tensorflow-fp32-b8", False), ("tensorflow-fp32-xla-b8", True)):
+        c = tf_doc[cid]
+        assert c["status"] == "ok", c["reason"]
+        assert c["settings"]["jit_compile"] is xla
+        assert c["settings"]["intra_op_threads"] >= 1
+        assert c["cold_start_s"]["compile"] > 0
+        assert c["quality"]["drop"] < 1e-5
+    assert tf_doc["tensorflow-int8-b8"]["status"] == "unavailable"
+
+
+def test_jax_spec_mistakes_name_the_key(tmp_path: Path) -> None:
+    wl = _jax_workload(tmp_path)
+    wl.write_text(wl.read_text().replace('params = "params.npz"', 'params = "params.pkl"'))
+    with pytest.raises(UserError, match=r"params = 'params.pkl'.*never a pickle"):
+        load_workload(str(wl))
+    wl.write_text(wl.read_text().replace('params = "params.pkl"', 'params = "missing.npz"'))
+    with pytest.raises(UserError, match=r"model.params = 'missing.npz'.*does not exist"):
+        load_workload(str(wl))
+    wl.write_text(wl.read_text().replace('"tiny_fn:apply"', '"no_such_module:apply"'))
+    with pytest.raises(UserError, match=r"model.function.*no module 'no_such_module'"):
+        load_workload(str(wl))
+    (tmp_path / "sm").mkdir()
+    (tmp_path / "sm.toml").write_text(
+        'name = "x"\n[model]\nkind = "savedmodel"\npath = "sm"\n'
+        '[data]\nfactory = "tiny_data:inputs"\n'
+    )
+    with pytest.raises(UserError, match=r"no saved_model\.pb"):
+        load_workload(str(tmp_path / "sm.toml"))
+
+
+def test_jax_params_nest_on_slashes(tmp_path: Path) -> None:
+    from bakeoff.backends.jax_backend import read_params
+
+    _params(tmp_path / "p.npz")
+    tree = read_params(str(tmp_path / "p.npz"))
+    assert sorted(tree) == ["dense1", "dense2"]
+    assert tree["dense1"]["kernel"].shape == (64, 32)
+    wl = load_workload(str(_jax_workload(tmp_path)))
+    assert wl.source.function == "tiny_fn:apply"
+    assert wl.source.weights == str(tmp_path / "params.npz")

@@ -1,0 +1,164 @@
+"""Keras 3 on JAX, TensorFlow and PyTorch, its ONNX export and LiteRT, on a tiny real
+model; and the orchestrator never importing a framework that only workers use."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bakeoff import api
+from bakeoff.errors import UserError
+from bakeoff.workload import parse_spec
+
+FRAMEWORKS = ("keras", "jax", "tensorflow", "ai_edge_litert")
+
+# Unseeded on purpose: each backend would draw different initial weights, so
+# fp32 agreeing across backends shows that the run's one saved copy is used.
+FACTORY = textwrap.dedent(
+    """
+    import keras
+
+
+    def build():
+        return keras.Sequential(
+            [
+                keras.Input((16,), name="features"),
+                keras.layers.Dense(32, activation="relu"),
+                keras.layers.Dense(4),
+            ]
+        )
+    """
+)
+
+CANDIDATES = [
+    ("kj", "keras-jax", "fp32", None),
+    ("kt", "keras-tensorflow", "fp32", None),
+    ("kp", "keras-torch", "fp32", None),
+    ("l32", "litert", "fp32", None),
+    ("l8", "litert", "int8", "static"),
+    ("ort", "onnxruntime", "fp32", None),
+]
+
+
+def _workload(tmp_path: Path) -> Path:
+    (tmp_path / "tiny_keras_factory.py").write_text(FACTORY)
+    x = np.random.default_rng(0).normal(size=(96, 16)).astype(np.float32)
+    np.savez(tmp_path / "data.npz", input=x)
+    lines = [
+        'name = "tiny-keras"',
+        "[model]",
+        'kind = "keras"',
+        'factory = "tiny_keras_factory:build"',
+        "[data]",
+        'path = "data.npz"',
+        "[quality]",
+        'metric = "cosine"',
+        "max_drop = 0.05",
+        "[search]",
+        "batch_sizes = [4]",
+    ]
+    for label, runtime, precision, method in CANDIDATES:
+        lines += [
+            "[[candidates]]",
+            f'label = "{label}"',
+            f'runtime = "{runtime}"',
+            f'precision = "{precision}"',
+        ]
+        if method:
+            lines.append(f'method = "{method}"')
+    path = tmp_path / "w.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_keras_on_three_backends_litert_and_onnx_without_imports_in_main(
+    tmp_path: Path, store_path: Path
+) -> None:
+    before = set(sys.modules)
+    out = tmp_path / "out.json"
+    result = api.run(
+        str(_workload(tmp_path)),
+        api.RunOptions(quick=True, store=store_path, json_path=out, budget_s=3, threads=1),
+    )
+    imported = {m.split(".")[0] for m in set(sys.modules) - before}
+    assert not imported & set(FRAMEWORKS), sorted(imported & set(FRAMEWORKS))
+    doc = json.loads(out.read_text())
+    cands = {c["label"]: c for c in doc["candidates"]}
+    assert result.exit_code == 0
+    for label, runtime, precision, _ in CANDIDATES:
+        c = cands[label]
+        assert c["status"] == "ok", (label, c["reason"])
+        assert c["runtime"] == runtime and c["precision"] == precision
+        assert c["quality"]["metric"] == "cosine"
+        assert c["latency_ms"]["ci95"]["p50"][0] <= c["latency_ms"]["p50"]
+        if precision == "fp32":  # the same saved weights on every backend and export
+            assert c["quality"]["drop"] < 1e-4, (label, c["quality"])
+    for label, backend in (("kj", "jax"), ("kt", "tensorflow"), ("kp", "torch")):
+        settings = cands[label]["settings"]
+        assert settings["keras_backend"] == backend
+        assert settings["dtype_policy"] == "float32"
+    assert cands["kt"]["settings"]["jit_compile"] is True
+    assert cands["l8"]["settings"]["quantization"]["method"] == "static"
+    assert cands["l8"]["settings"]["num_threads"] == 1
+    assert cands["ort"]["exporter"] == "keras-torch"
+    assert doc["verdicts"] and all(v["winner"] for v in doc["verdicts"])
+
+
+def test_keras_spec_validation_names_the_problem() -> None:
+    def spec(model: str) -> None:
+        parse_spec(f'name = "x"\n[model]\n{model}\n[data]\npath = "d.npz"\n', "w.toml")
+
+    with pytest.raises(UserError, match="legacy HDF5"):
+        spec('kind = "keras"\npath = "model.h5"')
+    with pytest.raises(UserError, match="exactly one of path"):
+        spec('kind = "keras"\npath = "m.keras"\nfactory = "m:f"')
+    with pytest.raises(UserError, match="exactly one of path"):
+        spec('kind = "keras"')
+    with pytest.raises(UserError, match="savedmodel"):
+        spec('kind = "keras"\npath = "saved_model_dir"')
+    spec('kind = "keras"\npath = "m.keras"')
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from bakeoff.keras_models import load_keras_model, set_keras_backend
+    from bakeoff.workload import ModelSource
+
+    keras = set_keras_backend("jax")
+    model = keras.Sequential(
+        [keras.Input((3,)), keras.layers.Lambda(lambda t: t * 2), keras.layers.Dense(2)]
+    )
+    model.save(sys.argv[1])
+    source = ModelSource(kind="keras", factory=None, path=sys.argv[1], base_dir=None)
+    try:
+        load_keras_model(source, "jax")
+    except ValueError as exc:
+        print("REFUSED:", exc)
+    try:
+        set_keras_backend("torch")
+    except RuntimeError as exc:
+        print("CLASH:", exc)
+    """
+)
+
+
+def test_keras_file_loads_safely_and_one_backend_per_process(tmp_path: Path) -> None:
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow"}  # the user's default is overridden
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tmp_path / "lambda.keras")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "REFUSED:" in done.stdout and "safe_mode=True" in done.stdout
+    assert "CLASH:" in done.stdout and "'jax' backend" in done.stdout

@@ -1,0 +1,323 @@
+"""`bakeoff report`: the HTML page in headless Chromium, and the Markdown summary.
+
+One real run (a tiny MLP on PyTorch and ONNX Runtime, --quick, a few seconds of
+budget) feeds every test here. The browser test drives Debian's `chromium`
+over the DevTools protocol on a pipe (stdlib only): it records console errors,
+exceptions and every network request while the page loads, checks that each
+chart is laid out with its marks on screen, and saves a full-page screenshot to
+$BAKEOFF_TEST_OUTPUT (the Makefile's test-report sets test-output/) or tmp_path.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bakeoff import api
+from tiny_mlp import TINY_MLP
+
+CHROMIUM = Path("/usr/bin/chromium")
+# A name with markup in it: the report must show it as text, never run it.
+NAME = "tiny <script>alert(1)</script> & co"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("report")
+    (root / "tiny_model.py").write_text(TINY_MLP)
+    wl = root / "workload.toml"
+    wl.write_text(
+        f"name = {json.dumps(NAME)}\n"
+        '[model]\nkind = "torch"\nfactory = "tiny_model:build"\n'
+        '[data]\nfactory = "tiny_model:inputs"\n'
+        '[quality]\nmetric = "cosine"\nmax_drop = 0.01\n'
+        "[search]\nbatch_sizes = [1, 8]\n"
+        # Hand-written candidates keep the run short: no PyTorch INT4 load, and an
+        # unavailable one (torch.compile has no INT8 path on CPU) costs nothing.
+        + "".join(
+            f'[[candidates]]\nlabel = "{label}"\nruntime = "{rt}"\nprecision = "{p}"\n'
+            for label, rt, p in (
+                ("torch-fp32", "torch", "fp32"),
+                ("ort-fp32", "onnxruntime", "fp32"),
+                ("ort-int4", "onnxruntime", "int4"),
+                ("compile-int8", "torch-compile", "int8"),
+            )
+        )
+    )
+    store = root / "store" / "bakeoff.db"
+    result = api.run(str(wl), api.RunOptions(quick=True, store=store, budget_s=4))
+    return {"root": root, "store": store, "run_id": result.run_id, "doc": result.document}
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bakeoff.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _html(run: dict[str, Any]) -> Path:
+    out = run["root"] / "report.html"
+    if not out.exists():
+        proc = _cli(
+            "report", run["run_id"], "-o", str(out), "--store", str(run["store"]), cwd=run["root"]
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == str(out)
+    return out
+
+
+def test_html_is_self_contained_and_escaped(run: dict[str, Any]) -> None:
+    text = _html(run).read_text()
+    assert not re.search(r"https?://|//cdn|<script|<link|<img|<iframe|@import|url\(", text)
+    assert "tiny &lt;script&gt;alert(1)&lt;/script&gt; &amp; co" in text
+    doc = run["doc"]
+    for v in doc["verdicts"]:
+        assert v["winner"] and v["winner"] in text
+    for section in ("verdict", "quality-speed", "latency", "throughput", "resources", "size"):
+        assert f'id="section-{section}"' in text
+    for chart in (
+        "chart-quality-speed-b1",
+        "chart-quality-speed-b8",
+        "chart-latency-b1",
+        "chart-latency-b8",
+        "chart-throughput",
+        "chart-memory",
+        "chart-cold-load",
+        "chart-model-size",
+    ):
+        assert f'id="{chart}"' in text
+    # every not-ok candidate is listed with its reason
+    not_ok = [c for c in doc["candidates"] if c["status"] != "ok"]
+    assert not_ok
+    for c in not_ok:
+        assert f'data-candidate="{c["id"]}"' in text
+    # the environment card names the hardware, software, workload and method
+    env = doc["environment"]
+    for fact in (env["cpu"]["model"], env["python"], env["packages"]["onnxruntime"], "[64]"):
+        assert fact in text
+    assert "warm-up calls per candidate" in text
+
+
+def test_default_output_name_markdown_and_unknown_run(run: dict[str, Any], tmp_path: Path) -> None:
+    store = str(run["store"])
+    md = _cli("report", run["run_id"][:15], "--format", "md", "--store", store, cwd=tmp_path)
+    assert md.returncode == 0, md.stderr
+    path = tmp_path / f"report-{run['run_id']}.md"
+    assert md.stdout.strip() == path.name
+    text = path.read_text()
+    doc = run["doc"]
+    for v in doc["verdicts"]:
+        assert f"`{v['winner']}`" in text
+        sp = v["speedup"]
+        assert f"(95% CI {sp['ci95'][0]:.2f}–{sp['ci95'][1]:.2f})" in text
+    ok = [c for c in doc["candidates"] if c["status"] == "ok"]
+    assert sum(line.startswith("| `") for line in text.splitlines()) == len(ok)
+    for c in doc["candidates"]:
+        if c["status"] in ("unavailable", "failed"):
+            assert f"`{c['id']}` {c['status']}:" in text
+    assert doc["environment"]["cpu"]["model"] in text
+
+    missing = _cli("report", "no-such-run", "--store", store, cwd=tmp_path)
+    assert missing.returncode == 2
+    assert "no run 'no-such-run'" in missing.stderr
+    bad_format = _cli("report", run["run_id"], "--format", "pdf", "--store", store, cwd=tmp_path)
+    assert bad_format.returncode == 2
+    assert "--format" in bad_format.stderr
+
+
+class DevTools:
+    """Chromium's DevTools protocol over --remote-debugging-pipe (fd 3 in, fd 4 out)."""
+
+    def __init__(self, profile: Path) -> None:
+        to_chrome_r, self._to_chrome = os.pipe()
+        self._from_chrome, from_chrome_w = os.pipe()
+
+        def wire() -> None:  # in the child: the pipe ends where Chromium expects them
+            # Moved above 10 first, so neither lands on the other's target number.
+            read_end = fcntl.fcntl(to_chrome_r, fcntl.F_DUPFD, 10)
+            write_end = fcntl.fcntl(from_chrome_w, fcntl.F_DUPFD, 10)
+            os.dup2(read_end, 3)
+            os.dup2(write_end, 4)
+
+        self.proc = subprocess.Popen(
+            [
+                str(CHROMIUM),
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-extensions",
+                f"--user-data-dir={profile}",
+                "--window-size=1280,1600",
+                "--remote-debugging-pipe",
+                "about:blank",  # not the new-tab page, which loads chrome:// resources
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=wire,
+            # 3 and 4 stay open past the close-fds step that follows preexec_fn.
+            pass_fds=(3, 4, to_chrome_r, from_chrome_w),
+        )
+        os.close(to_chrome_r)
+        os.close(from_chrome_w)
+        self._buf = b""
+        self._next = 0
+        self.events: list[dict[str, Any]] = []
+        self.session: str | None = None
+
+    def _read(self, deadline: float) -> dict[str, Any]:
+        while b"\0" not in self._buf:
+            if time.monotonic() > deadline:
+                raise TimeoutError("Chromium did not answer in time")
+            chunk = os.read(self._from_chrome, 1 << 16)
+            if not chunk:
+                raise RuntimeError(f"Chromium closed the pipe (exit {self.proc.poll()})")
+            self._buf += chunk
+        msg, _, self._buf = self._buf.partition(b"\0")
+        return dict(json.loads(msg))
+
+    def call(self, method: str, timeout: float = 30.0, **params: Any) -> dict[str, Any]:
+        self._next += 1
+        msg: dict[str, Any] = {"id": self._next, "method": method, "params": params}
+        if self.session and not method.startswith(("Target.", "Browser.")):
+            msg["sessionId"] = self.session
+        os.write(self._to_chrome, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            reply = self._read(deadline)
+            if reply.get("id") == self._next:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return dict(reply.get("result", {}))
+            self.events.append(reply)
+
+    def wait_for(self, method: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(e.get("method") == method for e in self.events):
+            self.events.append(self._read(deadline))
+
+    def evaluate(self, expression: str) -> Any:
+        res = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        assert "exceptionDetails" not in res, res
+        return res["result"]["value"]
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError, TimeoutError, OSError):
+            self.call("Browser.close", timeout=10)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self._to_chrome)
+        os.close(self._from_chrome)
+
+
+# For each chart: its size on screen, how many marks it has, and whether the
+# browser hit-tests its first mark there once scrolled into view (laid out and painted).
+_CHARTS_JS = """
+Array.from(document.querySelectorAll('svg.chart')).map(svg => {
+  const marks = svg.querySelectorAll('circle.point, g.box, rect.bar');
+  let hit = false;
+  if (marks.length) {
+    marks[0].scrollIntoView({block: 'center'});
+    const r = marks[0].getBoundingClientRect();
+    const el = document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2);
+    hit = el !== null && (el === marks[0] || marks[0].contains(el) || el.closest('svg') === svg);
+  }
+  const box = svg.getBoundingClientRect();
+  return {id: svg.id, width: box.width, height: box.height, marks: marks.length, hit: hit,
+          front: svg.querySelectorAll('.winner-ring').length};
+})
+"""
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="needs Debian's chromium at /usr/bin/chromium (make test-report installs it)",
+)
+def test_report_renders_in_headless_chromium(run: dict[str, Any], tmp_path: Path) -> None:
+    page = _html(run)
+    out_dir = Path(os.environ.get("BAKEOFF_TEST_OUTPUT") or tmp_path)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    url = page.resolve().as_uri()
+    chrome = DevTools(tmp_path / "profile")
+    try:
+        target = next(
+            t for t in chrome.call("Target.getTargets")["targetInfos"] if t["type"] == "page"
+        )
+        chrome.session = chrome.call(
+            "Target.attachToTarget", targetId=target["targetId"], flatten=True
+        )["sessionId"]
+        for domain in ("Runtime", "Log", "Network", "Page"):
+            chrome.call(f"{domain}.enable")
+        chrome.events.clear()  # what about:blank did before the report is not the report's
+        chrome.call("Page.navigate", url=url)
+        chrome.wait_for("Page.loadEventFired")
+        charts = chrome.evaluate(_CHARTS_JS)
+        height = chrome.evaluate("document.documentElement.scrollHeight")
+        chrome.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=1280,
+            height=int(height),
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+        shot = chrome.call("Page.captureScreenshot", format="png")
+        (out_dir / "report.png").write_bytes(base64.b64decode(shot["data"]))
+        chrome.call("Runtime.evaluate", expression="0")  # drain events that are still due
+    finally:
+        chrome.close()
+
+    errors = [
+        e["params"]
+        for e in chrome.events
+        if e.get("method") == "Runtime.exceptionThrown"
+        or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] == "error")
+        or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
+    ]
+    assert errors == []
+    requests = [
+        e["params"]["request"]["url"]
+        for e in chrome.events
+        if e.get("method") == "Network.requestWillBeSent" and e["params"]["documentURL"] == url
+    ]
+    assert requests == [url]  # the page itself, and nothing else
+
+    by_id = {c["id"]: c for c in charts}
+    doc = run["doc"]
+    for bs in (1, 8):
+        ok = [c for c in doc["candidates"] if c["batch_size"] == bs and c["status"] == "ok"]
+        assert by_id[f"chart-quality-speed-b{bs}"]["marks"] == len(ok)
+        assert by_id[f"chart-quality-speed-b{bs}"]["front"] == 1  # the winner, ringed
+        assert by_id[f"chart-latency-b{bs}"]["marks"] == len(ok)
+    ok_all = [c for c in doc["candidates"] if c["status"] == "ok"]
+    assert by_id["chart-throughput"]["marks"] == len(ok_all)
+    assert by_id["chart-memory"]["marks"] == len(ok_all)
+    for chart in charts:
+        assert chart["width"] > 300 and chart["height"] > 100, chart
+        assert chart["marks"] > 0 and chart["hit"], chart
+    png = (out_dir / "report.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 20_000
