@@ -99,6 +99,14 @@ def run(
     cold_starts: Annotated[
         int, typer.Option(help="fresh processes per candidate for cold-start CIs")
     ] = 1,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            help="deployment target whose advice picks the candidates when neither "
+            "--runtimes nor the workload names them (server-cpu, server-gpu, edge-intel, "
+            "mobile, browser, apple; default: detected)"
+        ),
+    ] = None,
     resume: Annotated[
         str | None,
         typer.Option("--resume", help="finish an interrupted run (RUN_ID) without redoing trials"),
@@ -130,6 +138,7 @@ def run(
         scenario=scenario,
         latency_bound_ms=latency_bound_ms,
         cold_starts=cold_starts,
+        target=target,
     )
     if threads is not None and threads < 1:
         raise UserError("--threads must be at least 1")

@@ -209,7 +209,7 @@ class ModelSpec(_Strict):
         if self.kind == "keras":
             _check_keras_source(self.path, self.factory)
         if self.kind == "builtin" and not self.name:
-            raise ValueError('kind = "builtin" needs name = "minilm" or "digits"')
+            raise ValueError('kind = "builtin" needs name = "minilm", "digits" or "digits-keras"')
         if self.factory is not None and ":" not in self.factory:
             raise ValueError(f'factory must look like "module:callable", got {self.factory!r}')
         if self.weights is not None:

@@ -317,11 +317,15 @@ def _offline(
         applied = c.settings
         per_stream = max(1, total_threads // streams)
         notify(f"{c.id}: offline scenario, {streams} stream(s) x {per_stream} thread(s)", c)
+        measured = [t["samples_per_s"] for t in sweep if t.get("samples_per_s")]
         cmd = {
             "cmd": "offline",
             "concurrency": streams,
-            # A guess for LoadGen's sample count; the measured rate is its own.
-            "expected_sps": streams * c.batch_size / max(per_call_s, 1e-6),
+            # LoadGen issues expected rate x duration samples, so a guess far above
+            # the real rate runs for far longer than duration_s. More streams seldom
+            # scale linearly (shared cores, the GIL around small calls), so after the
+            # first step the guess is the best rate measured so far, not streams x it.
+            "expected_sps": max(measured) if measured else c.batch_size / max(per_call_s, 1e-6),
             "duration_s": s.offline_duration_s,
             "out_dir": str(ctx.run_dir / "loadgen" / f"{c.id}-offline-{streams}"),
             "seed": s.seed,
