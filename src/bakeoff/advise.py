@@ -709,7 +709,7 @@ def rule_target(ctx: Context) -> list[Advice]:
         out.append(
             Advice(
                 "measured-here",
-                f"timings are from this machine, not a {t} device: they rank the candidates, "
+                f"timings are from this machine, not from a {t} device: they rank the candidates, "
                 "the device's own figures will differ; run bakeoff there to be sure",
                 f"the target {t} was stated; bakeoff measures where it runs",
                 warning=True,

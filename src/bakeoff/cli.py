@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from bakeoff import api, environment
@@ -184,7 +185,7 @@ def show(
     if doc is None:
         out.print(f"run {record['run_id']} is {record['status']}; finished candidates:")
         for c in record["candidates"]:
-            out.print(f"  {c['id']}: {c['status']} {c['reason']}")
+            out.print(f"  {c['id']}: {c['status']} {escape(c['reason'])}")
         return
     print_result(doc, out)
 
@@ -298,8 +299,8 @@ def advise_cmd(
         out.print("[bold]Notes[/]")
         for a in notes:
             mark = "[yellow]warning:[/] " if a.warning else ""
-            out.print(f"  {mark}{a.text}", highlight=False)
-            out.print(f"    [dim]{a.reason}[/]", highlight=False)
+            out.print(f"  {mark}{escape(a.text)}", highlight=False)
+            out.print(f"    [dim]{escape(a.reason)}[/]", highlight=False)
 
 
 @app.command("report")
@@ -459,10 +460,11 @@ def main() -> None:
         if isinstance(code, int) and code != 0:
             sys.exit(code)
     except UserError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
+        # escape: messages quote TOML ("[model] kind = ...") that Rich would eat as markup
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         sys.exit(exc.exit_code)
     except BakeoffError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err.print("interrupted; finished results are in the store")

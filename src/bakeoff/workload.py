@@ -26,6 +26,7 @@ from pydantic import (
     Field,
     PositiveInt,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -173,9 +174,10 @@ class ModelSpec(_Strict):
 
     @field_validator("path", mode="before")
     @classmethod
-    def _not_mxnet_files(cls, path: Any) -> Any:
+    def _not_mxnet_files(cls, path: Any, info: ValidationInfo) -> Any:
         # An MXNet checkpoint is a NAME-symbol.json graph plus NAME-0000.params weights.
-        if isinstance(path, str) and path.endswith(MXNET_SUFFIXES):
+        # Without a valid kind (kind = "mxnet" already said all this) it is not repeated.
+        if "kind" in info.data and isinstance(path, str) and path.endswith(MXNET_SUFFIXES):
             raise ValueError(f"this looks like an MXNet checkpoint. {MXNET_RETIRED}")
         return path
 

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
@@ -170,9 +171,8 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
     if not_ok:
         console.print("\n[bold]Not measured or not eligible[/]")
         for c in not_ok:
-            console.print(
-                f"  {c['id']}: [{_STATUS_STYLE[c['status']]}]{c['status']}[/] - {c['reason']}"
-            )
+            style = _STATUS_STYLE[c["status"]]
+            console.print(f"  {c['id']}: [{style}]{c['status']}[/] - {escape(c['reason'])}")
     served = [c for c in document["candidates"] if c.get("server")]
     if served:
         bound = next((c["server"].get("bound_ms") for c in served), None)
@@ -180,7 +180,7 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
         for c in served:
             srv = c["server"]
             if srv.get("error"):
-                console.print(f"  {c['id']}: [red]failed[/] - {srv['error']}")
+                console.print(f"  {c['id']}: [red]failed[/] - {escape(srv['error'])}")
             elif srv.get("max_qps") is None:
                 console.print(f"  {c['id']}: no tried rate kept p99 within {srv['bound_ms']} ms")
             else:
@@ -215,7 +215,7 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
     for v in document["verdicts"]:
         mark = f"[bold green]{v['winner']}[/]" if v["winner"] else "[red]no winner[/]"
         console.print(f"  batch {v['batch_size']} ({v['objective']}): {mark}")
-        console.print(f"    {v['reason']}")
+        console.print(f"    {escape(v['reason'])}")
     advice = document.get("advice")
     if advice:
         source = document.get("settings", {}).get("candidates_from", "-")
@@ -227,7 +227,7 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
             if a.get("confirm") is None:
                 continue  # text-only advice: shown by `bakeoff advise` and in the JSON
             mark = marks.get(a.get("confirmed"), "[dim]not measured[/]")
-            console.print(f"  {mark} {a['text']}: {a['why']}", highlight=False)
+            console.print(f"  {mark} {escape(a['text'])}: {escape(a['why'])}", highlight=False)
     timing = document.get("timing_s")
     if timing:
         console.print(
