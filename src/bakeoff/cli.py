@@ -217,7 +217,9 @@ def env(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
         t.add_column(col)
     for r in rts:
         why = "" if r["available"] else f"{r['reason']}; install: {r['install']}"
-        t.add_row(r["runtime"], "yes" if r["available"] else "[red]no[/]", r["version"] or "-", why)
+        # escape: install hints hold extras like jax[cuda13] that Rich would take for markup
+        avail = "yes" if r["available"] else "[red]no[/]"
+        t.add_row(r["runtime"], avail, escape(r["version"] or "-"), escape(why))
     out.print(t)
 
 
@@ -280,19 +282,19 @@ def advise_cmd(
         + (f", goal {report.goal}" if report.goal else ""),
         highlight=False,
     )
-    out.print(f"[dim]{report.facts.describe()}[/]", highlight=False)
+    out.print(f"[dim]{escape(report.facts.describe())}[/]", highlight=False)
     t = Table(title="proposed candidates")
     for col in ("runtime", "precision", "methods", "reason"):
         t.add_column(col)
     for p in report.proposed:
-        t.add_row(p.runtime, p.precision, ", ".join(p.methods) or "-", p.reason)
+        t.add_row(p.runtime, p.precision, ", ".join(p.methods) or "-", escape(p.reason))
     out.print(t)
     if report.excluded:
         x = Table(title="excluded")
         x.add_column("what")
         x.add_column("why")
         for e in report.excluded:
-            x.add_row(e.what, e.why)
+            x.add_row(escape(e.what), escape(e.why))
         out.print(x)
     notes = [a for a in report.advice if not a.proposes]
     if notes:
