@@ -248,6 +248,9 @@ def test_confirmations_on_a_hand_made_result(minilm_facts: advise.Facts) -> None
     int8 = checked["cpu-int8"]
     assert int8["confirmed"] is True
     assert "openvino-int8-nncf-b1 is the winner at batch 1, 4.1x over torch-fp32-b1" in int8["why"]
+    # Advice on where to deploy holds when that runtime wins at any precision.
+    openvino = checked["openvino-edge-intel"]
+    assert openvino["confirmed"] is True and "openvino-int8-nncf-b1" in openvino["why"]
     general = checked["onnxruntime-general"]
     assert general["confirmed"] is False and "drop 0.03" in general["why"]
     assert checked["torch-compile"]["confirmed"] is None

@@ -325,7 +325,9 @@ def default_target(facts: Facts) -> str:
 class Advice:
     """One piece of advice. `confirm` says what a run can check:
     "reference": the proposed variant builds and runs (it is the yardstick);
-    "wins": a proposed candidate wins or ties at some batch size;
+    "wins": a proposed candidate (runtime and precision) wins or ties at some batch size;
+    "runtime-wins": a candidate on a proposed runtime wins or ties, at any precision
+    (advice on where to deploy, not on which precision);
     None: nothing a run measures (text, a warning, training)."""
 
     id: str
@@ -471,7 +473,7 @@ def rule_torch_compile(ctx: Context) -> list[Advice]:
             "torch.compile (inductor) FP32",
             "the same PyTorch model, compiled: no export step that could fail",
             proposes=[("torch-compile", "fp32")],
-            confirm="wins",
+            confirm="runtime-wins",
         )
     ]
 
@@ -491,7 +493,7 @@ def rule_transformer_deployment(ctx: Context) -> list[Advice]:
                 "a transformer on an x86 CPU: both fuse attention and layer norms and have "
                 "tuned INT8 kernels",
                 proposes=[("onnxruntime", "fp32"), ("openvino", "fp32")],
-                confirm="wins",
+                confirm="runtime-wins",
             )
         ]
     if ctx.target == "server-gpu":
@@ -602,7 +604,7 @@ def rule_keras(ctx: Context) -> list[Advice]:
                 ("keras-torch", "fp32"),
                 ("tensorflow", "fp32"),
             ],
-            confirm="wins",
+            confirm="runtime-wins",
         )
     ]
     if ctx.target in ("mobile", "edge-intel"):
@@ -612,7 +614,7 @@ def rule_keras(ctx: Context) -> list[Advice]:
                 "LiteRT (TensorFlow Lite) FP32 and INT8",
                 f"a Keras model for {ctx.target}: LiteRT is its on-device runtime",
                 proposes=[("litert", "fp32"), ("litert", "int8")],
-                confirm="wins",
+                confirm="runtime-wins",
             )
         )
     return out
@@ -631,7 +633,7 @@ def rule_jax(ctx: Context) -> list[Advice]:
             proposes=[("jax", "fp32")]
             + ([("jax-cuda", "fp16")] if ctx.target == "server-gpu" and not no_gpu else []),
             excludes=[("jax-cuda", no_gpu)] if no_gpu else [],
-            confirm="wins",
+            confirm="runtime-wins",
         )
     ]
 
@@ -645,7 +647,7 @@ def rule_savedmodel(ctx: Context) -> list[Advice]:
             "LiteRT (TensorFlow Lite) FP32 and INT8",
             f"a TensorFlow model for {ctx.target}: LiteRT is its on-device runtime",
             proposes=[("litert", "fp32"), ("litert", "int8")],
-            confirm="wins",
+            confirm="runtime-wins",
         )
     ]
 
@@ -661,10 +663,10 @@ def rule_target(ctx: Context) -> list[Advice]:
         out.append(
             Advice(
                 "onnxruntime-general",
-                "ONNX Runtime FP32: the general deployment choice",
+                "ONNX Runtime: the general deployment choice",
                 "one exported file runs on every OS and accelerator through execution providers",
                 proposes=[("onnxruntime", "fp32")],
-                confirm="wins",
+                confirm="runtime-wins",
             )
         )
     if t in X86_TARGETS:
@@ -676,10 +678,10 @@ def rule_target(ctx: Context) -> list[Advice]:
         out.append(
             Advice(
                 f"openvino-{t}",
-                "OpenVINO FP32",
+                "OpenVINO on Intel hardware",
                 why,
                 proposes=[("openvino", "fp32")],
-                confirm="wins",
+                confirm="runtime-wins",
             )
         )
     if t == "server-gpu":
@@ -732,7 +734,7 @@ def rule_target(ctx: Context) -> list[Advice]:
                 "ONNX Runtime INT8 (the same graph ONNX Runtime Mobile runs)",
                 "mobile: ONNX Runtime Mobile takes the exported, quantized graph",
                 proposes=[("onnxruntime", "fp32"), ("onnxruntime", "int8")],
-                confirm="wins",
+                confirm="runtime-wins",
             )
         )
     if t == "apple":
@@ -756,7 +758,7 @@ def rule_target(ctx: Context) -> list[Advice]:
                 "browser: both run the exported graph client-side",
                 proposes=[("onnxruntime", "fp32"), ("onnxruntime", "int8")],
                 excludes=[("tensorrt", "a browser has no TensorRT")],
-                confirm="wins",
+                confirm="runtime-wins",
             )
         )
     return out
@@ -1057,7 +1059,13 @@ def _confirm_one(item: dict[str, Any], doc: dict[str, Any]) -> tuple[bool | None
             return True, f"measured: the winner {v1['winner']} saves {saved:.2f} ms per call"
         return False, f"measured: the winner {v1['winner']} saves {saved:.2f} ms per call"
     wanted = {tuple(p) for p in item.get("proposes", [])}
-    cands = [c for c in doc["candidates"] if (c["runtime"], c["precision"]) in wanted]
+    if kind == "runtime-wins":
+        # Advice about where to deploy (a runtime) holds when that runtime wins at
+        # whatever precision; advice about a precision needs that precision to win.
+        runtimes = {r for r, _ in wanted}
+        cands = [c for c in doc["candidates"] if c["runtime"] in runtimes]
+    else:
+        cands = [c for c in doc["candidates"] if (c["runtime"], c["precision"]) in wanted]
     if not cands:
         return None, "not measured in this run"
     ok = [c for c in cands if c["status"] == "ok"]
