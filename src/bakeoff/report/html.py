@@ -357,6 +357,29 @@ def _not_ok(run: StoredRun) -> str:
     )
 
 
+def _advice(run: StoredRun) -> str:
+    """Per piece of advice that a run can check: did the measurement confirm it?"""
+    advice = (run.document or {}).get("advice") or {}
+    rows = [a for a in advice.get("advice", []) if a.get("confirm")]
+    if not rows:
+        return ""
+    marks = {True: ("ok", "confirmed"), False: ("rejected", "not confirmed")}
+    body = "".join(
+        "<tr><td>{}</td><td><span class='{}'>{}</span></td><td>{}</td></tr>".format(
+            _e(a["text"]),
+            *marks.get(a.get("confirmed"), ("unavailable", "not measured")),
+            _e(a.get("why", "")),
+        )
+        for a in rows
+    )
+    source = (run.document or {}).get("settings", {}).get("candidates_from", "-")
+    return (
+        f"<p class='note'>Target {_e(advice['target'])}; candidates from: {_e(source)} "
+        "(<code>bakeoff advise</code> shows every rule and why).</p>"
+        f'<table id="advice"><tr><th>advice</th><th>measured</th><th>why</th></tr>{body}</table>'
+    )
+
+
 def _scenarios(run: StoredRun) -> str:
     out = []
     for c in run.candidates:
@@ -533,6 +556,9 @@ def render(run: StoredRun) -> str:
         ("results", "All candidates", _results_table(run)),
         ("not-measured", "Failed, rejected and unavailable", _not_ok(run)),
     ]
+    advice = _advice(run)
+    if advice:
+        sections.append(("advice", "Advice, tested", advice))
     scenarios = _scenarios(run)
     if scenarios:
         sections.append(("scenarios", "Server and offline scenarios", scenarios))
