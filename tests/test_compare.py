@@ -73,7 +73,7 @@ def test_two_runs_of_one_workload_are_the_same(runs: dict[str, Any]) -> None:
         assert abs(r.ratio - 1.0) < cmp.margin
     assert rows["fake-fp32-b1"].objective == "latency"
     assert rows["fake-fp32-b4"].objective == "throughput"
-    assert cmp.margin == 0.02  # the runs' own margin
+    assert cmp.margin == 0.05  # the run-to-run default (the runs' own margin is 0.02)
     # one machine, one workload file, the same settings
     assert not cmp.environment and not cmp.settings
     assert not cmp.only_a and not cmp.only_b

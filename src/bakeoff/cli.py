@@ -341,7 +341,10 @@ def compare_cmd(
     ] = None,
     margin: Annotated[
         float | None,
-        typer.Option(help="equivalence margin for 'same' (default: run A's, usually 0.02)"),
+        typer.Option(
+            help="equivalence margin for 'same' (default 0.05, or run A's margin if larger: "
+            "two runs differ by a few percent from process to process)"
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the comparison as JSON")] = False,
     store: StoreOpt = DEFAULT_STORE,

@@ -36,6 +36,11 @@ _SETTINGS = (
     "precisions",
     "batch_sizes",
 )
+# The default margin for 'same' between two runs. A run's CI covers its rounds,
+# not the process: two runs of one unchanged workload here differed by 3-4% for
+# some candidates, with round CIs under 1% wide (memory layout, frequency), so a
+# run-to-run margin of the verdict's 2% calls that noise a change.
+RUN_TO_RUN_MARGIN = 0.05
 _WORDS = {"faster": "faster", "slower": "slower", "equivalent": "same", "undecided": "undecided"}
 
 
@@ -144,7 +149,7 @@ def _value(c: dict[str, Any], objective: str) -> float:
 
 def compare_runs(a: StoredRun, b: StoredRun, margin: float | None = None) -> Comparison:
     if margin is None:
-        margin = float(a.settings.get("margin", verdict.DEFAULT_MARGIN))
+        margin = max(float(a.settings.get("margin", verdict.DEFAULT_MARGIN)), RUN_TO_RUN_MARGIN)
     if not 0.0 <= margin < 0.5:
         from bakeoff.errors import UserError
 
