@@ -74,6 +74,8 @@ def main() -> None:
                     f"winner/baseline {detail} ({time.perf_counter() - started:.0f} s)",
                     flush=True,
                 )
+                if not is_tied:  # the winner is often the baseline itself: say why
+                    print(f"    {v['reason']}", flush=True)
     print(f"tied in {tied} of {total} verdicts (target: at least 19 of 20, i.e. 95%)")
     print(f"fraction tied: {tied / max(total, 1):.2f}")
 

@@ -174,6 +174,9 @@ def test_jax_function_and_savedmodel_with_xla_on_and_off(tmp_path: Path) -> None
         assert c["latency_ms"]["p50"] > 0
     assert jax_doc["jax-fp32-b8"]["quality"]["drop"] < 1e-5
     assert jax_doc["jax-bf16-b8"]["settings"]["dtype"].startswith("bfloat16")
+    # the size is the params as the variant runs them: bf16 halves the fp32 ones
+    fp32_mb, bf16_mb = (jax_doc[f"jax-{p}-b8"]["model_size_mb"] for p in ("fp32", "bf16"))
+    assert fp32_mb > 0 and abs(bf16_mb * 2 - fp32_mb) < 1e-3
     assert jax_doc["jax-int8-b8"]["status"] == "unavailable"
     assert "quantizer" in jax_doc["jax-int8-b8"]["reason"]
     assert result["docs"]["jax"]["workload"]["reference"] == "jax-fp32"

@@ -136,6 +136,10 @@ class JaxRunner:
     ) -> None:
         self.compiled, self.jitted, self.params = compiled, jitted, params
         self.device, self.cast, self.settings = device, cast, settings
+        import jax
+
+        # What the variant ships: its params at the precision it runs (bf16 halves them).
+        self.model_bytes = sum(int(x.nbytes) for x in jax.tree_util.tree_leaves(params))
 
     def prepare(self, batch: dict[str, np.ndarray]) -> tuple[Any, ...]:
         import jax
