@@ -176,7 +176,7 @@ def test_jax_function_and_savedmodel_with_xla_on_and_off(tmp_path: Path) -> None
     assert jax_doc["jax-bf16-b8"]["settings"]["dtype"].startswith("bfloat16")
     # the size is the params as the variant runs them: bf16 halves the fp32 ones
     fp32_mb, bf16_mb = (jax_doc[f"jax-{p}-b8"]["model_size_mb"] for p in ("fp32", "bf16"))
-    assert fp32_mb > 0 and abs(bf16_mb * 2 - fp32_mb) < 1e-3
+    assert 0 < bf16_mb < fp32_mb and abs(bf16_mb * 2 - fp32_mb) <= 2e-3  # sizes in 0.001 MB
     assert jax_doc["jax-int8-b8"]["status"] == "unavailable"
     assert "quantizer" in jax_doc["jax-int8-b8"]["reason"]
     assert result["docs"]["jax"]["workload"]["reference"] == "jax-fp32"

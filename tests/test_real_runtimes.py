@@ -158,9 +158,9 @@ def _by_id(doc: dict) -> dict[str, dict]:
 
 
 def test_user_model_on_torch_onnxruntime_openvino(tmp_path: Path, store_path: Path) -> None:
-    wl = _workload(
-        tmp_path, "build", ["torch", "onnxruntime", "openvino"], ["fp32", "int8"], [1, 32]
-    )
+    # One batch size: the two-group path (latency at 1, throughput above) is covered by
+    # the offline, timeout and branch tests; this one is every runtime x precision.
+    wl = _workload(tmp_path, "build", ["torch", "onnxruntime", "openvino"], ["fp32", "int8"], [32])
     out = tmp_path / "out.json"
     result = api.run(
         str(wl), api.RunOptions(quick=True, store=store_path, json_path=out, budget_s=6)
@@ -169,7 +169,7 @@ def test_user_model_on_torch_onnxruntime_openvino(tmp_path: Path, store_path: Pa
     cands = _by_id(doc)
     assert result.exit_code == 0
     for rt in ("torch", "onnxruntime", "openvino"):
-        for bs in (1, 32):
+        for bs in (32,):
             c = cands[f"{rt}-fp32-b{bs}"]
             assert c["status"] == "ok", c["reason"]
             assert c["quality"]["drop"] < 1e-4
@@ -187,9 +187,9 @@ def test_user_model_on_torch_onnxruntime_openvino(tmp_path: Path, store_path: Pa
     ):
         assert cands[cid]["status"] in ("ok", "rejected"), cands[cid]["reason"]
         assert cands[cid]["quality"]["metric"] == "cosine"
-    assert cands["onnxruntime-fp32-b1"]["exporter"] in ("dynamo", "torchscript")
+    assert cands["onnxruntime-fp32-b32"]["exporter"] in ("dynamo", "torchscript")
     # OpenVINO's precision hint is explicit and read back
-    assert cands["openvino-fp32-b1"]["settings"]["INFERENCE_PRECISION_HINT"] == "f32"
+    assert cands["openvino-fp32-b32"]["settings"]["INFERENCE_PRECISION_HINT"] == "f32"
     for v in doc["verdicts"]:
         assert v["winner"] in v["ranking"]
         assert v["baseline"] == f"torch-fp32-b{v['batch_size']}"
