@@ -16,7 +16,12 @@ from bakeoff.backends import (
     Variant,
     package_availability,
 )
-from bakeoff.backends.common import calibration_data, check_options, example_inputs
+from bakeoff.backends.common import (
+    calibration_data,
+    check_options,
+    example_inputs,
+    map_inputs,
+)
 from bakeoff.transforms import cached_step
 
 RUNTIME = "litert"
@@ -77,15 +82,12 @@ class LiteRtRunner:
         self.settings = settings
         self.inputs = interpreter.get_input_details()
         self.output = interpreter.get_output_details()[0]["index"]
+        # The converter names inputs "serving_default_<keras input name>:0": matched to
+        # the data's arrays by that name where all of them match, else by position.
+        self.model_inputs = [(_plain_name(d["name"]), d["dtype"]) for d in self.inputs]
 
     def prepare(self, batch: dict[str, np.ndarray]) -> list[np.ndarray]:
-        arrays = list(batch.values())
-        if len(arrays) != len(self.inputs):
-            raise ValueError(f"the model has {len(self.inputs)} inputs, the data {len(arrays)}")
-        return [
-            np.ascontiguousarray(a, dtype=d["dtype"])
-            for a, d in zip(arrays, self.inputs, strict=True)
-        ]
+        return list(map_inputs(batch, self.model_inputs).values())
 
     def run(self, prepared: list[np.ndarray]) -> np.ndarray:
         it = self.interpreter
@@ -96,6 +98,10 @@ class LiteRtRunner:
 
     def to_numpy(self, output: np.ndarray) -> np.ndarray:
         return np.asarray(output, dtype=np.float32)
+
+
+def _plain_name(name: str) -> str:
+    return name.removeprefix("serving_default_").rsplit(":", 1)[0]
 
 
 def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> LiteRtRunner:
