@@ -30,6 +30,39 @@ NO_CUDA = no_cuda_reason()
 needs_cuda = pytest.mark.skipif(NO_CUDA is not None, reason=str(NO_CUDA))
 
 
+def test_nvidia_smi_answers_are_read_into_gpu_facts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a GPU machine's nvidia-smi prints, parsed here without one (the real tool's
+    own output format: csv, no header, no units)."""
+    import os
+
+    from bakeoff.backends import gpu
+
+    gpus = "--query-gpu=name,driver_version,memory.total,compute_cap"
+    answers = {
+        gpus: "NVIDIA H200, 570.86, 143771, 9.0\n",
+        "--query-compute-apps=pid,used_memory": f"123, 50\n{os.getpid()}, 2048\n",
+    }
+
+    def fake_run(cmd: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(cmd, 0, stdout=answers[cmd[1]])
+
+    monkeypatch.setattr(gpu.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(gpu.subprocess, "run", fake_run)
+    gpu.gpu_info.cache_clear()
+    try:
+        info = gpu.gpu_info()
+        assert info == [
+            {"name": "NVIDIA H200", "driver": "570.86", "memory_mb": 143771,
+             "compute_capability": "9.0"}
+        ]  # fmt: skip
+        assert gpu.no_cuda_reason() is None
+        assert gpu.process_gpu_memory_mb() == 2048.0
+        answers["--query-compute-apps=pid,used_memory"] = "No running processes found\n"
+        assert gpu.process_gpu_memory_mb() is None
+    finally:
+        gpu.gpu_info.cache_clear()
+
+
 @pytest.mark.skipif(NO_CUDA is None, reason="this machine has a CUDA device")
 def test_every_gpu_runtime_is_unavailable_with_a_reason_here() -> None:
     for kind, runtimes in (("torch", GPU_RUNTIMES[:-1]), ("jax", ("jax-cuda",))):

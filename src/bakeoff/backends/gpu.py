@@ -22,6 +22,21 @@ NVIDIA_PROC = Path("/proc/driver/nvidia/version")
 TORCH_CUDA_INSTALL = "a CUDA build of PyTorch: pip install --force-reinstall torch==2.13.0"
 
 
+def _nvidia_smi(query: str) -> list[list[str]] | None:
+    """Rows of `nvidia-smi --query-...=... --format=csv`, or None when it cannot answer."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", query, "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [[p.strip() for p in line.split(",")] for line in out.strip().splitlines()]
+
+
 @functools.cache
 def gpu_info() -> list[dict[str, Any]]:
     """One entry per NVIDIA GPU (name, driver, memory), or [] when there is none."""
@@ -31,33 +46,17 @@ def gpu_info() -> list[dict[str, Any]]:
         # The kernel driver is loaded but the tool is missing: say what we can.
         first = NVIDIA_PROC.read_text().splitlines()[0] if NVIDIA_PROC.exists() else ""
         return [{"name": "NVIDIA GPU (nvidia-smi not on PATH)", "driver": first.strip()}]
-    try:
-        out = subprocess.run(
-            [
-                "nvidia-smi",
-                "--query-gpu=name,driver_version,memory.total,compute_cap",
-                "--format=csv,noheader,nounits",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    gpus = []
-    for line in out.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 3:
-            gpus.append(
-                {
-                    "name": parts[0],
-                    "driver": parts[1],
-                    "memory_mb": int(parts[2]) if parts[2].isdigit() else parts[2],
-                    "compute_capability": parts[3] if len(parts) > 3 else None,
-                }
-            )
-    return gpus
+    rows = _nvidia_smi("--query-gpu=name,driver_version,memory.total,compute_cap") or []
+    return [
+        {
+            "name": parts[0],
+            "driver": parts[1],
+            "memory_mb": int(parts[2]) if parts[2].isdigit() else parts[2],
+            "compute_capability": parts[3] if len(parts) > 3 else None,
+        }
+        for parts in rows
+        if len(parts) >= 3
+    ]
 
 
 def no_cuda_reason() -> str | None:
@@ -92,24 +91,10 @@ def process_gpu_memory_mb() -> float | None:
     """Device memory this process holds now (nvidia-smi), for runtimes with no peak counter."""
     if shutil.which("nvidia-smi") is None:
         return None
-    try:
-        out = subprocess.run(
-            [
-                "nvidia-smi",
-                "--query-compute-apps=pid,used_memory",
-                "--format=csv,noheader,nounits",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    for line in out.strip().splitlines():
-        pid, _, used = (p.strip() for p in line.partition(","))
-        if pid == str(os.getpid()) and used.isdigit():
-            return float(used)
+    for row in _nvidia_smi("--query-compute-apps=pid,used_memory") or []:
+        # A machine with no compute process answers with a one-field message line.
+        if len(row) >= 2 and row[0] == str(os.getpid()) and row[1].isdigit():
+            return float(row[1])
     return None
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from bakeoff.backends import Availability, BuildContext, LoadContext, Offer, Variant
@@ -32,19 +31,12 @@ def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
     return keras_build(variant, ctx, BACKEND)
 
 
-def _single_thread_xla(threads: int) -> str:
-    """XLA's CPU client sizes its thread pool when jax is first imported, from
-    XLA_FLAGS; one thread must be asked for before that, there is no call later."""
-    flags = os.environ.get("XLA_FLAGS", "")
-    if threads == 1 and "intra_op_parallelism_threads" not in flags:
-        flags = f"{flags} --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-        os.environ["XLA_FLAGS"] = flags.strip()
-    return os.environ.get("XLA_FLAGS", "")
-
-
 def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> KerasRunner:
     check_options(ctx.options, OPTIONS, RUNTIME)
-    xla_flags = _single_thread_xla(ctx.threads)
+    from bakeoff.backends.jax_backend import set_platform
+
+    # Before jax is first imported (by Keras): the CPU, and XLA's threads.
+    platform = set_platform("cpu", ctx.threads)
     model, settings = load_keras(variant, artifact, ctx, BACKEND)
     import jax
 
@@ -66,8 +58,7 @@ def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> KerasR
             "jax_version": jax.__version__,
             "jit": "jax.jit(model.stateless_call)",
             "devices": [str(d) for d in jax.devices()],
-            "xla_flags": xla_flags or "(default: XLA sizes its CPU thread pool itself)",
-            "intra_op_threads": 1 if ctx.threads == 1 else "XLA default",
+            **platform,
         }
     )
     return KerasRunner(model, settings, jax.device_put, call)
