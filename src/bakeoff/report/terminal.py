@@ -134,7 +134,8 @@ def results_table(document: dict[str, Any]) -> Table:
     winners = {v["winner"] for v in document["verdicts"] if v["winner"]}
     for c in document["candidates"]:
         lat, thr, q = c["latency_ms"], c["throughput"], c["quality"]
-        name = f"[bold]{c['id']} *[/]" if c["id"] in winners else c["id"]
+        # escape: a hand-written label is the user's text, not Rich markup
+        name = f"[bold]{escape(c['id'])} *[/]" if c["id"] in winners else escape(c["id"])
         status = f"[{_STATUS_STYLE.get(c['status'], '')}]{c['status']}[/]"
         p99 = "-"
         if lat:
