@@ -40,12 +40,19 @@ browser:
 	  apt-get install -y -qq --no-install-recommends chromium >/dev/null; } || \
 	  echo "note: could not install Chromium; the browser test will be skipped"
 
+# Two pytest workers, one file each at a time (module fixtures are built once):
+# most of a real-runtime test is single-threaded exporting, converting and
+# importing, so two of them side by side take about half the wall time of one
+# after the other on 2 cores. Tests assert behaviour, never timing, so sharing
+# the machine changes no outcome. TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
+
 # pytest exit code 5 (no tests collected) is a failure here, never a pass.
 test: $(TEST_STAMP) browser
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -m "not slow and not gpu" --durations=10; rc=$$?; \
+	$(PY) -m pytest -m "not slow and not gpu" -n $(TEST_WORKERS) --dist loadfile --durations=10; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 test-slow: $(TEST_STAMP)
