@@ -122,6 +122,35 @@ def test_cli_regression_gate_exit_codes(runs: dict[str, Any]) -> None:
     assert "no run 'no-such-run'" in bad.stderr
 
 
+def test_run_b_may_come_from_another_store(
+    runs: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A baseline kept in its own store (say, from an earlier CI job) against a new run."""
+    root = tmp_path_factory.mktemp("other-store")
+    other = root / "bakeoff.db"
+    base = "latency_ms = 1.0, per_sample_ms = 0.25, jitter = 0.03"
+    later = _run(runs["store"].parent.parent / "w", other, f"{{ {base}, seed = 4 }}")
+    cmp = compare(runs["a"], later, runs["store"], store_b=other)
+    assert {r.change for r in cmp.rows} == {"same"}
+    gate = _cli(
+        "compare",
+        runs["a"],
+        later,
+        "--store",
+        str(runs["store"]),
+        "--store-b",
+        str(other),
+        "--fail-on-regression",
+        "5",
+    )
+    assert gate.returncode == 0, gate.stderr
+    missing = _cli(
+        "compare", runs["a"], runs["b"], "--store", str(runs["store"]), "--store-b", str(other)
+    )
+    assert missing.returncode == 2
+    assert f"no run '{runs['b']}' in {other}" in " ".join(missing.stderr.split())
+
+
 def test_environment_differences_come_first(runs: dict[str, Any]) -> None:
     a = load(runs["a"], runs["store"])
     b = load(runs["b"], runs["store"])

@@ -178,3 +178,42 @@ def test_litert_inputs_follow_the_data_by_name_not_by_order() -> None:
     first, second = runner.prepare({"tokens": tokens, "mask": mask})
     assert first.dtype == np.int32 and not first.any()  # the mask, cast to the model's dtype
     assert second.dtype == np.float32 and second.all()
+
+
+SIZE_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    from bakeoff.backends import LoadContext, Variant, get_backend
+    from bakeoff.keras_models import set_keras_backend
+    from bakeoff.sizes import artifact_bytes, model_bytes
+    from bakeoff.workload import ModelSource
+
+    keras = set_keras_backend("jax")
+    model = keras.Sequential(
+        [keras.Input((16,), name="features"), keras.layers.Dense(32), keras.layers.Dense(4)]
+    )
+    model.save(sys.argv[1])
+    source = ModelSource(kind="keras", factory=None, path=sys.argv[1], base_dir=None)
+    artifact = {"path": sys.argv[1]}
+    sizes = {"file": artifact_bytes(artifact)}
+    for precision in ("fp32", "int8"):
+        ctx = LoadContext(source=source, threads=1, batch_size=2, input_names=("features",))
+        runner = get_backend("keras-jax").load(Variant("keras-jax", precision), artifact, ctx)
+        sizes[precision] = model_bytes(runner, artifact)
+    print(json.dumps(sizes))
+    """
+)
+
+
+def test_keras_int8_size_is_its_quantized_weights_not_the_fp32_file(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", SIZE_CHILD, str(tmp_path / "m.keras")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    sizes = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sizes["fp32"] == sizes["file"]  # nothing changed at load: the file is what runs
+    # int8 kernels (16x32 + 32x4) plus float32 biases (32 + 4) and per-channel scales (32 + 4)
+    assert sizes["int8"] == (16 * 32 + 32 * 4) + 4 * (32 + 4) + 4 * (32 + 4)

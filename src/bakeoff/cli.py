@@ -348,13 +348,17 @@ def compare_cmd(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the comparison as JSON")] = False,
     store: StoreOpt = DEFAULT_STORE,
+    store_b: Annotated[
+        Path | None,
+        typer.Option(help="the store run B is in, when not the same as run A's (--store)"),
+    ] = None,
 ) -> None:
     """Per candidate, B/A of the objective with its CI: faster, slower or same."""
     from bakeoff import compare
 
     if fail_on_regression is not None and not 0 < fail_on_regression < 100:
         raise UserError(f"--fail-on-regression: a percentage in (0, 100), got {fail_on_regression}")
-    cmp = compare.compare(run_a, run_b, store, margin)
+    cmp = compare.compare(run_a, run_b, store, margin, store_b)
     regressions = cmp.regressions(fail_on_regression) if fail_on_regression is not None else []
     if as_json:
         payload = cmp.to_dict()

@@ -254,5 +254,13 @@ def print_comparison(cmp: Comparison, out: Console) -> None:
         out.print(f"only in B: {', '.join(cmp.only_b)}", highlight=False)
 
 
-def compare(run_a: str, run_b: str, store: str | Path, margin: float | None = None) -> Comparison:
-    return compare_runs(load(run_a, store), load(run_b, store), margin)
+def compare(
+    run_a: str,
+    run_b: str,
+    store: str | Path,
+    margin: float | None = None,
+    store_b: str | Path | None = None,
+) -> Comparison:
+    """Run B is read from `store_b` when given (a baseline kept in another store, e.g.
+    one saved by an earlier CI job), else from the same store as run A."""
+    return compare_runs(load(run_a, store), load(run_b, store_b or store), margin)

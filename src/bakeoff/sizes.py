@@ -56,11 +56,12 @@ def torch_module_bytes(module: Any) -> int:
 
 
 def model_bytes(runner: Any, artifact: dict[str, Any]) -> int | None:
-    """On disk for file artifacts; for a torch module built in the worker, its weights;
-    otherwise what the runner itself reports (`model_bytes`, e.g. JAX params)."""
-    size = artifact_bytes(artifact)
-    if size is None and isinstance(getattr(runner, "model_bytes", None), int):
+    """What the runner itself reports (`model_bytes`: JAX params, a Keras model
+    quantized at load), which knows the weights as they run; else on disk for file
+    artifacts; for a torch module built in the worker, its weights."""
+    if isinstance(getattr(runner, "model_bytes", None), int):
         return int(runner.model_bytes)
+    size = artifact_bytes(artifact)
     if size is None:
         module = getattr(runner, "model", None)
         original = getattr(module, "_orig_mod", module)  # torch.compile wraps the module
