@@ -509,3 +509,26 @@ def test_data_is_required_for_user_models(tmp_path: Path) -> None:
     path.write_text('name = "x"\n[model]\nkind = "onnx"\npath = "m.onnx"\n')
     with pytest.raises(UserError, match="data"):
         load_workload(str(path))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["show"], "Missing argument 'run_id'"),
+        (["run", "--bogus"], "No such option: --bogus"),
+        (["nosuchcommand"], "No such command 'nosuchcommand'"),
+    ],
+)
+def test_command_line_usage_errors_are_one_message_not_a_traceback(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bakeoff.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr

@@ -480,15 +480,17 @@ def main() -> None:
         sys.exit(1)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except Exception as exc:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(2)
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(1)
-        raise
+    except typer.Abort:  # Ctrl-C at a prompt, or a command that gave up
+        sys.exit(1)
+    except typer.TyperException as exc:
+        # Usage errors (a missing argument, an unknown option). Typer vendors its own
+        # click, so these are not `click.ClickException`s: catching that printed a
+        # traceback instead of the one-line error.
+        show = getattr(exc, "show", None)
+        if show is None:
+            raise
+        show()
+        sys.exit(int(getattr(exc, "exit_code", 2)))
 
 
 if __name__ == "__main__":
