@@ -532,3 +532,27 @@ def test_command_line_usage_errors_are_one_message_not_a_traceback(
     assert done.returncode == 2
     assert message in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "flag"),
+    [
+        ({"budget_s": -5.0}, "--budget"),
+        ({"budget_s": 0.0}, "--budget"),
+        ({"trial_timeout_s": 0.0}, "--trial-timeout"),
+        ({"threads": 0}, "--threads"),
+        ({"cold_starts": 0}, "--cold-starts"),
+        ({"margin": 0.7}, "--margin"),
+        ({"scenario": "batch"}, "--scenario"),
+    ],
+)
+def test_bad_run_options_are_refused_before_any_work(
+    options: dict[str, object], flag: str, tmp_path: Path
+) -> None:
+    """A negative budget once started a whole MiniLM run with 'budget -2 s'."""
+    from bakeoff import api
+
+    store = tmp_path / "bakeoff.db"
+    with pytest.raises(UserError, match=flag):
+        api.run("builtin:digits", api.RunOptions(store=store, **options))  # type: ignore[arg-type]
+    assert not store.exists()

@@ -210,6 +210,18 @@ def run(
         raise UserError("--batch-sizes: every batch size must be a positive integer")
     if opts.cold_starts < 1:
         raise UserError("--cold-starts must be at least 1")
+    if opts.budget_s is not None and not opts.budget_s > 0:
+        raise UserError(f"--budget: seconds of measuring, a positive number, got {opts.budget_s}")
+    if not opts.trial_timeout_s > 0:
+        raise UserError(
+            f"--trial-timeout: a positive number of seconds, got {opts.trial_timeout_s}"
+        )
+    if opts.threads is not None and opts.threads < 1:
+        raise UserError(f"--threads must be at least 1, got {opts.threads}")
+    if opts.margin is not None and not 0.0 <= opts.margin < 0.5:
+        raise UserError(f"--margin must be in [0, 0.5), got {opts.margin}")
+    if opts.fixed_seconds is not None and not opts.fixed_seconds > 0:
+        raise UserError(f"fixed_seconds must be positive, got {opts.fixed_seconds}")
     if opts.scenario not in SCENARIOS:
         raise UserError(
             f"--scenario: expected one of {', '.join(SCENARIOS)}, got {opts.scenario!r}"
@@ -224,8 +236,6 @@ def run(
     for note in workload.notes:
         rep.stage(f"note: {note}")
     if opts.margin is not None:
-        if not 0.0 <= opts.margin < 0.5:
-            raise UserError(f"--margin must be in [0, 0.5), got {opts.margin}")
         search = workload.spec.search.model_copy(update={"margin": opts.margin})
         workload = dataclasses.replace(
             workload, spec=workload.spec.model_copy(update={"search": search})
