@@ -161,6 +161,9 @@ def test_about_a_millisecond_baseline_says_the_stack_may_not_pay(
     fast = advise.advise_facts(minilm_facts, baseline_ms=0.8)
     small = next(a for a in fast.advice if a.id == "small-model")
     assert small.warning and "may not pay for its complexity" in small.text
+    assert "takes 0.8 ms per call" in small.text
+    tiny = advise.advise_facts(minilm_facts, baseline_ms=0.0042)
+    assert "takes 0.0042 ms per call" in next(a for a in tiny.advice if a.id == "small-model").text
     assert "small-model" not in _ids(advise.advise_facts(minilm_facts, baseline_ms=25.0))
 
 
@@ -260,6 +263,7 @@ def test_confirmations_on_a_hand_made_result(minilm_facts: advise.Facts) -> None
     doc["candidates"][1]["latency_ms"] = {"p50": 0.7}
     small = advise.confirmations(report, doc)["advice"][-1]
     assert small["id"] == "small-model" and small["confirmed"] is True
+    assert "saves 0.2 ms per call" in small["why"]
 
 
 def test_advice_picks_the_candidates_of_a_run_and_is_confirmed_in_its_document(

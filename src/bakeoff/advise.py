@@ -831,10 +831,15 @@ def rule_small_model(ctx: Context) -> list[Advice]:
     return [small_model_advice(ctx.baseline_ms)]
 
 
+def _ms(x: float) -> str:
+    """Three significant figures: a tiny model's 0.004 ms is not "0.00 ms"."""
+    return f"{x:.3g}" if abs(x) < 100 else f"{x:.0f}"
+
+
 def small_model_advice(baseline_ms: float) -> Advice:
     return Advice(
         "small-model",
-        f"the baseline already takes {baseline_ms:.2f} ms per call: an optimization stack "
+        f"the baseline already takes {_ms(baseline_ms)} ms per call: an optimization stack "
         "may not pay for its complexity",
         "saving a fraction of a millisecond matters only at very high request rates; "
         "each extra runtime is one more dependency to ship and keep correct",
@@ -1055,9 +1060,8 @@ def _confirm_one(item: dict[str, Any], doc: dict[str, Any]) -> tuple[bool | None
         if v1 is None or base is None or win is None:
             return None, "no batch-1 baseline and winner were measured"
         saved = base - win
-        if saved < 0.5:
-            return True, f"measured: the winner {v1['winner']} saves {saved:.2f} ms per call"
-        return False, f"measured: the winner {v1['winner']} saves {saved:.2f} ms per call"
+        said = f"measured: the winner {v1['winner']} saves {_ms(saved)} ms per call"
+        return saved < 0.5, said
     wanted = {tuple(p) for p in item.get("proposes", [])}
     if kind == "runtime-wins":
         # Advice about where to deploy (a runtime) holds when that runtime wins at
