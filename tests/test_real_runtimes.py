@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bakeoff import api
@@ -417,3 +418,25 @@ def test_a_length_baked_in_by_the_exporter_is_rejected_at_the_second_shape(
     assert ort["status"] == "rejected"
     assert "second shape" in ort["reason"]
     assert ort["quality_second_shape"]["drop"] > 0.01
+
+
+def test_a_model_the_reference_cannot_run_stops_before_other_builds(
+    tmp_path: Path, store_path: Path
+) -> None:
+    """The FP32 reference is built and run first: an unreadable model costs seconds,
+    not the exports and quantizations of every other variant."""
+    from bakeoff.errors import BakeoffError
+
+    (tmp_path / "bad.onnx").write_text("not an ONNX file")
+    np.savez(tmp_path / "d.npz", input=np.zeros((16, 8), np.float32))
+    wl = tmp_path / "w.toml"
+    wl.write_text(
+        'name = "unreadable"\n[model]\nkind = "onnx"\npath = "bad.onnx"\n'
+        '[data]\npath = "d.npz"\n[search]\nruntimes = ["onnxruntime", "openvino"]\n'
+        'precisions = ["fp32", "int8"]\nbatch_sizes = [1]\n'
+    )
+    with pytest.raises(BakeoffError, match=r"FP32 reference \(onnxruntime-fp32.*INVALID_PROTOBUF"):
+        api.run(str(wl), api.RunOptions(quick=True, store=store_path))
+    (run_dir,) = (store_path.parent / "runs").iterdir()
+    builds = sorted(p.name for p in (run_dir / "logs").glob("build-*.log"))
+    assert builds == ["build-onnxruntime-fp32.log"]
