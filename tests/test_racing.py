@@ -254,6 +254,35 @@ def test_killed_orchestrator_resumes_without_measuring_a_trial_twice(tmp_path: P
         api.resume(run_id, store)
 
 
+def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tmp_path: Path) -> None:
+    slow = "{ latency_ms = 20.0, jitter = 0.05, wall_ms = 10 }"
+    path = _workload(tmp_path, _two(slow, slow))
+    store = tmp_path / "store" / "bakeoff.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bakeoff.cli", "run", str(path), "--quick", "--store", str(store)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (store.exists() and _polled_trials(store)):
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    with sqlite3.connect(store) as conn:
+        ((run_id, status),) = conn.execute("SELECT run_id, status FROM runs").fetchall()
+    assert status == "interrupted"
+    assert proc.returncode == 130
+    said = " ".join(err.split())
+    resume = f"bakeoff run --resume {run_id} --store {store}"
+    assert f"run {run_id}; if it is interrupted, `{resume}`" in said  # before any work
+    assert f"interrupted: what finished is in the store; `{resume}` finishes the run" in said
+
+
 def test_server_scenario_finds_a_passing_rate_with_loadgen(tmp_path: Path) -> None:
     cands = _two("{ latency_ms = 1.0, wall_ms = 1 }", "{ latency_ms = 3.0, wall_ms = 3 }")
     opts = api.RunOptions(

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import secrets
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -301,6 +302,8 @@ def run(
             store.start_run(run_id, workload.origin, env, settings)
         else:
             store.mark_running(run_id)
+        # Said first: a killed run cannot say later which id to resume.
+        rep.stage(f"run {run_id}; if it is interrupted, `{resume_command(run_id, opts.store)}`")
         job_base = {
             "source": workload.source.__dict__,
             "data_path": str(data_path),
@@ -346,6 +349,10 @@ def run(
         return result
     except KeyboardInterrupt:
         status = "interrupted"
+        rep.stage(
+            f"interrupted: what finished is in the store; "
+            f"`{resume_command(run_id, opts.store)}` finishes the run"
+        )
         raise
     finally:
         if status != "done":
@@ -354,6 +361,12 @@ def run(
 
 
 FINAL = ("ok", "rejected", "failed", "unavailable")
+
+
+def resume_command(run_id: str, store: str | Path) -> str:
+    """The command line that finishes this run (with --store where it is not the default)."""
+    where = "" if Path(store) == DEFAULT_STORE else f" --store {shlex.quote(str(store))}"
+    return f"bakeoff run --resume {run_id}{where}"
 
 
 def _restore(candidates: list[Candidate], record: dict[str, Any], store: Store) -> None:
