@@ -109,6 +109,56 @@ def test_keras_on_three_backends_litert_and_onnx_without_imports_in_main(
     assert cands["l8"]["settings"]["num_threads"] == 1
     assert cands["ort"]["exporter"] == "keras-torch"
     assert doc["verdicts"] and all(v["winner"] for v in doc["verdicts"])
+    _litert_export_runs_alone(result.run_id, cands["l8"]["id"], store_path, tmp_path)
+
+
+EXPORT_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import bakeoff.export
+
+    predict = bakeoff.export.load(sys.argv[1])
+    with np.load(sys.argv[2], allow_pickle=False) as z:
+        x = z["quality/input"]
+    n = len(x) - len(x) % 4
+    at_4 = np.concatenate([predict({"input": x[i : i + 4]}) for i in range(0, n, 4)])
+    at_3 = predict({"input": x[:3]})  # another batch size: the interpreter is resized
+    np.save(sys.argv[3], at_4)
+    heavy = ("keras", "jax", "tensorflow", "torch", "onnxruntime", "openvino")
+    print(json.dumps({
+        "same_at_3": bool(np.allclose(at_3, at_4[:3], atol=1e-6)),
+        "imported": [m for m in heavy if m in sys.modules],
+    }))
+    """
+)
+
+
+def _litert_export_runs_alone(run_id: str, cid: str, store: Path, tmp_path: Path) -> None:
+    """The LiteRT INT8 candidate exported: the measured .tflite, loaded by LiteRT alone,
+    gives the outputs that were quality-checked."""
+    from bakeoff import export
+
+    out = tmp_path / "export-litert"
+    manifest = export.export(run_id, out, cid, store)
+    assert manifest["runtime"] == "litert" and manifest["precision"] == "int8"
+    assert set(manifest["files"]) == {"model.tflite"}
+    assert manifest["model_verified_against_run"] is True
+    assert manifest["load"] == {"num_threads": 1}
+    run_dir = store.parent / "runs" / run_id
+    outputs = tmp_path / "exported.npy"
+    done = subprocess.run(
+        [sys.executable, "-c", EXPORT_CHILD, str(out), str(run_dir / "data.npz"), str(outputs)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said == {"same_at_3": True, "imported": []}
+    measured = np.load(run_dir / "outputs" / f"{cid}.npy")
+    got = np.load(outputs)
+    np.testing.assert_allclose(got, measured[: len(got)], rtol=1e-5, atol=1e-6)
 
 
 def test_keras_spec_validation_names_the_problem() -> None:

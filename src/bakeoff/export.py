@@ -16,6 +16,9 @@ the run it came from. What is written per runtime:
   code. torch-compile is compiled again on load with the measured mode.
   PyTorch dynamic INT8 cannot be saved this way (its packed Linear weights are
   not exportable) and is refused with that reason.
+- ``litert``: ``model.tflite``, the converted flatbuffer as measured (INT8
+  included), with a dynamic batch axis; `load` runs it on LiteRT's interpreter
+  with the measured thread count.
 
 `load(DIR)` reads the manifest, checks every file's sha256, imports only the
 runtime the manifest names, and returns a callable ``predict(inputs)``. This
@@ -42,14 +45,17 @@ from bakeoff.errors import UserError
 
 MANIFEST = "manifest.json"
 FORMAT = 1
-EXPORTABLE = ("onnxruntime", "openvino", "torch", "torch-compile")
+EXPORTABLE = ("onnxruntime", "openvino", "torch", "torch-compile", "litert")
 # The package whose version the run recorded, per runtime.
 _PACKAGE = {
     "onnxruntime": "onnxruntime",
     "openvino": "openvino",
     "torch": "torch",
     "torch-compile": "torch",
+    "litert": "ai-edge-litert",
 }
+# The exported name of a runtime's model file (its side files keep theirs).
+_MAIN_FILE = {"onnxruntime": "model.onnx", "openvino": "model.xml", "litert": "model.tflite"}
 
 
 # ---------------------------------------------------------------- export
@@ -195,7 +201,7 @@ def _copy_artifact(cand: dict[str, Any], run_dir: Path, dest: Path) -> dict[str,
     src = Path(artifact["path"])
     if not src.is_file():
         raise UserError(f"artifact {src} is missing (was the run folder {run_dir} cleaned up?)")
-    main = "model.onnx" if cand["runtime"] == "onnxruntime" else "model.xml"
+    main = _MAIN_FILE[cand["runtime"]]
     verified = True
     for f in artifact_files(src):
         if f == src:
@@ -309,7 +315,7 @@ def _torch_program(
 
 def _threads(record: dict[str, Any], cand: dict[str, Any]) -> int:
     s = cand.get("settings") or {}
-    for key in ("intra_op_threads", "INFERENCE_NUM_THREADS"):
+    for key in ("intra_op_threads", "INFERENCE_NUM_THREADS", "num_threads"):
         if isinstance(s.get(key), int):
             return int(s[key])
     return int((cand.get("options") or {}).get("threads") or record["settings"]["threads"])
@@ -340,6 +346,8 @@ def _load_config(cand: dict[str, Any], threads: int) -> dict[str, Any]:
         config.setdefault("INFERENCE_PRECISION_HINT", "f32")  # never OpenVINO's silent bf16
         config.setdefault("INFERENCE_NUM_THREADS", threads)
         return config
+    if runtime == "litert":
+        return {"num_threads": threads}
     compiled = None
     if runtime == "torch-compile":
         compiled = {
@@ -453,6 +461,7 @@ def load(path: str | Path) -> Predictor:
         "openvino": _load_openvino,
         "torch": _load_torch,
         "torch-compile": _load_torch,
+        "litert": _load_litert,
     }
     if runtime not in loaders:
         raise UserError(f"{folder}: runtime {runtime!r} has no loader here")
@@ -531,5 +540,31 @@ def _load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., np.ndar
         if isinstance(out, dict):
             out = next(iter(out.values()))
         return np.asarray(out.detach().float().numpy())
+
+    return run
+
+
+def _load_litert(folder: Path, manifest: dict[str, Any]) -> Callable[..., np.ndarray]:
+    from ai_edge_litert.interpreter import Interpreter
+
+    from bakeoff.backends.litert import LiteRtRunner
+
+    interpreter = Interpreter(
+        model_path=str(folder / manifest["file"]),
+        num_threads=int(manifest["load"]["num_threads"]),
+    )
+    runner = LiteRtRunner(interpreter, {})
+    batch = [0]  # the batch size the interpreter's tensors are allocated for
+
+    def run(inputs: dict[str, np.ndarray]) -> np.ndarray:
+        n = len(next(iter(inputs.values())))
+        if n != batch[0]:  # converted with a dynamic batch axis: resize, then allocate
+            for detail in runner.inputs:
+                interpreter.resize_tensor_input(detail["index"], [n, *detail["shape"][1:]])
+            interpreter.allocate_tensors()
+            runner.inputs = interpreter.get_input_details()
+            runner.output = interpreter.get_output_details()[0]["index"]
+            batch[0] = n
+        return np.array(runner.run(runner.prepare(inputs)))  # a copy: the buffer is reused
 
     return run
