@@ -321,3 +321,26 @@ def test_report_renders_in_headless_chromium(run: dict[str, Any], tmp_path: Path
         assert chart["marks"] > 0 and chart["hit"], chart
     png = (out_dir / "report.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 20_000
+
+
+def test_a_winning_baseline_is_not_called_faster_than_itself() -> None:
+    from bakeoff.report.data import StoredRun
+    from bakeoff.report.markdown import render
+
+    verdict = {
+        "batch_size": 1,
+        "objective": "latency",
+        "winner": "torch-fp32-b1",
+        "baseline": "torch-fp32-b1",
+        "speedup": {"value": 1.0, "ci95": [1.0, 1.0]},
+        "ties": [["torch-fp32-b1", "onnxruntime-fp32-b1"]],
+        "reason": "tied",
+    }
+    doc = {"workload": {"name": "w"}, "verdicts": [verdict], "candidates": []}
+    run = StoredRun(
+        {"run_id": "r", "status": "done", "document": doc, "environment": {}, "settings": {}}
+    )
+    text = render(run)
+    assert "`torch-fp32-b1` (the baseline: nothing measured beat it)" in text
+    assert "x over" not in text
+    assert "tied: `onnxruntime-fp32-b1`" in text

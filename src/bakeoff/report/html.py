@@ -103,7 +103,9 @@ def _verdicts(run: StoredRun) -> str:
         if v["winner"]:
             sp = v.get("speedup")
             gain = ""
-            if sp:
+            if v["winner"] == v["baseline"]:
+                gain = " (the baseline: nothing measured beat it)"
+            elif sp:
                 gain = (
                     f", {sp['value']:.2f}x over {v['baseline']} "
                     f"(95% CI {sp['ci95'][0]:.2f}–{sp['ci95'][1]:.2f})"

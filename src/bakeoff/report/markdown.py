@@ -29,12 +29,15 @@ def render(run: StoredRun) -> str:
     for v in run.verdicts:
         if v["winner"]:
             sp = v.get("speedup")
-            gain = (
-                f": {sp['value']:.2f}x over `{v['baseline']}` "
-                f"(95% CI {sp['ci95'][0]:.2f}–{sp['ci95'][1]:.2f})"
-                if sp
-                else ""
-            )
+            if v["winner"] == v["baseline"]:
+                gain = " (the baseline: nothing measured beat it)"
+            elif sp:
+                gain = (
+                    f": {sp['value']:.2f}x over `{v['baseline']}` "
+                    f"(95% CI {sp['ci95'][0]:.2f}–{sp['ci95'][1]:.2f})"
+                )
+            else:
+                gain = ""
             lines.append(f"- **batch {v['batch_size']}** ({v['objective']}): `{v['winner']}`{gain}")
         else:
             lines.append(f"- **batch {v['batch_size']}** ({v['objective']}): no winner")
