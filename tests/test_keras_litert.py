@@ -73,6 +73,14 @@ def _workload(tmp_path: Path) -> Path:
         ]
         if method:
             lines.append(f'method = "{method}"')
+    # Keras on torch as Keras runs it on JAX and TensorFlow: compiled.
+    lines += [
+        "[[candidates]]",
+        'label = "kpc"',
+        'runtime = "keras-torch"',
+        'precision = "fp32"',
+        "options = { jit_compile = true }",
+    ]
     path = tmp_path / "w.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -105,6 +113,12 @@ def test_keras_on_three_backends_litert_and_onnx_without_imports_in_main(
         assert settings["keras_backend"] == backend
         assert settings["dtype_policy"] == "float32"
     assert cands["kt"]["settings"]["jit_compile"] is True
+    assert cands["kp"]["settings"]["compiled"] is False  # Keras' own default on torch
+    compiled = cands["kpc"]
+    assert compiled["status"] == "ok", compiled["reason"]
+    assert compiled["settings"]["compiled"] is True
+    assert compiled["settings"]["compile_backend"] == "inductor"
+    assert compiled["quality"]["drop"] < 1e-4
     assert cands["l8"]["settings"]["quantization"]["method"] == "static"
     assert cands["l8"]["settings"]["num_threads"] == 1
     assert cands["ort"]["exporter"] == "keras-torch"
