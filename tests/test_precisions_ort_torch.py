@@ -301,3 +301,17 @@ def test_torch_compile_bf16_autocast(tmp_path: Path, store_path: Path) -> None:
     assert c["settings"]["compile_backend"] == "inductor"
     assert c["settings"]["quantization"]["dtype"] == "bfloat16"
     assert c["cold_start_s"]["first_call"] > 0
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_torch_autocast_variants_report_the_size_of_their_weights(precision: str) -> None:
+    """Autocast keeps the FP32 weights, so a BF16/FP16 candidate weighs what FP32 does
+    (its size used to show as unknown: the autocast call hid the module)."""
+    import torch
+
+    from bakeoff.backends.torch_eager import TorchRunner, with_autocast
+    from bakeoff.sizes import model_bytes, torch_module_bytes
+
+    module = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    runner = TorchRunner(with_autocast(module, precision), {})
+    assert model_bytes(runner, {}) == torch_module_bytes(module)

@@ -64,6 +64,7 @@ def model_bytes(runner: Any, artifact: dict[str, Any]) -> int | None:
     size = artifact_bytes(artifact)
     if size is None:
         module = getattr(runner, "model", None)
+        module = getattr(module, "__wrapped__", module)  # the BF16/FP16 autocast call
         original = getattr(module, "_orig_mod", module)  # torch.compile wraps the module
         if original is not None and hasattr(original, "state_dict"):
             size = torch_module_bytes(original)

@@ -149,6 +149,7 @@ def with_autocast(model: Any, precision: str) -> Any:
         with torch.autocast("cpu", dtype=dtype):
             return model(*args)
 
+    call.__wrapped__ = model  # type: ignore[attr-defined]  # sizes.model_bytes finds the weights
     return call
 
 
