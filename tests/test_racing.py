@@ -15,11 +15,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rich.console import Console
 
 from bakeoff import api
 from bakeoff.backends import Variant
 from bakeoff.candidates import Candidate
 from bakeoff.measure.scheduler import set_validity
+from bakeoff.report.charts import num
+from bakeoff.report.terminal import print_result
 
 
 def _workload(tmp_path: Path, candidates: str, model_options: str = "{}", extra: str = "") -> Path:
@@ -320,6 +323,13 @@ def test_cold_start_repeated_in_fresh_processes_has_a_ci(tmp_path: Path) -> None
         lo, hi = cold["load_ci95"]
         assert lo <= cold["load"] <= hi
     assert doc["timing_s"]["measure_cold_start"] > 0
+    console = Console(record=True, width=200)
+    print_result(doc, console)
+    shown = console.export_text()
+    assert "Cold start (median of 3 fresh processes, 95% CI)" in shown
+    a = doc["candidates"][0]["cold_start_s"]
+    lo, hi = a["load_ci95"]
+    assert f"a-b1: load {num(a['load'])} s [{num(lo)}-{num(hi)}]" in shown
 
 
 def test_close_contenders_get_a_second_process_before_any_decision(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from bakeoff.candidates import Candidate
+from bakeoff.report.charts import num
 
 _STATUS_STYLE = {
     "ok": "green",
@@ -168,6 +169,19 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
             + ", ".join(f"{c['id']} compile {c['cold_start_s']['compile']:.3g} s" for c in compiled)
             + "[/]"
         )
+    repeated = [c for c in document["candidates"] if c["cold_start_s"].get("repeats", 1) > 1]
+    if repeated:
+        cold = repeated[0]["cold_start_s"]["repeats"]
+        console.print(f"\n[bold]Cold start[/] (median of {cold} fresh processes, 95% CI)")
+        for c in repeated:
+            cs = c["cold_start_s"]
+            lo, hi = cs["load_ci95"]
+            flo, fhi = cs["first_call_ci95"]
+            console.print(
+                f"  {escape(c['id'])}: load {num(cs['load'])} s [{num(lo)}-{num(hi)}], "
+                f"first call {num(cs['first_call'])} s [{num(flo)}-{num(fhi)}]",
+                highlight=False,
+            )
     not_ok = [c for c in document["candidates"] if c["status"] not in ("ok",)]
     if not_ok:
         console.print("\n[bold]Not measured or not eligible[/]")
