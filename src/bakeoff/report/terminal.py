@@ -3,7 +3,6 @@ final table with the verdicts in words."""
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -46,7 +45,7 @@ def _live_table(candidates: list[Candidate]) -> Table:
             "-" if c.quality is None else f"{c.quality.value:.4f}",
             _fmt(c.load_s),
             str(len(c.rounds_ns)),
-            "-" if p50 is None else _num(p50),
+            "-" if p50 is None else num(p50),
         )
     return t
 
@@ -105,16 +104,13 @@ class RichReporter:
             self.live.update(self._render(), refresh=True)
 
 
-def _num(x: float) -> str:
-    """Three significant figures, without scientific notation for everyday sizes."""
-    if x == 0 or not (1e-4 <= abs(x) < 1e7):
-        return f"{x:.3g}"
-    digits = max(0, 2 - math.floor(math.log10(abs(x))))
-    return f"{x:.{digits}f}"
+def _sig(x: float | None) -> str:
+    """Three significant figures: a 0.9 ms first call is not "0.00" s."""
+    return "-" if x is None else num(x)
 
 
 def _ci(ci: list[float] | None) -> str:
-    return "" if not ci else f" [{_num(ci[0])}-{_num(ci[1])}]"
+    return "" if not ci else f" [{num(ci[0])}-{num(ci[1])}]"
 
 
 def results_table(document: dict[str, Any]) -> Table:
@@ -140,18 +136,18 @@ def results_table(document: dict[str, Any]) -> Table:
         status = f"[{_STATUS_STYLE.get(c['status'], '')}]{c['status']}[/]"
         p99 = "-"
         if lat:
-            p99 = _num(lat["p99"]) + ("?" if "p99" in lat["unsupported"] else "")
+            p99 = num(lat["p99"]) + ("?" if "p99" in lat["unsupported"] else "")
         t.add_row(
             name,
             status,
             "-" if q is None else f"{q['value']:.4f}",
-            "-" if not lat else f"{_num(lat['p50'])}{_ci(lat['ci95']['p50'])}",
+            "-" if not lat else f"{num(lat['p50'])}{_ci(lat['ci95']['p50'])}",
             p99,
-            "-" if not thr else f"{_num(thr['samples_per_s'])}{_ci(thr['ci95'])}",
+            "-" if not thr else f"{num(thr['samples_per_s'])}{_ci(thr['ci95'])}",
             _fmt(c["peak_rss_mb"], 0),
-            _fmt(c.get("model_size_mb"), 1),
-            _fmt(c["cold_start_s"]["load"]),
-            _fmt(c["cold_start_s"]["first_call"]),
+            _sig(c.get("model_size_mb")),
+            _sig(c["cold_start_s"]["load"]),
+            _sig(c["cold_start_s"]["first_call"]),
         )
     return t
 
