@@ -196,6 +196,18 @@ def test_missing_workload_file(tmp_path: Path) -> None:
     assert "no such workload file" in msg
 
 
+def test_data_of_python_objects_is_refused_never_unpickled(tmp_path: Path) -> None:
+    (tmp_path / "m.onnx").write_bytes(b"")
+    np.savez(tmp_path / "obj.npz", input=np.array([{"a": 1}] * 8, dtype=object))
+    path = _write(
+        tmp_path,
+        'name = "x"\n[model]\nkind = "onnx"\npath = "m.onnx"\n[data]\npath = "obj.npz"\n',
+        data=False,
+    )
+    msg = _load_error(path)
+    assert "obj.npz" in msg and "never does: save numeric arrays" in msg
+
+
 # ---------------------------------------------------------------- data factories
 
 

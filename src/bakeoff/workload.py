@@ -560,7 +560,14 @@ def _load_data_file(path: Path, origin: str) -> Any:
             labels = arrays.pop("labels", None)
             return (arrays, labels) if labels is not None else arrays
     except ValueError as exc:  # allow_pickle=False refuses object arrays: never unpickle
-        raise UserError(f"{origin}: data.path = {str(path)!r}: {exc}") from None
+        hint = ""
+        if "allow_pickle" in str(exc):
+            hint = (
+                " (an array of Python objects would have to be unpickled, which can run "
+                "code; bakeoff never does: save numeric arrays, e.g. np.asarray(x, "
+                "dtype=np.float32), or tokenize text first)"
+            )
+        raise UserError(f"{origin}: data.path = {str(path)!r}: {exc}{hint}") from None
     raise UserError(f"{origin}: data.path = {str(path)!r}: expected a .npz or .npy file")
 
 
