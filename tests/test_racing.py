@@ -351,3 +351,53 @@ def test_a_large_gap_is_raced_on_one_process_each(tmp_path: Path) -> None:
     by_id = {c["id"]: c for c in doc["candidates"]}
     assert by_id["b-b1"]["stopped"].startswith("raced out after 5 rounds")
     assert by_id["a-b1"]["latency_ms"]["processes"] == 1
+
+
+def _constrained(tmp_path: Path, constraints: str) -> api.RunResult:
+    cands = _two(
+        "{ latency_ms = 1.0, model_mb = 50 }",  # a: fast, but a big model
+        "{ latency_ms = 1.5, model_mb = 5 }",  # b: slower, small
+    )
+    path = _workload(tmp_path, cands)
+    path.write_text(path.read_text() + f"\n[constraints]\n{constraints}\n")
+    return api.run(str(path), api.RunOptions(quick=True, store=tmp_path / "s.db"))
+
+
+def test_constraints_make_the_fastest_ineligible_and_say_why(tmp_path: Path) -> None:
+    result = _constrained(tmp_path, "max_model_size_mb = 10")
+    doc = result.document
+    [v] = doc["verdicts"]
+    assert v["winner"] == "b-b1" and v["ranking"] == ["b-b1"]
+    why = "model size 50 MB > max_model_size_mb = 10"
+    assert v["excluded_by_constraints"] == {"a-b1": why}
+    assert f"Not eligible, beyond the constraints: a-b1: {why}." in v["reason"]
+    by_id = {c["id"]: c for c in doc["candidates"]}
+    assert by_id["a-b1"]["status"] == "ok"  # measured fine; only not eligible
+    assert by_id["a-b1"]["constraint_violations"] == [why]
+    assert by_id["b-b1"]["constraint_violations"] == []
+    assert doc["workload"]["constraints"] == {"max_model_size_mb": 10}
+    assert result.exit_code == 0
+    console = Console(record=True, width=200)
+    print_result(doc, console)
+    shown = console.export_text()
+    assert f"beyond the workload's constraints (not eligible)\n  a-b1: {why}" in shown
+
+
+def test_no_candidate_within_the_constraints_is_no_winner(tmp_path: Path) -> None:
+    result = _constrained(tmp_path, "max_model_size_mb = 10\nmax_p99_ms = 1.2")
+    [v] = result.document["verdicts"]
+    assert v["winner"] is None and result.exit_code == 1
+    assert v["reason"].startswith("No candidate meets the constraints at batch 1")
+    b = v["excluded_by_constraints"]["b-b1"]
+    assert b.startswith("p99 1.") and "ms > max_p99_ms = 1.2" in b
+
+
+def test_constraint_keys_are_checked() -> None:
+    from bakeoff.errors import UserError
+    from bakeoff.workload import parse_spec
+
+    base = 'name = "x"\n[model]\nkind = "fake"\n[data]\npath = "d.npz"\n[constraints]\n'
+    with pytest.raises(UserError, match="max_p99"):
+        parse_spec(base + "max_p99 = 20\n", "w.toml")
+    with pytest.raises(UserError, match="max_peak_memory_mb"):
+        parse_spec(base + "max_peak_memory_mb = -1\n", "w.toml")

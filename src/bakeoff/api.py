@@ -37,7 +37,7 @@ from bakeoff.paths import DEFAULT_STORE
 from bakeoff.quality import Quality
 from bakeoff.report import NullReporter, Reporter
 from bakeoff.store import Store
-from bakeoff.verdict import Measured, Verdict, decide, objective_for
+from bakeoff.verdict import Measured, Verdict, constraint_violations, decide, objective_for
 from bakeoff.workload import PRECISIONS, RUNTIMES, Workload, default_runtimes, load_workload
 
 SCENARIOS = ("latency", "server", "offline")
@@ -652,6 +652,14 @@ def _run_stages(
             if c.status == "ok"
         ]
         not_ok = {c.id: f"{c.status}: {c.reason}" for c in same_bs if c.status != "ok"}
+        limits = workload.spec.constraints.model_dump()
+        excluded = {}
+        for c in same_bs:
+            if c.status == "ok":
+                c.constraint_violations = constraint_violations(candidate_document(c), limits)
+                if c.constraint_violations:
+                    excluded[c.id] = "; ".join(c.constraint_violations)
+                    save(c)
         # The baseline is the reference variant (PyTorch eager FP32, or ONNX Runtime
         # FP32 for ONNX models); hand-written candidates without it use their first.
         baseline = next((c for c in same_bs if c.variant == reference_variant), None)
@@ -667,6 +675,7 @@ def _run_stages(
                 not_ok,
                 margin=search.margin,
                 min_rounds=ms.min_rounds,
+                excluded=excluded,
             )
         )
     measure_s = time.perf_counter() - t_measure
@@ -686,6 +695,9 @@ def _run_stages(
             "quality_samples": len(reference),
             "reference": reference_variant.id,
             "variable_axes": workload.source.variable_axes,
+            "constraints": {
+                k: v for k, v in workload.spec.constraints.model_dump().items() if v is not None
+            },
             "notes": list(workload.notes),
         },
         "environment": env,

@@ -40,6 +40,8 @@ class Candidate:
     peak_rss_mb: float | None = None
     model_bytes: int | None = None  # what the variant weighs on disk (sizes.model_bytes)
     stopped: str = ""  # why sampling ended (raced out, CI tight enough, budget)
+    # The workload's [constraints] this measured candidate breaks: not eligible to win.
+    constraint_violations: list[str] = field(default_factory=list)
     validity: str = "invalid"
     validity_reason: str = "not measured"
     server: dict[str, Any] | None = None  # the server scenario's result, when run
@@ -168,6 +170,7 @@ def candidate_document(c: Candidate) -> dict[str, Any]:
         "validity": c.validity,
         "validity_reason": c.validity_reason,
         "stopped": c.stopped,
+        "constraint_violations": c.constraint_violations,
         "server": c.server,
         "offline": c.offline,
         "quality": None if c.quality is None else c.quality.to_dict(),

@@ -40,6 +40,8 @@ class Verdict:
     ranking: list[str]
     ties: list[list[str]] = field(default_factory=list)
     reason: str = ""
+    # Measured candidates beyond the workload's [constraints]: id -> why; not ranked.
+    excluded: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.winner is not None and self.winner not in self.ranking:
@@ -59,6 +61,7 @@ class Verdict:
             "ranking": self.ranking,
             "ties": self.ties,
             "reason": self.reason,
+            "excluded_by_constraints": self.excluded,
         }
 
 
@@ -130,26 +133,33 @@ def decide(
     not_ok: dict[str, str] | None = None,
     margin: float = DEFAULT_MARGIN,
     min_rounds: int = 10,
+    excluded: dict[str, str] | None = None,
 ) -> Verdict:
     """Rank ok candidates; `not_ok` maps other candidate ids to why they were left out.
 
     A candidate is tied with the winner unless the winner is faster by more than
     the equivalence margin with the Bonferroni-corrected CI of the paired ratio.
+    Candidates in `excluded` (beyond the workload's constraints) are measured but
+    neither ranked nor eligible; one may still be the baseline a speedup is over.
     """
     label = "p50 latency" if objective == "latency" else "throughput"
-    if not measured:
-        why = "; ".join(f"{k}: {v}" for k, v in (not_ok or {}).items()) or "no candidates"
+    excluded = excluded or {}
+    beyond = "; ".join(f"{k}: {v}" for k, v in excluded.items())
+    eligible = [m for m in measured if m.id not in excluded]
+    if not eligible:
+        if measured:
+            reason = (
+                f"No candidate meets the constraints at batch {batch_size} (beyond them: {beyond})."
+            )
+        else:
+            why = "; ".join(f"{k}: {v}" for k, v in (not_ok or {}).items()) or "no candidates"
+            reason = (
+                f"No candidate completed with acceptable quality at batch {batch_size} ({why})."
+            )
         return Verdict(
-            batch_size,
-            objective,
-            None,
-            baseline_id,
-            None,
-            [],
-            [],
-            f"No candidate completed with acceptable quality at batch {batch_size} ({why}).",
+            batch_size, objective, None, baseline_id, None, [], [], reason, dict(excluded)
         )
-    ranked = sorted(measured, key=lambda m: score(m, objective), reverse=True)
+    ranked = sorted(eligible, key=lambda m: score(m, objective), reverse=True)
     winner = ranked[0]
     ranking = [m.id for m in ranked]
     level = comparison_level(len(ranked))
@@ -179,7 +189,57 @@ def decide(
             f"{len(ranked) - 1} comparisons) does not put the winner more than "
             f"{margin:.0%} ahead, so pick by memory, cold start or quality."
         )
+    if excluded:
+        parts.append(f"Not eligible, beyond the constraints: {beyond}.")
     ties = [[winner.id, *tied]] if tied else []
     return Verdict(
-        batch_size, objective, winner.id, baseline_id, gain, ranking, ties, " ".join(parts)
+        batch_size,
+        objective,
+        winner.id,
+        baseline_id,
+        gain,
+        ranking,
+        ties,
+        " ".join(parts),
+        dict(excluded),
     )
+
+
+# What each [constraints] key limits in a candidate's document: label, unit, value, CI.
+def _constrained(doc: dict, key: str) -> tuple[str, str, float | None, list[float] | None]:
+    lat = doc.get("latency_ms") or {}
+    cold = doc.get("cold_start_s") or {}
+    if key in ("max_p50_ms", "max_p99_ms"):
+        q = key[4:7]
+        ci = (lat.get("ci95") or {}).get(q)
+        return q, "ms", lat.get(q), ci
+    if key == "max_peak_memory_mb":
+        return "peak memory", "MB", doc.get("peak_rss_mb"), None
+    if key == "max_model_size_mb":
+        return "model size", "MB", doc.get("model_size_mb"), None
+    load, first = cold.get("load"), cold.get("first_call")
+    total = None if load is None or first is None else load + first
+    return "cold start (load + first call)", "s", total, None
+
+
+def constraint_violations(doc: dict, limits: dict[str, float | None]) -> list[str]:
+    """The limits a measured candidate's document breaks, in words.
+
+    Point estimates decide; where a CI straddles the limit that is said, since
+    another run could land on the other side of it.
+    """
+    out = []
+    for key, limit in limits.items():
+        if limit is None:
+            continue
+        label, unit, value, ci = _constrained(doc, key)
+        if value is None:
+            out.append(f"{label} was not measured, so {key} = {limit:g} cannot be checked")
+        elif value > limit:
+            close = (
+                f" (its 95% CI {ci[0]:.3g}-{ci[1]:.3g} reaches below)"
+                if ci and ci[0] <= limit
+                else ""
+            )
+            out.append(f"{label} {value:.3g} {unit} > {key} = {limit:g}{close}")
+    return out

@@ -290,6 +290,16 @@ class SearchSpec(_Strict):
         return self
 
 
+class ConstraintsSpec(_Strict):
+    """Limits a winner must meet; a measured candidate beyond one is not eligible."""
+
+    max_p50_ms: float | None = Field(default=None, gt=0)
+    max_p99_ms: float | None = Field(default=None, gt=0)
+    max_peak_memory_mb: float | None = Field(default=None, gt=0)
+    max_model_size_mb: float | None = Field(default=None, gt=0)
+    max_cold_start_s: float | None = Field(default=None, gt=0, description="load + first call")
+
+
 class CandidateSpec(_Strict):
     """A hand-written candidate: one runtime with its settings, under a label."""
 
@@ -318,6 +328,7 @@ class WorkloadSpec(_Strict):
         default_factory=lambda: QualitySpec(metric="cosine", max_drop=0.01)
     )
     search: SearchSpec = SearchSpec()
+    constraints: ConstraintsSpec = ConstraintsSpec()
     candidates: list[CandidateSpec] = Field(
         default_factory=list, description="explicit candidates; replace the search grid"
     )

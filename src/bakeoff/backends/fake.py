@@ -9,7 +9,8 @@ Model options (``[model] kind = "fake"``, ``options = {...}``), each keyed by
 precision: ``latency_ms`` (per call at batch 1), ``per_sample_ms`` (added per
 sample in the batch), ``jitter`` (relative spread), ``error`` (relative error
 added to outputs, to exercise the quality gate), ``wall_ms`` (real sleep per
-call, so a test can interrupt a run in flight), ``seed``. A labelled
+call, so a test can interrupt a run in flight), ``model_mb`` (the size it
+reports), ``seed``. A labelled
 candidate's ``options`` override these for that candidate.
 """
 
@@ -51,7 +52,16 @@ def _option(options: dict[str, Any], key: str, precision: str, default: float) -
     return float(value)
 
 
-OPTIONS = {"threads", "latency_ms", "per_sample_ms", "jitter", "error", "wall_ms", "seed"}
+OPTIONS = {
+    "threads",
+    "latency_ms",
+    "per_sample_ms",
+    "jitter",
+    "error",
+    "wall_ms",
+    "seed",
+    "model_mb",
+}
 
 
 class FakeRunner:
@@ -74,6 +84,8 @@ class FakeRunner:
         self.rng = np.random.default_rng(seed)
         self.now = 0
         self.settings = {"virtual_clock": True, "latency_ms": self.latency_ns / 1e6}
+        if "model_mb" in opts:
+            self.model_bytes = int(_option(opts, "model_mb", p, 0.0) * 2**20)
 
     def clock_ns(self) -> int:
         return self.now

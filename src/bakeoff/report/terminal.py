@@ -178,6 +178,14 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
                 f"first call {num(cs['first_call'])} s [{num(flo)}-{num(fhi)}]",
                 highlight=False,
             )
+    beyond = [c for c in document["candidates"] if c.get("constraint_violations")]
+    if beyond:
+        console.print("\n[bold]Measured, but beyond the workload's constraints[/] (not eligible)")
+        for c in beyond:
+            console.print(
+                f"  {escape(c['id'])}: {escape('; '.join(c['constraint_violations']))}",
+                highlight=False,
+            )
     not_ok = [c for c in document["candidates"] if c["status"] not in ("ok",)]
     if not_ok:
         console.print("\n[bold]Not measured or not eligible[/]")
