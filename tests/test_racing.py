@@ -326,7 +326,7 @@ def test_cold_start_repeated_in_fresh_processes_has_a_ci(tmp_path: Path) -> None
     console = Console(record=True, width=200)
     print_result(doc, console)
     shown = console.export_text()
-    assert "Cold start (median of 3 fresh processes, 95% CI)" in shown
+    assert "Cold start (mean of 3 fresh processes, 95% CI)" in shown
     a = doc["candidates"][0]["cold_start_s"]
     lo, hi = a["load_ci95"]
     assert f"a-b1: load {num(a['load'])} s [{num(lo)}-{num(hi)}]" in shown

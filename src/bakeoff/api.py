@@ -604,6 +604,7 @@ def _run_stages(
     )
 
     # ---- measure each batch-size group: candidates interleaved within a group
+    limits = {k: v for k, v in workload.spec.constraints.model_dump().items() if v is not None}
     t_measure = time.perf_counter()
     ms = _measure_settings(opts, threads, len(batch_sizes))
     ctx = GroupContext(
@@ -652,10 +653,9 @@ def _run_stages(
             if c.status == "ok"
         ]
         not_ok = {c.id: f"{c.status}: {c.reason}" for c in same_bs if c.status != "ok"}
-        limits = workload.spec.constraints.model_dump()
         excluded = {}
         for c in same_bs:
-            if c.status == "ok":
+            if c.status == "ok" and limits:
                 c.constraint_violations = constraint_violations(candidate_document(c), limits)
                 if c.constraint_violations:
                     excluded[c.id] = "; ".join(c.constraint_violations)
@@ -695,9 +695,7 @@ def _run_stages(
             "quality_samples": len(reference),
             "reference": reference_variant.id,
             "variable_axes": workload.source.variable_axes,
-            "constraints": {
-                k: v for k, v in workload.spec.constraints.model_dump().items() if v is not None
-            },
+            "constraints": limits,
             "notes": list(workload.notes),
         },
         "environment": env,

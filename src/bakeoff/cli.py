@@ -141,8 +141,6 @@ def run(
         cold_starts=cold_starts,
         target=target,
     )
-    if threads is not None and threads < 1:
-        raise UserError("--threads must be at least 1")
     with RichReporter(err) as reporter:
         result = api.run(workload, opts, reporter)
     print_result(result.document, out)

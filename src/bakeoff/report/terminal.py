@@ -168,7 +168,7 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
     repeated = [c for c in document["candidates"] if c["cold_start_s"].get("repeats", 1) > 1]
     if repeated:
         cold = repeated[0]["cold_start_s"]["repeats"]
-        console.print(f"\n[bold]Cold start[/] (median of {cold} fresh processes, 95% CI)")
+        console.print(f"\n[bold]Cold start[/] (mean of {cold} fresh processes, 95% CI)")
         for c in repeated:
             cs = c["cold_start_s"]
             lo, hi = cs["load_ci95"]
