@@ -401,3 +401,89 @@ def test_constraint_keys_are_checked() -> None:
         parse_spec(base + "max_p99 = 20\n", "w.toml")
     with pytest.raises(UserError, match="max_peak_memory_mb"):
         parse_spec(base + "max_peak_memory_mb = -1\n", "w.toml")
+
+
+def test_a_candidate_beyond_the_constraints_neither_leads_nor_races_others_out(
+    tmp_path: Path,
+) -> None:
+    # a is the fastest by far but too big: were it the leader, it would race b
+    # and c out after the minimum rounds and leave their close call undecided.
+    cands = _two("{ latency_ms = 1.0, model_mb = 50 }", "{ latency_ms = 2.0, model_mb = 5 }")
+    cands += '\n[[candidates]]\nlabel = "c"\nruntime = "fake"\n'
+    cands += "options = { latency_ms = 2.0, model_mb = 5, seed = 7 }\n"
+    path = _workload(tmp_path, cands, extra="")
+    path.write_text(path.read_text() + "\n[constraints]\nmax_model_size_mb = 10\n")
+    doc = _run(path, tmp_path / "s.db")
+    by_id = {c["id"]: c for c in doc["candidates"]}
+    assert by_id["a-b1"]["stopped"] == (
+        "stopped after 5 rounds: beyond the constraints "
+        "(model size 50 MB > max_model_size_mb = 10), so it cannot win"
+    )
+    assert by_id["a-b1"]["status"] == "ok" and by_id["a-b1"]["validity"] == "valid"
+    for cid in ("b-b1", "c-b1"):
+        assert not by_id[cid]["stopped"].startswith("raced out"), by_id[cid]["stopped"]
+        assert by_id[cid]["latency_ms"]["processes"] == 2  # the close call got its second look
+    [v] = doc["verdicts"]
+    assert v["winner"] in ("b-b1", "c-b1") and set(v["excluded_by_constraints"]) == {"a-b1"}
+    assert sorted(v["ties"][0]) == ["b-b1", "c-b1"], v["reason"]
+
+
+def test_constraint_standing_is_sure_only_beyond_the_ci_and_with_enough_samples() -> None:
+    from bakeoff.measure.scheduler import _constraint_standing
+
+    rng = np.random.default_rng(0)
+
+    def cand(label: str, ms: float, rounds: int, calls: int, spread: float = 0.01) -> Candidate:
+        """Samples spread evenly over ms +- spread, shuffled into rounds."""
+        c = Candidate(Variant("fake", "fp32"), 1, label)
+        c.model_bytes = 2**20
+        flat = rng.permutation(np.linspace(ms * (1 - spread), ms * (1 + spread), rounds * calls))
+        for lat in (flat * 1e6).astype(np.int64).reshape(rounds, calls).tolist():
+            c.rounds_ns.append(lat)
+            c.block_ns.append(int(sum(lat)))
+            c.round_slots.append(0)
+        return c
+
+    far = cand("far", 2.0, 10, 50)  # 500 samples, p50 and p99 well above 1.5 ms
+    near = cand("near", 1.003, 10, 50, 0.2)  # p50 just above 1.0 ms, its CI reaching below
+    few = cand("few", 2.0, 2, 5)  # 10 samples: too few for a p99 to rule anything out
+    beyond, maybe = _constraint_standing([far, near, few], {"max_p99_ms": 1.5})
+    assert set(beyond) == {"far-b1"} and beyond["far-b1"].startswith("p99 2")
+    assert maybe == {"few-b1"}
+    beyond, maybe = _constraint_standing([far, near], {"max_p50_ms": 1.0})
+    assert set(beyond) == {"far-b1"} and maybe == {"near-b1"}
+    # Peak memory is known only when a worker exits: never judged mid-run.
+    assert _constraint_standing([far], {"max_peak_memory_mb": 1}) == ({}, set())
+    assert _constraint_standing([far], {"max_model_size_mb": 0.5})[0] == {
+        "far-b1": "model size 1 MB > max_model_size_mb = 0.5"
+    }
+
+
+def test_constraint_flags_replace_the_workloads_and_survive_a_resume(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from bakeoff.cli import app
+
+    cands = _two("{ latency_ms = 1.0, model_mb = 50 }", "{ latency_ms = 1.5, model_mb = 5 }")
+    path = _workload(tmp_path, cands)
+    # The file's limit would exclude nothing; the flag's excludes a.
+    path.write_text(path.read_text() + "\n[constraints]\nmax_model_size_mb = 100\n")
+    store = tmp_path / "s.db"
+    out = tmp_path / "r.json"
+    args = ["run", str(path), "--quick", "--store", str(store), "--json", str(out)]
+    result = CliRunner().invoke(app, [*args, "--max-model-size-mb", "10"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["workload"]["constraints"] == {"max_model_size_mb": 10}
+    assert doc["verdicts"][0]["winner"] == "b-b1"
+    assert doc["settings"]["explicit_constraints"] == {"max_model_size_mb": 10}
+    # A resumed run keeps the limits its flags set. Killed after its last group
+    # was measured, it measures nothing again (an empty group once crashed it).
+    with sqlite3.connect(store) as conn:
+        conn.execute("UPDATE runs SET status = 'interrupted'")
+        (trials,) = conn.execute("SELECT COUNT(*) FROM trials").fetchone()
+    resumed = api.resume(doc["run_id"], store).document
+    with sqlite3.connect(store) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM trials").fetchone() == (trials,)
+    assert resumed["workload"]["constraints"] == {"max_model_size_mb": 10}
+    assert resumed["verdicts"][0]["excluded_by_constraints"].keys() == {"a-b1"}

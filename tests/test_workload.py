@@ -556,6 +556,8 @@ def test_command_line_usage_errors_are_one_message_not_a_traceback(
         ({"cold_starts": 0}, "--cold-starts"),
         ({"margin": 0.7}, "--margin"),
         ({"scenario": "batch"}, "--scenario"),
+        ({"constraints": {"max_p99_ms": 0.0}}, "--max-p99-ms must be positive"),
+        ({"constraints": {"max_p99": 5.0}}, "unknown constraint 'max_p99'"),
     ],
 )
 def test_bad_run_options_are_refused_before_any_work(

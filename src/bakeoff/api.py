@@ -38,7 +38,14 @@ from bakeoff.quality import Quality
 from bakeoff.report import NullReporter, Reporter
 from bakeoff.store import Store
 from bakeoff.verdict import Measured, Verdict, constraint_violations, decide, objective_for
-from bakeoff.workload import PRECISIONS, RUNTIMES, Workload, default_runtimes, load_workload
+from bakeoff.workload import (
+    PRECISIONS,
+    RUNTIMES,
+    ConstraintsSpec,
+    Workload,
+    default_runtimes,
+    load_workload,
+)
 
 SCENARIOS = ("latency", "server", "offline")
 
@@ -69,6 +76,8 @@ class RunOptions:
     # The deployment target whose advice picks the candidates when nothing else
     # does (None: detected, see advise.default_target).
     target: str | None = None
+    # Limits a winner must meet (max_p99_ms ...), each replacing the workload's own.
+    constraints: dict[str, float] | None = None
 
 
 @dataclass
@@ -221,6 +230,14 @@ def run(
         raise UserError(f"--threads must be at least 1, got {opts.threads}")
     if opts.margin is not None and not 0.0 <= opts.margin < 0.5:
         raise UserError(f"--margin must be in [0, 0.5), got {opts.margin}")
+    for key, limit in (opts.constraints or {}).items():
+        if key not in ConstraintsSpec.model_fields:
+            raise UserError(
+                f"unknown constraint {key!r}; expected one of "
+                + ", ".join(ConstraintsSpec.model_fields)
+            )
+        if not limit > 0:
+            raise UserError(f"--{key.replace('_', '-')} must be positive, got {limit:g}")
     if opts.fixed_seconds is not None and not opts.fixed_seconds > 0:
         raise UserError(f"fixed_seconds must be positive, got {opts.fixed_seconds}")
     if opts.scenario not in SCENARIOS:
@@ -240,6 +257,12 @@ def run(
         search = workload.spec.search.model_copy(update={"margin": opts.margin})
         workload = dataclasses.replace(
             workload, spec=workload.spec.model_copy(update={"search": search})
+        )
+    if opts.constraints:
+        limits = {**workload.spec.constraints.model_dump(), **opts.constraints}
+        workload = dataclasses.replace(
+            workload,
+            spec=workload.spec.model_copy(update={"constraints": ConstraintsSpec(**limits)}),
         )
     search = workload.spec.search
     advice = _advice_for(workload, opts.target)
@@ -297,6 +320,7 @@ def run(
             "cold_starts": opts.cold_starts,
             "candidates_from": candidates_from,
             "target": opts.target,
+            "explicit_constraints": opts.constraints,
         }
         if resume_record is None:
             store.start_run(run_id, workload.origin, env, settings)
@@ -446,6 +470,7 @@ def resume(
         latency_bound_ms=st.get("latency_bound_ms", 100.0),
         cold_starts=st.get("cold_starts", 1),
         target=st.get("target"),
+        constraints=st.get("explicit_constraints"),
     )
     return run(st["workload_ref"], opts, reporter, resume_record=record)
 
@@ -637,7 +662,11 @@ def _run_stages(
         group = [c for c in candidates if c.batch_size == bs and c.status == "pending"]
         objective = objective_for(bs, search.objective)
         group_settings = dataclasses.replace(
-            ms, objective=objective, margin=search.margin, ci_target=search.ci_target
+            ms,
+            objective=objective,
+            margin=search.margin,
+            ci_target=search.ci_target,
+            constraints=limits,
         )
         rep.stage(f"measuring batch size {bs} ({len(group)} candidates)")
         for phase, seconds in measure_group(group, ctx, group_settings, record, notify).items():

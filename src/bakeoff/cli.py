@@ -108,13 +108,32 @@ def run(
             "mobile, browser, apple; default: detected)"
         ),
     ] = None,
+    max_p50_ms: Annotated[
+        float | None, typer.Option(help="constraint: the winner's median latency, ms")
+    ] = None,
+    max_p99_ms: Annotated[
+        float | None, typer.Option(help="constraint: the winner's p99 latency, ms")
+    ] = None,
+    max_peak_memory_mb: Annotated[
+        float | None, typer.Option(help="constraint: the winner's peak memory (RSS), MB")
+    ] = None,
+    max_model_size_mb: Annotated[
+        float | None, typer.Option(help="constraint: the winner's model size on disk, MB")
+    ] = None,
+    max_cold_start_s: Annotated[
+        float | None, typer.Option(help="constraint: the winner's load + first call, s")
+    ] = None,
     resume: Annotated[
         str | None,
         typer.Option("--resume", help="finish an interrupted run (RUN_ID) without redoing trials"),
     ] = None,
     store: StoreOpt = DEFAULT_STORE,
 ) -> None:
-    """Build, check and measure every candidate stack, then name the winner."""
+    """Build, check and measure every candidate stack, then name the winner.
+
+    The --max-* constraints replace the workload's [constraints] of the same name:
+    a candidate beyond one is measured and shown but cannot win.
+    """
     from bakeoff.report.terminal import RichReporter, print_result
 
     if resume is not None:
@@ -140,6 +159,18 @@ def run(
         latency_bound_ms=latency_bound_ms,
         cold_starts=cold_starts,
         target=target,
+        constraints={
+            k: v
+            for k, v in {
+                "max_p50_ms": max_p50_ms,
+                "max_p99_ms": max_p99_ms,
+                "max_peak_memory_mb": max_peak_memory_mb,
+                "max_model_size_mb": max_model_size_mb,
+                "max_cold_start_s": max_cold_start_s,
+            }.items()
+            if v is not None
+        }
+        or None,
     )
     with RichReporter(err) as reporter:
         result = api.run(workload, opts, reporter)

@@ -7,6 +7,7 @@ CI to exclude 1; otherwise the two are reported as tied, with why.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -222,24 +223,45 @@ def _constrained(doc: dict, key: str) -> tuple[str, str, float | None, list[floa
     return "cold start (load + first call)", "s", total, None
 
 
-def constraint_violations(doc: dict, limits: dict[str, float | None]) -> list[str]:
-    """The limits a measured candidate's document breaks, in words.
+@dataclass(frozen=True)
+class Breach:
+    """One limit a candidate's figures break."""
 
-    Point estimates decide; where a CI straddles the limit that is said, since
-    another run could land on the other side of it.
-    """
+    words: str
+    # False where another run could land within the limit: the CI reaches back
+    # across it, or the statistic has too few samples behind it (a p99 needs hundreds).
+    certain: bool
+    measured: bool = True
+
+
+def breaches(doc: dict, limits: Mapping[str, float | None]) -> list[Breach]:
+    """The limits a candidate's document breaks. Point estimates decide."""
     out = []
+    unsupported = set((doc.get("latency_ms") or {}).get("unsupported") or [])
     for key, limit in limits.items():
         if limit is None:
             continue
         label, unit, value, ci = _constrained(doc, key)
         if value is None:
-            out.append(f"{label} was not measured, so {key} = {limit:g} cannot be checked")
+            words = f"{label} was not measured, so {key} = {limit:g} cannot be checked"
+            out.append(Breach(words, certain=False, measured=False))
         elif value > limit:
+            reaches_back = ci is not None and ci[0] <= limit
             close = (
                 f" (its 95% CI {ci[0]:.3g}-{ci[1]:.3g} reaches below)"
-                if ci and ci[0] <= limit
+                if ci and reaches_back
                 else ""
             )
-            out.append(f"{label} {value:.3g} {unit} > {key} = {limit:g}{close}")
+            certain = not reaches_back and label not in unsupported
+            out.append(Breach(f"{label} {value:.3g} {unit} > {key} = {limit:g}{close}", certain))
     return out
+
+
+def constraint_violations(doc: dict, limits: Mapping[str, float | None]) -> list[str]:
+    """The limits a measured candidate's document breaks, in words.
+
+    Point estimates decide; where a CI straddles the limit that is said, since
+    another run could land on the other side of it. A figure that was not
+    measured counts as a limit not met.
+    """
+    return [b.words for b in breaches(doc, limits)]

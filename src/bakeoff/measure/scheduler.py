@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bakeoff import verdict
-from bakeoff.candidates import Candidate
+from bakeoff.candidates import Candidate, candidate_document
 from bakeoff.measure import stats
 from bakeoff.measure.process import WorkerFailed, WorkerProcess, run_job
 from bakeoff.measure.worker import alt_outputs_path
@@ -55,6 +55,9 @@ class MeasureSettings:
     server_steps: int = 6
     offline_duration_s: float = 5.0
     cold_starts: int = 1  # fresh processes per candidate for cold start (1: the measuring one)
+    # The workload's [constraints] (key -> limit): a candidate beyond one cannot win,
+    # so it neither leads the race nor races on past the minimum rounds.
+    constraints: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -172,30 +175,75 @@ def _relative_half_width(m: verdict.Measured, objective: str) -> float:
 RACING_GAP = 0.10
 
 
+def _constraint_standing(
+    active: list[Candidate], constraints: dict[str, float]
+) -> tuple[dict[str, str], set[str]]:
+    """Which candidates are surely beyond a constraint (id -> which), and which may be.
+
+    Sure: the figure is beyond the limit with its CI too, and has the samples it
+    needs (model size and cold start are known from the load). Maybe: the point
+    estimate is beyond but the CI reaches back. Peak memory is known only when a
+    worker exits, so it is checked in the verdict alone.
+    """
+    limits = {k: v for k, v in constraints.items() if k != "max_peak_memory_mb"}
+    beyond: dict[str, str] = {}
+    maybe: set[str] = set()
+    if not limits:
+        return beyond, maybe
+    for c in active:
+        found = [b for b in verdict.breaches(candidate_document(c), limits) if b.measured]
+        sure = [b.words for b in found if b.certain]
+        if sure:
+            beyond[c.id] = "; ".join(sure)
+        elif found:
+            maybe.add(c.id)
+    return beyond, maybe
+
+
 def _check_stop(
-    active: list[Candidate], s: MeasureSettings, multi_process: bool
+    active: list[Candidate],
+    s: MeasureSettings,
+    multi_process: bool,
+    beyond: dict[str, str] | None = None,
+    may_be_beyond: frozenset[str] | set[str] = frozenset(),
 ) -> tuple[dict[str, str], str | None]:
-    """Which candidates to race out (id -> why), and whether the group is done (why)."""
+    """Which candidates to stop (id -> why), and whether the group is done (why).
+
+    `beyond` candidates break a constraint for sure: they are stopped now, since
+    they cannot win. `may_be_beyond` ones race on but cannot lead: a leader that
+    the verdict will exclude must not race eligible candidates out.
+    """
     rounds = min(len(c.rounds_ns) for c in active)
-    ms = {c.id: _measured(c, rounds) for c in active}
-    leader = max(ms.values(), key=lambda m: verdict.score(m, s.objective))
-    level = verdict.comparison_level(len(active))
-    out: dict[str, str] = {}
+    out = {
+        cid: f"stopped after {rounds} rounds: beyond the constraints ({why}), so it cannot win"
+        for cid, why in (beyond or {}).items()
+    }
+    ms = {c.id: _measured(c, rounds) for c in active if c.id not in out}
+    if not ms:
+        return out, f"no candidate within the constraints after {rounds} rounds"
+    contenders = [m for m in ms.values() if m.id not in may_be_beyond]
+    if not contenders:
+        return out, None  # only candidates near a limit: more rounds may bring one within
+    leader = max(contenders, key=lambda m: verdict.score(m, s.objective))
+    level = verdict.comparison_level(len(ms))
     undecided = 0
+    raced = 0
     for m in ms.values():
         if m.id == leader.id:
             continue
         iv = verdict.speedup(m, leader, s.objective, level)
         decision = verdict.compare(iv, s.margin)
         if iv.lo > 1.0 + max(s.margin, RACING_GAP):
+            raced += 1
             out[m.id] = (
                 f"raced out after {rounds} rounds: {leader.id} is {iv.value:.2f}x faster "
                 f"({level:.1%} CI {iv.lo:.2f}-{iv.hi:.2f})"
             )
         elif decision not in ("faster", "equivalent"):
             undecided += 1
-    if len(active) - len(out) <= 1:
-        return out, f"every other candidate raced out after {rounds} rounds"
+    if len(ms) - raced <= 1:
+        gone = "raced out or beyond the constraints" if beyond else "raced out"
+        return out, f"every other candidate {gone} after {rounds} rounds"
     if not multi_process:
         return out, None  # close contenders: decide only with a second process each
     if undecided == 0:
@@ -414,6 +462,8 @@ def measure_group(
     Returns the wall time of each phase: loading with quality check, warm-up, rounds.
     """
     phases = {"load_and_quality": 0.0, "warmup": 0.0, "rounds": 0.0, "cold_start": 0.0}
+    if not candidates:  # a resumed run whose group had finished before the interruption
+        return phases
     t_phase = time.perf_counter()
     workers: dict[str, WorkerProcess] = {}
     second: dict[str, WorkerProcess] = {}  # a second process for close contenders
@@ -515,7 +565,8 @@ def measure_group(
                 # Decide only once every contender has had its second process
                 # (or tried to: one that would not start is not retried).
                 multi = all(cid in spawned_at for cid in workers)
-                raced, done = _check_stop(active, s, multi)
+                beyond, maybe = _constraint_standing(active, s.constraints)
+                raced, done = _check_stop(active, s, multi, beyond, maybe)
                 for cid, why in raced.items():
                     by_id[cid].stopped = why
                     _exit(by_id[cid], workers.pop(cid), s, second.pop(cid, None))
