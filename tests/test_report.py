@@ -344,3 +344,33 @@ def test_a_winning_baseline_is_not_called_faster_than_itself() -> None:
     assert "`torch-fp32-b1` (the baseline: nothing measured beat it)" in text
     assert "x over" not in text
     assert "tied: `onnxruntime-fp32-b1`" in text
+
+
+def test_a_noisy_result_is_flagged_in_every_report(run: dict[str, Any]) -> None:
+    """Rule 10: a result over a gate is shown as such, not printed as if fine."""
+    from rich.console import Console
+
+    from bakeoff.report import html, markdown
+    from bakeoff.report.data import StoredRun, flagged, load
+    from bakeoff.report.terminal import print_result
+
+    stored = load(run["run_id"], run["store"])
+    assert stored.document is not None
+    doc = json.loads(json.dumps(stored.document))
+    shaky = next(c for c in doc["candidates"] if c["status"] == "ok")
+    why = "other processes used 0.80 cores on average meanwhile (gate 0.25): not quiet"
+    shaky["validity"], shaky["validity_reason"] = "noisy", why
+    flagged_run = StoredRun({**stored.record, "document": doc}, stored.rounds)
+    console = Console(record=True, width=250)
+    print_result(doc, console)
+    shown = console.export_text()
+    assert "ok, noisy" in shown and f"{shaky['id']}: noisy - {why}" in shown
+    star = " ★" if shaky["id"] in {v["winner"] for v in doc["verdicts"]} else ""
+    md = markdown.render(flagged_run)
+    assert f"| `{shaky['id']}`{star} | ok, noisy |" in md
+    assert f"- `{shaky['id']}` noisy: {why}" in md
+    page = html.render(flagged_run)
+    assert '<span class="flagged">ok, noisy</span>' in page and why in page
+    # The section is there only when something is flagged.
+    print_result(stored.document, console := Console(record=True, width=250))
+    assert ("Flagged" in console.export_text()) == bool(flagged(stored.candidates))

@@ -657,6 +657,7 @@ def _run_stages(
     phases = {"load_and_quality": 0.0, "warmup": 0.0, "rounds": 0.0, "cold_start": 0.0}
     search = workload.spec.search
     noise_before = environment.noise_snapshot()
+    during: list[dict[str, Any]] = []
     group_sizes = sorted({c.batch_size for c in candidates})
     for bs in group_sizes:
         group = [c for c in candidates if c.batch_size == bs and c.status == "pending"]
@@ -669,8 +670,16 @@ def _run_stages(
             constraints=limits,
         )
         rep.stage(f"measuring batch size {bs} ({len(group)} candidates)")
-        for phase, seconds in measure_group(group, ctx, group_settings, record, notify).items():
+        group_phases, use = measure_group(group, ctx, group_settings, record, notify)
+        for phase, seconds in group_phases.items():
             phases[phase] += seconds
+        if use is not None:
+            during.append({"batch_size": bs, **use})
+            if use["busy"]:
+                rep.stage(
+                    f"warning: other processes used {use['other_cores_mean']:.2f} cores on "
+                    f"average while batch size {bs} was measured; its results are marked noisy"
+                )
         for c in candidates:
             if c.batch_size == bs:
                 save(c)
@@ -731,7 +740,7 @@ def _run_stages(
         "settings": settings,
         "candidates": [candidate_document(c) for c in candidates],
         "verdicts": [v.to_dict() for v in verdicts],
-        "noise": {"before": noise_before, "after": noise_after},
+        "noise": {"before": noise_before, "during": during, "after": noise_after},
         "variant_cache": cache_summary,
         "timing_s": {
             "build": round(build_s, 3),

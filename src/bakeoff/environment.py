@@ -7,6 +7,7 @@ import os
 import platform
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -140,4 +141,49 @@ def noise_snapshot(sample_s: float = 0.2) -> dict[str, Any]:
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "cpu_frequency_mhz": round(freq.current) if freq else None,
         "busy_processes": busy[:10],
+    }
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """Where the machine's CPU time stood at one moment (for `other_cpu`)."""
+
+    wall_s: float
+    busy_s: float  # every CPU's busy time since boot, stolen time included
+    steal_s: float  # time the hypervisor gave our virtual CPUs to someone else
+    ours_s: dict[int, float]  # CPU time of bakeoff and each of its child processes, by pid
+
+
+def cpu_sample() -> CpuSample:
+    t = psutil.cpu_times()
+    fields = t._asdict()
+    # Guest time is already inside user time; idle and iowait are not busy.
+    not_busy = ("idle", "iowait", "guest", "guest_nice")
+    busy = sum(v for k, v in fields.items() if k not in not_busy)
+    me = psutil.Process()
+    ours = {}
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            pt = p.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        ours[p.pid] = pt.user + pt.system
+    return CpuSample(time.perf_counter(), busy, fields.get("steal", 0.0), ours)
+
+
+def other_cpu(start: CpuSample, end: CpuSample) -> dict[str, float]:
+    """Cores' worth of CPU that anything but bakeoff used between two samples.
+
+    Measuring is meant to have the machine to itself; a build, a browser tab or
+    a noisy neighbour on the host shows up here (rule 10: noise during a run,
+    not only before and after it). A child that ended between the samples is
+    counted as other, so the figure errs towards "busy".
+    """
+    wall = max(end.wall_s - start.wall_s, 1e-9)
+    ours = sum(v - start.ours_s.get(pid, 0.0) for pid, v in end.ours_s.items())
+    other = max(0.0, end.busy_s - start.busy_s - ours)
+    return {
+        "seconds": round(wall, 3),
+        "other_cores": round(other / wall, 3),
+        "steal_cores": round(max(0.0, end.steal_s - start.steal_s) / wall, 3),
     }

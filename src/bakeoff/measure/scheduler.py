@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 
-from bakeoff import verdict
+from bakeoff import environment, verdict
 from bakeoff.candidates import Candidate, candidate_document
 from bakeoff.measure import stats
 from bakeoff.measure.process import WorkerFailed, WorkerProcess, run_job
@@ -429,8 +430,15 @@ def _offline(
         )
 
 
-def set_validity(c: Candidate, min_rounds: int, objective: str) -> None:
-    """valid | noisy | invalid, with the reason (DESIGN.md §3 rule 10)."""
+def set_validity(
+    c: Candidate, min_rounds: int, objective: str, machine: dict[str, Any] | None = None
+) -> None:
+    """valid | noisy | invalid, with the reason (DESIGN.md §3 rule 10).
+
+    `machine` is what other processes used during the rounds (`machine_use`):
+    over its gate the results are noisy, and under it a wide spread is the
+    runtime's own. A runtime on a virtual clock (the fake one) is immune to both.
+    """
     if c.status != "ok":
         c.validity, c.validity_reason = "invalid", f"{c.status}: {c.reason}"
         return
@@ -439,12 +447,34 @@ def set_validity(c: Candidate, min_rounds: int, objective: str) -> None:
         c.validity = "invalid"
         c.validity_reason = f"only {rounds} rounds, fewer than the minimum {min_rounds}"
         return
+    if c.settings.get("virtual_clock"):
+        machine = None
+    others = (
+        f"other processes used {machine['other_cores_mean']:.2f} cores on average meanwhile"
+        if machine
+        else ""
+    )
     cv = stats.round_to_round_cv(c.samples(), np.asarray(c.block_ns), objective)
     if cv > verdict.NOISY_CV:
         c.validity = "noisy"
+        spread = (
+            f"round-to-round spread of the {objective} is {cv:.0%} (gate {verdict.NOISY_CV:.0%})"
+        )
+        if not machine:
+            cause = "the machine was busy or the runtime unstable"
+        elif machine["busy"]:
+            cause = f"{others}, over the gate of {machine['gate_cores']:.2f}"
+        else:
+            cause = (
+                f"{others} (gate {machine['gate_cores']:.2f}), so the spread is the runtime's own"
+            )
+        c.validity_reason = f"{spread}: {cause}"
+        return
+    if machine and machine["busy"]:
+        c.validity = "noisy"
         c.validity_reason = (
-            f"round-to-round spread of the {objective} is {cv:.0%} "
-            f"(gate {verdict.NOISY_CV:.0%}): the machine was busy or the runtime unstable"
+            f"{others} (gate {machine['gate_cores']:.2f}): the machine was not quiet, "
+            "even though the rounds agree"
         )
         return
     c.validity, c.validity_reason = "valid", ""
@@ -456,15 +486,18 @@ def measure_group(
     s: MeasureSettings,
     record: Recorder,
     notify: Notify,
-) -> dict[str, float]:
+) -> tuple[dict[str, float], dict[str, Any] | None]:
     """Fill in cold start, quality, samples and peak memory; set each final status.
 
-    Returns the wall time of each phase: loading with quality check, warm-up, rounds.
+    Returns the wall time of each phase (loading with quality check, warm-up,
+    rounds, cold starts) and what other processes used of the machine during
+    the rounds (see `machine_use`).
     """
     phases = {"load_and_quality": 0.0, "warmup": 0.0, "rounds": 0.0, "cold_start": 0.0}
     if not candidates:  # a resumed run whose group had finished before the interruption
-        return phases
+        return phases, None
     t_phase = time.perf_counter()
+    rounds_cpu: list[dict[str, float]] = []  # what other processes used, round by round
     workers: dict[str, WorkerProcess] = {}
     second: dict[str, WorkerProcess] = {}  # a second process for close contenders
     spawned_at: dict[str, int] = {}
@@ -528,6 +561,7 @@ def measure_group(
             # the same randomized schedule.
             order = sorted(workers)
             np.random.default_rng([s.seed, r]).shuffle(order)
+            cpu_at_start = environment.cpu_sample()
             for cid in order:
                 c = by_id[cid]
                 if len(c.rounds_ns) > r:  # measured before an interruption
@@ -550,6 +584,7 @@ def measure_group(
                 c.block_ns.append(reply["block_ns"])
                 c.round_slots.append(slot)
                 record(c, r, "measure", reply["latency_ns"], reply["block_ns"], slot)
+            rounds_cpu.append(environment.other_cpu(cpu_at_start, environment.cpu_sample()))
             notify(
                 f"batch {candidates[0].batch_size}: round {r + 1} done "
                 f"({len(workers)} candidates in the race; at least {s.min_rounds} rounds, "
@@ -605,9 +640,37 @@ def measure_group(
             if c.status == "ok":
                 _repeat_cold_start(c, ctx, s, notify)
         phases["cold_start"] = time.perf_counter() - t_cold
+    during = machine_use(rounds_cpu, s)
     for c in candidates:
-        set_validity(c, s.min_rounds, s.objective)
-    return phases
+        set_validity(c, s.min_rounds, s.objective, during)
+    return phases, during
+
+
+# Cores' worth of CPU that other processes may use, beyond the cores the
+# measurement leaves free, before a group's results are flagged noisy.
+BUSY_GATE_CORES = 0.25
+
+
+def machine_use(rounds_cpu: list[dict[str, float]], s: MeasureSettings) -> dict[str, Any] | None:
+    """What other processes used of the machine during a group's rounds (rule 10)."""
+    if not rounds_cpu:
+        return None
+    seconds = sum(r["seconds"] for r in rounds_cpu)
+    other = sum(r["other_cores"] * r["seconds"] for r in rounds_cpu) / seconds
+    steal = sum(r["steal_cores"] * r["seconds"] for r in rounds_cpu) / seconds
+    # Others interfere only once they need cores the workers use: with 64 CPUs
+    # and 2 threads measured, a busy neighbour on the other 62 is no noise.
+    used = len(s.cpus) if s.cpus else s.threads
+    gate = max(0, (psutil.cpu_count() or 1) - used) + BUSY_GATE_CORES
+    return {
+        "rounds": len(rounds_cpu),
+        "seconds": round(seconds, 3),
+        "other_cores_mean": round(other, 3),
+        "other_cores_max": max(r["other_cores"] for r in rounds_cpu),
+        "steal_cores_mean": round(steal, 3),
+        "gate_cores": gate,
+        "busy": other > gate,
+    }
 
 
 def _repeat_cold_start(c: Candidate, ctx: GroupContext, s: MeasureSettings, notify: Notify) -> None:

@@ -14,6 +14,19 @@ from bakeoff.store import Store
 from bakeoff.verdict import Measured, objective_for
 
 
+def status_label(c: dict[str, Any]) -> str:
+    """A candidate's status, with its validity where a measured result is not to be
+    taken as it is (rule 10: flag it rather than print it as if fine)."""
+    if c["status"] == "ok" and c.get("validity") in ("noisy", "invalid"):
+        return f"ok, {c['validity']}"
+    return str(c["status"])
+
+
+def flagged(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Measured candidates whose results are noisy or invalid (see `validity_reason`)."""
+    return [c for c in candidates if status_label(c) != c["status"]]
+
+
 @dataclass
 class StoredRun:
     record: dict[str, Any]  # Store.run(): run_id, status, environment, settings, document, ...

@@ -17,7 +17,7 @@ import numpy as np
 
 from bakeoff.report import charts
 from bakeoff.report.charts import num
-from bakeoff.report.data import StoredRun, load
+from bakeoff.report.data import StoredRun, flagged, load, status_label
 
 _CSS = """
 body { font-family: sans-serif; margin: 24px auto; max-width: 1100px; color: #222; }
@@ -27,7 +27,7 @@ table { border-collapse: collapse; font-size: 13px; margin: 8px 0; }
 th, td { border: 1px solid #ddd; padding: 3px 7px; text-align: left; vertical-align: top; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .ok { color: #2a7d2a; } .rejected { color: #a66a00; } .failed { color: #c62828; }
-.unavailable { color: #777; }
+.unavailable { color: #777; } .flagged { color: #a66a00; font-weight: bold; }
 .verdict { background: #f4f8f4; border-left: 4px solid #2ca02c; padding: 8px 12px; margin: 8px 0; }
 .verdict.none { background: #fbf1f1; border-left-color: #c62828; }
 .card { display: grid; grid-template-columns: repeat(2, 1fr); gap: 12px; }
@@ -48,7 +48,9 @@ def _e(value: Any) -> str:
 
 
 def _status(c: dict[str, Any]) -> str:
-    return f'<span class="{_e(c["status"])}">{_e(c["status"])}</span>'
+    label = status_label(c)
+    css = "flagged" if label != c["status"] else c["status"]
+    return f'<span class="{_e(css)}">{_e(label)}</span>'
 
 
 def _ci(ci: list[float] | None) -> str:
@@ -347,12 +349,13 @@ def _results_table(run: StoredRun) -> str:
 
 def _not_ok(run: StoredRun) -> str:
     rows = [c for c in run.candidates if c["status"] not in ("ok", "pending")]
+    rows += flagged(run.candidates)
     if not rows:
-        return "<p>Every candidate was measured.</p>"
+        return "<p>Every candidate was measured, and every result passed its gates.</p>"
     body = "".join(
         f'<tr data-candidate="{_e(c["id"])}"><td>{_e(c["id"])}</td><td>{_status(c)}</td>'
-        f"<td>{_e(c['reason'])}</td></tr>"
-        for c in sorted(rows, key=lambda c: (c["status"], c["id"]))
+        f"<td>{_e(c['reason'] or c['validity_reason'])}</td></tr>"
+        for c in sorted(rows, key=lambda c: (status_label(c), c["id"]))
     )
     return (
         f'<table id="not-ok"><tr><th>candidate</th><th>status</th><th>why</th></tr>{body}</table>'
@@ -487,6 +490,13 @@ def _environment(run: StoredRun) -> str:
             f"busy processes: {len(b.get('busy_processes') or [])} before, "
             f"{len(a.get('busy_processes') or [])} after"
         )
+        for g in noise.get("during") or []:
+            over = ", over it: results marked noisy" if g["busy"] else ""
+            noise_text += (
+                f"; batch {g['batch_size']}: other processes used "
+                f"{g['other_cores_mean']:.2f} cores on average during the rounds "
+                f"(gate {g['gate_cores']:.2f}{over})"
+            )
     timing = doc.get("timing_s") or {}
     method = _dl(
         [
@@ -556,7 +566,7 @@ def render(run: StoredRun) -> str:
         ("resources", "Peak memory and cold start", _resources(run)),
         ("size", "Model size", _sizes(run)),
         ("results", "All candidates", _results_table(run)),
-        ("not-measured", "Failed, rejected and unavailable", _not_ok(run)),
+        ("not-measured", "Failed, rejected, unavailable and flagged", _not_ok(run)),
     ]
     advice = _advice(run)
     if advice:

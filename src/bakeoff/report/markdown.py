@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.report.charts import num
-from bakeoff.report.data import StoredRun, load
+from bakeoff.report.data import StoredRun, flagged, load, status_label
 
 
 def _cell(value: Any) -> str:
@@ -59,7 +59,7 @@ def render(run: StoredRun) -> str:
             + " | ".join(
                 [
                     f"`{c['id']}`" + (" ★" if c["id"] in winners else ""),
-                    c["status"],
+                    status_label(c),
                     "–" if not q or q.get("value") is None else f"{q['value']:.4f}",
                     "–" if not lat else num(lat["p50"]) + _ci(lat["ci95"]["p50"]),
                     "–" if not thr else num(thr["samples_per_s"]) + _ci(thr["ci95"]),
@@ -68,6 +68,10 @@ def render(run: StoredRun) -> str:
             )
             + " |"
         )
+    shaky = flagged(run.candidates)
+    if shaky:
+        lines += ["", "Flagged (measured, but not to be taken as it is):", ""]
+        lines += [f"- `{c['id']}` {c['validity']}: {_cell(c['validity_reason'])}" for c in shaky]
     out_of_race = [
         c for c in run.candidates if c["status"] in ("rejected", "failed", "unavailable")
     ]

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from bakeoff.candidates import Candidate
 from bakeoff.report.charts import num
+from bakeoff.report.data import flagged, status_label
 
 _STATUS_STYLE = {
     "ok": "green",
@@ -133,7 +134,9 @@ def results_table(document: dict[str, Any]) -> Table:
         lat, thr, q = c["latency_ms"], c["throughput"], c["quality"]
         # escape: a hand-written label is the user's text, not Rich markup
         name = f"[bold]{escape(c['id'])} *[/]" if c["id"] in winners else escape(c["id"])
-        status = f"[{_STATUS_STYLE.get(c['status'], '')}]{c['status']}[/]"
+        label = status_label(c)
+        style = "yellow" if label != c["status"] else _STATUS_STYLE.get(c["status"], "")
+        status = f"[{style}]{label}[/]"
         p99 = "-"
         if lat:
             p99 = num(lat["p99"]) + ("?" if "p99" in lat["unsupported"] else "")
@@ -150,6 +153,14 @@ def results_table(document: dict[str, Any]) -> Table:
             _sig(c["cold_start_s"]["first_call"]),
         )
     return t
+
+
+def _listing(console: Console, title: str, lines: dict[str, str]) -> None:
+    """A titled list of candidates with one line of (markup) text each; none: nothing."""
+    if lines:
+        console.print("\n" + title)
+        for cid, text in lines.items():
+            console.print(f"  {escape(cid)}: {text}", highlight=False)
 
 
 def print_result(document: dict[str, Any], console: Console | None = None) -> None:
@@ -178,14 +189,23 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
                 f"first call {num(cs['first_call'])} s [{num(flo)}-{num(fhi)}]",
                 highlight=False,
             )
-    beyond = [c for c in document["candidates"] if c.get("constraint_violations")]
-    if beyond:
-        console.print("\n[bold]Measured, but beyond the workload's constraints[/] (not eligible)")
-        for c in beyond:
-            console.print(
-                f"  {escape(c['id'])}: {escape('; '.join(c['constraint_violations']))}",
-                highlight=False,
-            )
+    _listing(
+        console,
+        "[bold]Flagged[/] (measured, but not to be taken as it is)",
+        {
+            c["id"]: f"[yellow]{c['validity']}[/] - {escape(c['validity_reason'])}"
+            for c in flagged(document["candidates"])
+        },
+    )
+    _listing(
+        console,
+        "[bold]Measured, but beyond the workload's constraints[/] (not eligible)",
+        {
+            c["id"]: escape("; ".join(c["constraint_violations"]))
+            for c in document["candidates"]
+            if c.get("constraint_violations")
+        },
+    )
     not_ok = [c for c in document["candidates"] if c["status"] not in ("ok",)]
     if not_ok:
         console.print("\n[bold]Not measured or not eligible[/]")

@@ -1,0 +1,167 @@
+"""Noise during a run (rule 10): CPU that other processes take while candidates
+are measured is recorded per batch size and, past a gate, flags the results."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bakeoff import api, environment
+from bakeoff.backends import Variant
+from bakeoff.candidates import Candidate
+from bakeoff.measure.scheduler import BUSY_GATE_CORES, MeasureSettings, machine_use, set_validity
+
+_BUSY_LOOP = "import time\nend = time.time() + 30\nwhile time.time() < end: pass\n"
+
+
+def _sample(wall: float, busy: float, ours: dict[int, float], steal: float = 0.0):
+    return environment.CpuSample(wall, busy, steal, ours)
+
+
+def test_other_cpu_is_the_machines_busy_time_less_bakeoffs_own() -> None:
+    a = _sample(0.0, 100.0, {1: 5.0, 2: 10.0})
+    # 2 s: the machine was busy 3 CPU-seconds, bakeoff's processes 2 of them (and
+    # pid 3 started in between), 0.2 s of it stolen by the hypervisor.
+    b = _sample(2.0, 103.0, {1: 5.5, 2: 11.0, 3: 0.5}, steal=0.2)
+    assert environment.other_cpu(a, b) == {"seconds": 2.0, "other_cores": 0.5, "steal_cores": 0.1}
+    # A child that exited in between is counted as other: the figure errs to "busy".
+    gone = _sample(2.0, 103.0, {1: 5.5})
+    assert environment.other_cpu(a, gone)["other_cores"] == 1.25
+
+
+def test_a_busy_process_outside_bakeoff_is_seen_and_a_child_is_not(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    # A busy loop that is not our descendant (its shell parent exits at once).
+    subprocess.run(
+        ["sh", "-c", f'"{sys.executable}" -c "{_BUSY_LOOP}" & echo $! > {pid_file}'],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    foreign = int(pid_file.read_text())
+    try:
+        time.sleep(0.3)
+        start = environment.cpu_sample()
+        time.sleep(1.5)
+        use = environment.other_cpu(start, environment.cpu_sample())
+    finally:
+        os.kill(foreign, signal.SIGKILL)
+    assert use["other_cores"] >= 0.5, use  # a core spinning (shared with whatever else runs)
+    child = subprocess.Popen([sys.executable, "-c", _BUSY_LOOP])
+    try:
+        time.sleep(0.3)
+        start = environment.cpu_sample()
+        time.sleep(1.5)
+        end = environment.cpu_sample()
+    finally:
+        child.kill()
+        child.wait()
+    assert end.ours_s[child.pid] - start.ours_s[child.pid] >= 0.5  # counted as bakeoff's
+
+
+def _settings(threads: int, cpus: list[int] | None = None) -> MeasureSettings:
+    return MeasureSettings(
+        threads=threads,
+        cpus=cpus,
+        trial_timeout_s=10,
+        warmup_s=0.1,
+        warmup_calls=1,
+        slice_s=0.1,
+        settle_s=0.0,
+        min_rounds=1,
+        max_rounds=1,
+        budget_s=1,
+        seed=0,
+    )
+
+
+def test_the_gate_counts_only_cores_the_measurement_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import psutil
+
+    rounds = [
+        {"seconds": 1.0, "other_cores": 0.2, "steal_cores": 0.0},
+        {"seconds": 3.0, "other_cores": 0.6, "steal_cores": 0.1},
+    ]
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 2)
+    use = machine_use(rounds, _settings(threads=2))
+    assert use is not None
+    assert use["other_cores_mean"] == 0.5 and use["other_cores_max"] == 0.6
+    assert use["steal_cores_mean"] == 0.075
+    assert use["gate_cores"] == BUSY_GATE_CORES and use["busy"]
+    # 64 CPUs, 2 measured: half a core of others is no interference.
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 64)
+    assert not machine_use(rounds, _settings(threads=2))["busy"]  # type: ignore[index]
+    # Pinned to 4 CPUs: the other 60 are free for anyone.
+    assert machine_use(rounds, _settings(threads=2, cpus=[0, 1, 2, 3]))["gate_cores"] == 60.25  # type: ignore[index]
+    assert machine_use([], _settings(threads=2)) is None
+
+
+def test_machine_use_names_the_cause_of_a_noisy_result() -> None:
+    rng = np.random.default_rng(0)
+    busy = {"other_cores_mean": 0.8, "gate_cores": 0.25, "busy": True}
+    quiet = {"other_cores_mean": 0.01, "gate_cores": 0.25, "busy": False}
+
+    def validity(machine: dict | None, virtual: bool = False, spread: bool = False) -> tuple:
+        c = Candidate(Variant("fake", "fp32"), 1)
+        c.set_status("ok")
+        c.settings = {"virtual_clock": True} if virtual else {}
+        c.rounds_ns = [list(1_000_000 + rng.integers(0, 10_000, 20)) for _ in range(10)]
+        if spread:  # every other round twice as slow
+            c.rounds_ns = [[v * (1 + i % 2) for v in r] for i, r in enumerate(c.rounds_ns)]
+        c.block_ns = [sum(r) for r in c.rounds_ns]
+        set_validity(c, min_rounds=10, objective="latency", machine=machine)
+        return c.validity, c.validity_reason
+
+    assert validity(busy) == (
+        "noisy",
+        "other processes used 0.80 cores on average meanwhile (gate 0.25): the machine was "
+        "not quiet, even though the rounds agree",
+    )
+    assert validity(busy, virtual=True) == ("valid", "")  # no neighbour moves a virtual clock
+    assert validity(quiet) == ("valid", "")
+    v, why = validity(quiet, spread=True)
+    assert v == "noisy" and why.endswith(
+        "other processes used 0.01 cores on average meanwhile (gate 0.25), so the spread is "
+        "the runtime's own"
+    )
+    v, why = validity(busy, spread=True)
+    assert v == "noisy" and why.endswith("0.80 cores on average meanwhile, over the gate of 0.25")
+    v, why = validity(None, spread=True)  # nothing known of the machine
+    assert why.endswith("the machine was busy or the runtime unstable")
+
+
+def test_a_run_records_machine_use_per_batch_size(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", input=rng.random((64, 8), dtype=np.float32))
+    (tmp_path / "w.toml").write_text(
+        textwrap.dedent(
+            """
+            name = "noise"
+            [model]
+            kind = "fake"
+            [data]
+            path = "d.npz"
+            [search]
+            runtimes = ["fake"]
+            batch_sizes = [1, 4]
+            """
+        )
+    )
+    opts = api.RunOptions(quick=True, store=tmp_path / "s.db")
+    doc = api.run(str(tmp_path / "w.toml"), opts).document
+    during = doc["noise"]["during"]
+    assert [g["batch_size"] for g in during] == [1, 4]
+    for g in during:
+        assert g["rounds"] >= 5 and g["seconds"] > 0
+        assert g["other_cores_mean"] >= 0 and g["other_cores_max"] >= g["other_cores_mean"]
+        assert isinstance(g["busy"], bool)
+    # The fake runtime's virtual clock is immune, so its results stay valid either way.
+    assert {c["validity"] for c in doc["candidates"] if c["status"] == "ok"} == {"valid"}
