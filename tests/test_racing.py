@@ -487,3 +487,18 @@ def test_constraint_flags_replace_the_workloads_and_survive_a_resume(tmp_path: P
         assert conn.execute("SELECT COUNT(*) FROM trials").fetchone() == (trials,)
     assert resumed["workload"]["constraints"] == {"max_model_size_mb": 10}
     assert resumed["verdicts"][0]["excluded_by_constraints"].keys() == {"a-b1"}
+
+
+def test_the_budget_is_respected_within_ten_percent(tmp_path: Path) -> None:
+    # Identical but very noisy, and a CI target no run reaches: no comparison can
+    # be decided, so only the budget stops the rounds (calls take real wall time
+    # here, 1 ms each).
+    same = "{ latency_ms = 2.0, jitter = 0.5, wall_ms = 1 }"
+    path = _workload(tmp_path, _two(same, same), extra="ci_target = 0.001")
+    budget = 10.0  # the minimum 8 rounds take about 4 s of it
+    opts = api.RunOptions(store=tmp_path / "s.db", budget_s=budget)
+    doc = api.run(str(path), opts).document
+    stopped = {c["stopped"] for c in doc["candidates"]}
+    assert all("budget of 10 s was spent" in s for s in stopped), stopped
+    assert doc["timing_s"]["measure_rounds"] <= 1.1 * budget
+    assert min(c["latency_ms"]["rounds"] for c in doc["candidates"]) >= 8  # the minimum ran
