@@ -322,6 +322,9 @@ def test_cold_start_repeated_in_fresh_processes_has_a_ci(tmp_path: Path) -> None
         assert len(cold["load_samples"]) == 3 and all(x > 0 for x in cold["load_samples"])
         lo, hi = cold["load_ci95"]
         assert lo <= cold["load"] <= hi
+        # each fresh process times its imports apart, as part of its load
+        imports, loads = cold["import_samples"], cold["load_samples"]
+        assert all(0 <= i <= x for i, x in zip(imports, loads, strict=True))
     assert doc["timing_s"]["measure_cold_start"] > 0
     console = Console(record=True, width=200)
     print_result(doc, console)

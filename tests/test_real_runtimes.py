@@ -178,6 +178,8 @@ def test_user_model_on_torch_onnxruntime_openvino(tmp_path: Path, store_path: Pa
             assert c["throughput"]["samples_per_s"] > 0
             assert c["peak_rss_mb"] > 0
             assert c["cold_start_s"]["load"] > 0
+            # The runtime's import is timed apart, as a share of the load time.
+            assert 0 < c["cold_start_s"]["import"] < c["cold_start_s"]["load"]
             assert c["model_size_mb"] > 0
     # every INT8 method was built, run and quality-checked (ok or rejected, never lost)
     for cid in (
@@ -188,6 +190,12 @@ def test_user_model_on_torch_onnxruntime_openvino(tmp_path: Path, store_path: Pa
     ):
         assert cands[cid]["status"] in ("ok", "rejected"), cands[cid]["reason"]
         assert cands[cid]["quality"]["metric"] == "cosine"
+    # `import torch` alone is a good part of a second; ONNX Runtime's is far lighter.
+    torch_import = cands["torch-fp32-b32"]["cold_start_s"]["import"]
+    assert (
+        torch_import > 0.2
+        and torch_import > cands["onnxruntime-fp32-b32"]["cold_start_s"]["import"]
+    )
     assert cands["onnxruntime-fp32-b32"]["exporter"] in ("dynamo", "torchscript")
     # OpenVINO's precision hint is explicit and read back
     assert cands["openvino-fp32-b32"]["settings"]["INFERENCE_PRECISION_HINT"] == "f32"

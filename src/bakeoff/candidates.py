@@ -136,13 +136,19 @@ def explicit_candidates(
 def _cold_start(c: Candidate) -> dict[str, Any]:
     """Build, load and first call; with repeats, their means and bootstrap CIs."""
     out: dict[str, Any] = {"build": c.build_s, "load": c.load_s, "first_call": c.first_call_s}
+    if c.settings.get("import_s") is not None:
+        # The import statements run while loading (the runtime's libraries, the
+        # model's code): part of the load time, reported apart.
+        out["import"] = c.settings["import_s"]
     if c.settings.get("compile_s") is not None:
         # Compiled in `load` for the batch shape (jax.jit, XLA, TVM, TensorRT): part of
         # the load time, reported apart; steady-state latency never includes it.
         out["compile"] = c.settings["compile_s"]
     if len(c.cold_starts.get("load", [])) > 1:
         out["repeats"] = len(c.cold_starts["load"])
-        for key in ("load", "first_call"):
+        for key in ("load", "first_call", "import"):
+            if len(c.cold_starts.get(key, [])) != out["repeats"]:
+                continue  # not recorded for every repeat
             iv = stats.mean_interval(np.asarray(c.cold_starts[key]))
             out[key] = round(iv.value, 6)
             out[f"{key}_samples"] = [round(x, 6) for x in c.cold_starts[key]]

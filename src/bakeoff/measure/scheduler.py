@@ -677,6 +677,7 @@ def _repeat_cold_start(c: Candidate, ctx: GroupContext, s: MeasureSettings, noti
     """More fresh processes, one at a time, so cold start gets a CI of its own."""
     assert c.load_s is not None and c.first_call_s is not None
     loads, firsts = [c.load_s], [c.first_call_s]
+    imports = [c.settings.get("import_s")]
     for i in range(s.cold_starts - 1):
         notify(f"{c.id}: cold start {i + 2} of {s.cold_starts}", None)
         try:
@@ -691,4 +692,8 @@ def _repeat_cold_start(c: Candidate, ctx: GroupContext, s: MeasureSettings, noti
             break
         loads.append(reply["load_s"])
         firsts.append(reply["first_call_s"])
+        imports.append(reply.get("import_s"))
     c.cold_starts = {"load": loads, "first_call": firsts}
+    timed = [float(x) for x in imports if x is not None]
+    if len(timed) == len(imports):
+        c.cold_starts["import"] = timed

@@ -278,11 +278,17 @@ def _resources(run: StoredRun) -> str:
                 continue
             ci = cs.get(f"{key}_ci95")
             note = f" (mean of {cs['repeats']})" if cs.get("repeats") else ""
+            if key == "load" and cs.get("import") is not None:
+                note += f" (imports {num(cs['import'])} s)"
             rows.append(
                 charts.Bar(c["id"], cs[key], tuple(ci) if ci else None, note, _color(run, c))
             )
     if load_rows:
-        out.append("<h3>Cold start: loading the model in a fresh process</h3>")
+        out.append(
+            "<h3>Cold start: loading the model in a fresh process</h3><p class='note'>From "
+            "process start to a loaded model; the import statements run meanwhile (the "
+            "runtime's libraries, the model's code) are its share given as imports.</p>"
+        )
         out.append(charts.bars("chart-cold-load", "Cold start: load", load_rows, "seconds"))
     if first_rows:
         out.append("<h3>Cold start: the first call after loading</h3>")

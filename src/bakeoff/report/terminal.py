@@ -167,14 +167,29 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
     console = console or Console()
     console.print(results_table(document))
     console.print("[dim]* winner; ? marks a p99 with too few samples to support it[/]")
+    in_load = []
+    imports: dict[str, list[float]] = {}
+    for c in document["candidates"]:
+        if c["cold_start_s"].get("import") is not None:
+            imports.setdefault(c["runtime"], []).append(c["cold_start_s"]["import"])
+    if imports:
+        # Mostly the runtime's own libraries: one figure per runtime says it.
+        in_load.append(
+            "imports "
+            + ", ".join(f"{rt} {num(float(np.median(v)))} s" for rt, v in imports.items())
+        )
     compiled = [c for c in document["candidates"] if c["cold_start_s"].get("compile") is not None]
     if compiled:
         # Ahead-of-time compilation (jax.jit, XLA, TVM, TensorRT) happens while loading:
         # part of the cold start, never of the latency above.
+        in_load.append(
+            "compile "
+            + ", ".join(f"{c['id']} {c['cold_start_s']['compile']:.3g} s" for c in compiled)
+        )
+    if in_load:
         console.print(
-            "[dim]compile time (in the load time, not in latency): "
-            + ", ".join(f"{c['id']} compile {c['cold_start_s']['compile']:.3g} s" for c in compiled)
-            + "[/]"
+            "[dim]of the load time (never in latency): " + "; ".join(in_load) + "[/]",
+            highlight=False,
         )
     repeated = [c for c in document["candidates"] if c["cold_start_s"].get("repeats", 1) > 1]
     if repeated:
@@ -184,8 +199,12 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
             cs = c["cold_start_s"]
             lo, hi = cs["load_ci95"]
             flo, fhi = cs["first_call_ci95"]
+            imported = ""
+            if "import_ci95" in cs:
+                ilo, ihi = cs["import_ci95"]
+                imported = f" (imports {num(cs['import'])} s [{num(ilo)}-{num(ihi)}])"
             console.print(
-                f"  {escape(c['id'])}: load {num(cs['load'])} s [{num(lo)}-{num(hi)}], "
+                f"  {escape(c['id'])}: load {num(cs['load'])} s [{num(lo)}-{num(hi)}]{imported}, "
                 f"first call {num(cs['first_call'])} s [{num(flo)}-{num(fhi)}]",
                 highlight=False,
             )
