@@ -41,6 +41,7 @@ _SETTINGS = (
 # some candidates, with round CIs under 1% wide (memory layout, frequency), so a
 # run-to-run margin of the verdict's 2% calls that noise a change.
 RUN_TO_RUN_MARGIN = 0.05
+_MEASURED_SETTINGS = {"calls_per_round", "settle_calls", "import_s", "compile_s"}
 _WORDS = {"faster": "faster", "slower": "slower", "equivalent": "same", "undecided": "undecided"}
 
 
@@ -170,8 +171,9 @@ def compare_runs(a: StoredRun, b: StoredRun, margin: float | None = None) -> Com
     out.only_b = [cid for cid in cb if cid not in ca]
     for cid in both:
         diffs = _diff(ca[cid].get("settings") or {}, cb[cid].get("settings") or {})
-        # calls per round is sized to each run's speed; a difference there is expected
-        diffs = [d for d in diffs if d.key not in ("calls_per_round", "settle_calls")]
+        # Figures measured with the settings (calls per round is sized to each run's
+        # speed; import and compile times) differ from run to run: not settings.
+        diffs = [d for d in diffs if d.key not in _MEASURED_SETTINGS]
         if diffs:
             out.runtime_settings[cid] = diffs
         why = _not_comparable(ca[cid], cb[cid])
