@@ -131,7 +131,7 @@ def run(
 ) -> None:
     """Build, check and measure every candidate stack, then name the winner.
 
-    The --max-* constraints replace the workload's [constraints] of the same name:
+    Each --max-* constraint replaces the workload's own limit of the same name:
     a candidate beyond one is measured and shown but cannot win.
     """
     from bakeoff.report.terminal import RichReporter, print_result
