@@ -67,10 +67,10 @@ def test_a_busy_process_outside_bakeoff_is_seen_and_a_child_is_not(tmp_path: Pat
     assert end.ours_s[child.pid] - start.ours_s[child.pid] >= 0.5  # counted as bakeoff's
 
 
-def _settings(threads: int, cpus: list[int] | None = None) -> MeasureSettings:
+def _settings(threads: int) -> MeasureSettings:
     return MeasureSettings(
         threads=threads,
-        cpus=cpus,
+        cpus=None,
         trial_timeout_s=10,
         warmup_s=0.1,
         warmup_calls=1,
@@ -90,17 +90,17 @@ def test_the_gate_counts_only_cores_the_measurement_needs(monkeypatch: pytest.Mo
         {"seconds": 1.0, "other_cores": 0.2, "steal_cores": 0.0},
         {"seconds": 3.0, "other_cores": 0.6, "steal_cores": 0.1},
     ]
-    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 2)
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 4 if logical else 2)
     use = machine_use(rounds, _settings(threads=2))
     assert use is not None
     assert use["other_cores_mean"] == 0.5 and use["other_cores_max"] == 0.6
     assert use["steal_cores_mean"] == 0.075
+    # 2 cores (4 hyperthreads), both measured: the gate is the allowance alone.
     assert use["gate_cores"] == BUSY_GATE_CORES and use["busy"]
-    # 64 CPUs, 2 measured: half a core of others is no interference.
-    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 64)
+    # 32 cores, 2 measured: half a core of others is no interference.
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 64 if logical else 32)
+    assert machine_use(rounds, _settings(threads=2))["gate_cores"] == 30.25  # type: ignore[index]
     assert not machine_use(rounds, _settings(threads=2))["busy"]  # type: ignore[index]
-    # Pinned to 4 CPUs: the other 60 are free for anyone.
-    assert machine_use(rounds, _settings(threads=2, cpus=[0, 1, 2, 3]))["gate_cores"] == 60.25  # type: ignore[index]
     assert machine_use([], _settings(threads=2)) is None
 
 

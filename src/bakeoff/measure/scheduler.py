@@ -658,10 +658,12 @@ def machine_use(rounds_cpu: list[dict[str, float]], s: MeasureSettings) -> dict[
     seconds = sum(r["seconds"] for r in rounds_cpu)
     other = sum(r["other_cores"] * r["seconds"] for r in rounds_cpu) / seconds
     steal = sum(r["steal_cores"] * r["seconds"] for r in rounds_cpu) / seconds
-    # Others interfere only once they need cores the workers use: with 64 CPUs
-    # and 2 threads measured, a busy neighbour on the other 62 is no noise.
-    used = len(s.cpus) if s.cpus else s.threads
-    gate = max(0, (psutil.cpu_count() or 1) - used) + BUSY_GATE_CORES
+    # Others interfere only once they need cores the workers use: with 32 cores
+    # and 2 threads measured, a busy neighbour on the other 30 is no noise.
+    # Physical cores, since a process on the other hyperthread of a core the
+    # worker runs on slows it down all the same.
+    cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+    gate = max(0, cores - s.threads) + BUSY_GATE_CORES
     return {
         "rounds": len(rounds_cpu),
         "seconds": round(seconds, 3),
