@@ -252,6 +252,11 @@ def test_killed_orchestrator_resumes_without_measuring_a_trial_twice(tmp_path: P
     assert doc["run_id"] == run_id
     assert sorted(c["id"] for c in doc["candidates"]) == ["a-b1", "a-b2", "b-b1", "b-b2"]
     assert all(c["status"] == "ok" for c in doc["candidates"])
+    # Machine use during the rounds covers the rounds the resumed run measured.
+    new = set(after) - set(before)
+    for g in doc["noise"]["during"]:
+        rounds = {r for cid, r in new if cid.endswith(f"-b{g['batch_size']}")}
+        assert g["rounds"] == len(rounds), (g, sorted(rounds))
     assert result.exit_code == 0
     with pytest.raises(Exception, match="already finished"):
         api.resume(run_id, store)

@@ -561,7 +561,7 @@ def measure_group(
             # the same randomized schedule.
             order = sorted(workers)
             np.random.default_rng([s.seed, r]).shuffle(order)
-            cpu_at_start = environment.cpu_sample()
+            cpu_at_start, measured_here = environment.cpu_sample(), 0
             for cid in order:
                 c = by_id[cid]
                 if len(c.rounds_ns) > r:  # measured before an interruption
@@ -584,7 +584,9 @@ def measure_group(
                 c.block_ns.append(reply["block_ns"])
                 c.round_slots.append(slot)
                 record(c, r, "measure", reply["latency_ns"], reply["block_ns"], slot)
-            rounds_cpu.append(environment.other_cpu(cpu_at_start, environment.cpu_sample()))
+                measured_here += 1
+            if measured_here:  # a round measured before an interruption is no sample
+                rounds_cpu.append(environment.other_cpu(cpu_at_start, environment.cpu_sample()))
             notify(
                 f"batch {candidates[0].batch_size}: round {r + 1} done "
                 f"({len(workers)} candidates in the race; at least {s.min_rounds} rounds, "
