@@ -165,3 +165,23 @@ def test_a_run_records_machine_use_per_batch_size(tmp_path: Path) -> None:
         assert isinstance(g["busy"], bool)
     # The fake runtime's virtual clock is immune, so its results stay valid either way.
     assert {c["validity"] for c in doc["candidates"] if c["status"] == "ok"} == {"valid"}
+
+
+def test_a_verdict_measured_on_a_busy_machine_says_so() -> None:
+    from bakeoff.api import busy_caveat
+
+    busy = {"other_cores_mean": 0.8, "gate_cores": 0.25, "busy": True}
+    real = Candidate(Variant("onnxruntime", "fp32"), 32)
+    real.set_status("ok")
+    fake = Candidate(Variant("fake", "fp32"), 32)
+    fake.set_status("ok")
+    fake.settings = {"virtual_clock": True}
+    assert busy_caveat(busy, [real, fake]) == (
+        "Other processes used 0.80 cores on average while batch size 32 was measured "
+        "(gate 0.25), so these figures are marked noisy: measure again on a quiet machine."
+    )
+    assert busy_caveat({**busy, "busy": False}, [real]) is None
+    assert busy_caveat(None, [real]) is None
+    assert busy_caveat(busy, [fake]) is None  # a virtual clock no neighbour can move
+    real.set_status("failed", "crashed")
+    assert busy_caveat(busy, [real]) is None  # nothing measured, nothing to caveat

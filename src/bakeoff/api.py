@@ -704,18 +704,20 @@ def _run_stages(
         if baseline is None and workload.spec.candidates and same_bs:
             baseline = same_bs[0]
         baseline_id = baseline.id if baseline else f"{reference_variant.id}-b{bs}"
-        verdicts.append(
-            decide(
-                bs,
-                objective,
-                measured,
-                baseline_id,
-                not_ok,
-                margin=search.margin,
-                min_rounds=ms.min_rounds,
-                excluded=excluded,
-            )
+        decided = decide(
+            bs,
+            objective,
+            measured,
+            baseline_id,
+            not_ok,
+            margin=search.margin,
+            min_rounds=ms.min_rounds,
+            excluded=excluded,
         )
+        caveat = busy_caveat(use, same_bs)
+        if caveat:
+            decided = dataclasses.replace(decided, reason=f"{decided.reason} {caveat}")
+        verdicts.append(decided)
     measure_s = time.perf_counter() - t_measure
     noise_after = environment.noise_snapshot()
 
@@ -758,6 +760,22 @@ def _run_stages(
     if opts.json_path:
         write_json(document, Path(opts.json_path))
     return RunResult(run_id, document, verdicts)
+
+
+def busy_caveat(use: dict[str, Any] | None, group: list[Candidate]) -> str | None:
+    """What a verdict says when other processes crowded the machine while its batch
+    size was measured: it is read on its own (CI logs, compare), so it says so itself.
+    Nothing for a group timed on a virtual clock (the fake runtime), which no
+    neighbour can move."""
+    timed = [c for c in group if c.status == "ok" and not c.settings.get("virtual_clock")]
+    if use is None or not use["busy"] or not timed:
+        return None
+    return (
+        f"Other processes used {use['other_cores_mean']:.2f} cores on average while batch "
+        f"size {timed[0].batch_size} was measured (gate {use['gate_cores']:.2f}), so these "
+        "figures are marked noisy: "
+        "measure again on a quiet machine."
+    )
 
 
 def _advice_for(workload: Workload, target: str | None) -> advising.AdviceReport:
