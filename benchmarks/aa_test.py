@@ -76,6 +76,22 @@ def main() -> None:
                 )
                 if not is_tied:  # the winner is often the baseline itself: say why
                     print(f"    {v['reason']}", flush=True)
+                    # What else the machine did meanwhile, and how each candidate stopped.
+                    for g in doc["noise"].get("during", []):
+                        if g["batch_size"] == v["batch_size"]:
+                            print(
+                                f"    others used {g['other_cores_mean']:.3f} cores on average "
+                                f"(max {g['other_cores_max']:.3f}) over {g['rounds']} rounds",
+                                flush=True,
+                            )
+                    for c in doc["candidates"]:
+                        if c["batch_size"] == v["batch_size"] and c.get("latency_ms"):
+                            lat = c["latency_ms"]
+                            print(
+                                f"    {c['id']}: {lat['rounds']} rounds in {lat['processes']} "
+                                f"process(es), {c['validity']}; {c['stopped']}",
+                                flush=True,
+                            )
     print(f"tied in {tied} of {total} verdicts (target: at least 19 of 20, i.e. 95%)")
     print(f"fraction tied: {tied / max(total, 1):.2f}")
 
