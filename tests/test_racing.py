@@ -337,7 +337,12 @@ def test_cold_start_repeated_in_fresh_processes_has_a_ci(tmp_path: Path) -> None
     assert "Cold start (mean of 3 fresh processes, 95% CI)" in shown
     a = doc["candidates"][0]["cold_start_s"]
     lo, hi = a["load_ci95"]
-    assert f"a-b1: load {num(a['load'])} s [{num(lo)}-{num(hi)}]" in shown
+    ilo, ihi = a["import_ci95"]
+    assert (
+        f"a-b1: load {num(a['load'])} s [{num(lo)}-{num(hi)}] "
+        f"(imports {num(a['import'])} s [{num(ilo)}-{num(ihi)}])"
+    ) in shown
+    assert "of the load time (never in latency): imports fake " in shown
 
 
 def test_close_contenders_get_a_second_process_before_any_decision(tmp_path: Path) -> None:
