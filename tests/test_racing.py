@@ -88,6 +88,21 @@ def test_ten_percent_difference_is_ranked_right_with_ci_excluding_one(
     v = doc["verdicts"][0]
     assert v["ranking"] == ["b-b1", "a-b1"]
     assert v["ties"] == []
+
+
+def test_a_close_call_is_decided_by_three_processes_each(tmp_path: Path) -> None:
+    # 5% apart: within the close-call zone, so two pairs of processes are not enough
+    a, b = "{ latency_ms = 1.05, jitter = 0.01 }", "{ latency_ms = 1.0, jitter = 0.01 }"
+    doc = _run(_workload(tmp_path, _two(a, b)), tmp_path / "s.db")
+    [v] = doc["verdicts"]
+    assert v["ranking"] == ["b-b1", "a-b1"] and v["ties"] == [], v["reason"]
+    assert 1.0 < v["speedup"]["ci95"][0] < 1.1
+    for c in doc["candidates"]:
+        assert c["latency_ms"]["processes"] == 3
+        assert c["stopped"].startswith("stopped: every comparison decided"), c["stopped"]
+    with sqlite3.connect(tmp_path / "s.db") as conn:
+        slots = {p for (p,) in conn.execute("SELECT DISTINCT process FROM trials")}
+    assert slots == {0, 1, 2}
     # the baseline is the first hand-written candidate: b is ~1.1x faster than a
     assert v["baseline"] == "a-b1" and v["speedup"]["ci95"][0] > 1.0
 
@@ -241,6 +256,12 @@ def test_killed_orchestrator_resumes_without_measuring_a_trial_twice(tmp_path: P
     before = _measure_trials(store)
     with sqlite3.connect(store) as conn:
         ((run_id, status),) = conn.execute("SELECT run_id, status FROM runs").fetchall()
+        slots_before = dict(
+            conn.execute(
+                "SELECT candidate_id, MAX(process) FROM trials WHERE kind = 'measure' "
+                "GROUP BY candidate_id"
+            ).fetchall()
+        )
     assert status == "running"  # killed: nobody got to mark it
 
     out = tmp_path / "resumed.json"
@@ -248,6 +269,15 @@ def test_killed_orchestrator_resumes_without_measuring_a_trial_twice(tmp_path: P
     after = _measure_trials(store)
     assert len(after) == len(set(after)), "a trial was measured twice"
     assert set(before) < set(after)  # the resumed run finished what was left
+    # The resumed run's workers are new processes: their rounds never share a
+    # process slot with the rounds measured before the kill.
+    with sqlite3.connect(store) as conn:
+        resumed = conn.execute(
+            "SELECT candidate_id, round, process FROM trials WHERE kind = 'measure'"
+        ).fetchall()
+    for cid, r, process in resumed:
+        if cid in slots_before and (cid, r) not in before:
+            assert process > slots_before[cid], (cid, r, process, slots_before)
     doc = json.loads(out.read_text())
     assert doc["run_id"] == run_id
     assert sorted(c["id"] for c in doc["candidates"]) == ["a-b1", "a-b2", "b-b1", "b-b2"]

@@ -271,3 +271,58 @@ def test_process_effect_widens_the_paired_ci_when_rounds_name_their_process() ->
     assert (nested.hi - nested.lo) > 1.3 * (flat.hi - flat.lo)
     assert flat.lo > 1.0  # one process per candidate: a "difference" that is not real
     assert nested.lo < 1.0  # processes resampled: no longer significant
+
+
+def _by_process(
+    cid: str, slots: list[int], factor: dict[int, float], seed: int, median_ms: float = 1.0
+) -> Measured:
+    """Tight samples, each round scaled by the factor of the process that ran it."""
+    samples = _lognormal_ns(seed, len(slots), 50, median_ms, sigma=0.005)
+    scaled = (samples * np.array([factor[s] for s in slots])[:, None]).astype(np.int64)
+    return Measured(cid, scaled, scaled.sum(axis=1), 1, np.array(slots))
+
+
+def test_a_close_call_needs_three_process_pairs_that_agree() -> None:
+    from bakeoff.verdict import CLOSE_CALL_PROCESSES, judge
+
+    assert CLOSE_CALL_PROCESSES == 3
+    two = [0] * 5 + [1, 0, 1, 0]
+    three = [*two, 2, 1, 0, 2]
+
+    def fast(slots: list[int]) -> Measured:
+        return _by_process("fast", slots, {0: 1.0, 1: 1.0, 2: 1.0}, 2)
+
+    # slow is 4% slower in every one of its processes: a real but close gap
+    slow = _by_process("slow", two, {0: 1.04, 1: 1.04, 2: 1.04}, 1)
+    j = judge(slow, fast(two), "latency", 0.95, 0.02)
+    assert j.ratio.lo > 1.02  # the bootstrap alone would call it
+    assert j.decision == "undecided" and j.needs_processes
+    assert "needs 3 pairs of processes that agree, and 2 had 2+ rounds" in j.why
+    slow = _by_process("slow", three, {0: 1.04, 1: 1.04, 2: 1.04}, 1)
+    j = judge(slow, fast(three), "latency", 0.95, 0.02)
+    assert (j.decision, j.why, j.needs_processes) == ("faster", "", False)
+    # Five pairs show a gap and one does not: the pooled CI, which cannot often
+    # draw that one pair for the largest share of rounds, would call it anyway.
+    many = [0] * 4 + [1, 2, 3, 4, 5, 0] * 2
+    slow = _by_process("slow", many, {0: 1.06, 1: 1.06, 2: 1.06, 3: 1.06, 4: 1.06, 5: 1.01}, 1)
+    j = judge(
+        slow, _by_process("fast", many, dict.fromkeys(range(6), 1.0), 2), "latency", 0.8, 0.02
+    )
+    assert j.ratio.lo > 1.02
+    assert j.decision == "undecided" and not j.needs_processes
+    assert j.why.startswith("its process pairs disagree (ratios 1.06")
+    assert j.why.endswith(", 1.011; margin 2%)")
+    # a gap beyond the close-call zone is decided on one process each
+    slow = _by_process("slow", [0] * 5, {0: 1.5}, 1)
+    j = judge(slow, _by_process("fast", [0] * 5, {0: 1.0}, 2), "latency", 0.95, 0.02)
+    assert j.decision == "faster" and j.ratio.lo > 1.1
+
+
+def test_a_close_call_on_two_processes_each_is_a_tie_that_says_why() -> None:
+    slots = [0] * 5 + [1, 0, 1, 0]
+    a = _by_process("a", slots, {0: 1.04, 1: 1.04}, 1)
+    b = _by_process("b", slots, {0: 1.0, 1: 1.0}, 2)
+    v = decide(1, "latency", [a, b], "a")
+    assert v.winner == "b" and v.ties == [["b", "a"]]
+    assert v.speedup is not None and v.speedup.lo > 1.02  # the pooled CI alone would call it
+    assert "a close call needs 3 pairs of processes that agree, and 2 had 2+ rounds" in v.reason

@@ -112,11 +112,90 @@ def compare(ratio: Interval, margin: float) -> str:
     return "undecided"
 
 
+# Two worker processes of one model can differ by a few percent for good (memory
+# layout, page placement: a property of the process, not of the runtime). So a
+# gap whose CI does not clear this is a close call, which no single pair of
+# processes can settle however many rounds it runs.
+CLOSE_CALL = 0.10
+# A close call is decided only when this many pairs of processes, each with
+# MIN_PAIR_ROUNDS rounds, show it on their own. With two pairs, two identical
+# ONNX Runtime candidates whose process effects fell the same way were called
+# "faster" in 4 of 60 A/A runs (benchmarks/aa_test.py); with three, in none of 60.
+CLOSE_CALL_PROCESSES = 3
+MIN_PAIR_ROUNDS = 2
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One pairwise comparison: how much faster `cand` is than `base`, and the call."""
+
+    ratio: Interval
+    decision: str  # faster | slower | equivalent | undecided (see `compare`)
+    why: str = ""  # why a close call was left undecided
+    needs_processes: bool = False  # more processes each could decide it
+
+
+def process_pair_ratios(base: Measured, cand: Measured, objective: str) -> list[float]:
+    """The speedup within each pair of worker processes that shared at least
+    MIN_PAIR_ROUNDS rounds: separate looks at one comparison."""
+    rounds = min(len(base.block_ns), len(cand.block_ns))
+    slots = stats.pair_slots(base.slots, cand.slots, rounds)
+    if slots is None:
+        slots = np.zeros(rounds, np.int64)
+    out = []
+    for pair in np.unique(slots):
+        idx = np.flatnonzero(slots == pair)
+        if len(idx) < MIN_PAIR_ROUNDS:
+            continue
+        if objective == "latency":
+            ratio = np.median(base.samples_ns[idx]) / np.median(cand.samples_ns[idx])
+        else:
+            cand_rate = cand.calls[idx].sum() / cand.block_ns[idx].astype(np.float64).sum()
+            base_rate = base.calls[idx].sum() / base.block_ns[idx].astype(np.float64).sum()
+            ratio = cand_rate / base_rate
+        out.append(float(ratio))
+    return out
+
+
+def judge(base: Measured, cand: Measured, objective: str, level: float, margin: float) -> Judgement:
+    """`compare` on the paired ratio, with close calls held to every process pair.
+
+    The bootstrap resamples processes, but with two per candidate it cannot
+    tell a real gap of a few percent from two process effects that fell the
+    same way. So a decision whose CI stays within CLOSE_CALL of 1 needs
+    CLOSE_CALL_PROCESSES pairs of processes that each put the ratio beyond the
+    margin on the same side.
+    """
+    iv = speedup(base, cand, objective, level)
+    decision = compare(iv, margin)
+    gap = max(margin, CLOSE_CALL)
+    close = (decision == "faster" and iv.lo <= 1.0 + gap) or (
+        decision == "slower" and iv.hi >= 1.0 / (1.0 + gap)
+    )
+    if not close:
+        return Judgement(iv, decision)
+    pairs = process_pair_ratios(base, cand, objective)
+    seen = ", ".join(f"{r:.3f}" for r in pairs) or "none yet"
+    if len(pairs) < CLOSE_CALL_PROCESSES:
+        why = (
+            f"a close call needs {CLOSE_CALL_PROCESSES} pairs of processes that agree, "
+            f"and {len(pairs)} had {MIN_PAIR_ROUNDS}+ rounds (ratios {seen})"
+        )
+        return Judgement(iv, "undecided", why, needs_processes=True)
+    agree = all(r > 1.0 + margin for r in pairs) or all(r < 1.0 - margin for r in pairs)
+    if not agree:
+        why = f"its process pairs disagree (ratios {seen}; margin {margin:.0%})"
+        return Judgement(iv, "undecided", why)
+    return Judgement(iv, decision)
+
+
 def _fmt(iv: Interval) -> str:
     return f"{iv.value:.2f}x (CI {iv.lo:.2f}-{iv.hi:.2f})"
 
 
-def _why_tied(m: Measured, objective: str, min_rounds: int) -> str:
+def _why_tied(m: Measured, objective: str, min_rounds: int, judged: Judgement) -> str:
+    if judged.why:
+        return judged.why
     rounds = len(m.block_ns)
     cv = stats.round_to_round_cv(m.samples_ns, m.block_ns, objective)
     if rounds < min_rounds:
@@ -164,8 +243,9 @@ def decide(
     winner = ranked[0]
     ranking = [m.id for m in ranked]
     level = comparison_level(len(ranked))
-    vs_winner = {m.id: speedup(m, winner, objective, level) for m in ranked[1:]}
-    tied = [mid for mid, iv in vs_winner.items() if compare(iv, margin) != "faster"]
+    judged = {m.id: judge(m, winner, objective, level, margin) for m in ranked[1:]}
+    vs_winner = {mid: j.ratio for mid, j in judged.items()}
+    tied = [mid for mid, j in judged.items() if j.decision != "faster"]
     by_id = {m.id: m for m in measured}
     base = by_id.get(baseline_id) if baseline_id else None
     gain = speedup(base, winner, objective) if base is not None else None
@@ -182,7 +262,7 @@ def decide(
         parts[0] += f"; no speedup is given because the baseline {baseline_id} is out ({why})."
     if tied:
         detail = ", ".join(
-            f"{t} ({_fmt(vs_winner[t])}; {_why_tied(by_id[t], objective, min_rounds)})"
+            f"{t} ({_fmt(vs_winner[t])}; {_why_tied(by_id[t], objective, min_rounds, judged[t])})"
             for t in tied
         )
         parts.append(

@@ -6,9 +6,11 @@ neighbour; during rounds exactly one worker runs while the others sit blocked
 on their sockets.
 
 Sampling is adaptive: after the minimum rounds, a candidate that the leader
-beats by more than the equivalence margin (Bonferroni-corrected CI) is raced
-out, and the group stops once every remaining comparison is decided, every CI
-is tight enough, or the budget is spent. Rounds already in the store (a resumed
+beats by more than `verdict.CLOSE_CALL` (Bonferroni-corrected CI) is raced
+out; closer contenders get more worker processes, since a close call needs
+several pairs of processes to agree (`verdict.judge`). The group stops once
+every remaining comparison is decided, every CI is tight enough, or the budget
+is spent. Rounds already in the store (a resumed
 run) are kept and not measured again.
 """
 
@@ -169,13 +171,6 @@ def _relative_half_width(m: verdict.Measured, objective: str) -> float:
     return (iv.hi - iv.lo) / 2.0 / iv.value if iv.value > 0 else float("inf")
 
 
-# Racing drops a candidate only when the leader is ahead by more than this. Two
-# worker processes of one model can differ by a few percent for good (memory
-# layout), so a smaller gap seen between two single processes is no proof;
-# such contenders get a second process each before anything is decided.
-RACING_GAP = 0.10
-
-
 def _constraint_standing(
     active: list[Candidate], constraints: dict[str, float]
 ) -> tuple[dict[str, str], set[str]]:
@@ -207,8 +202,18 @@ def _check_stop(
     multi_process: bool,
     beyond: dict[str, str] | None = None,
     may_be_beyond: frozenset[str] | set[str] = frozenset(),
-) -> tuple[dict[str, str], str | None]:
-    """Which candidates to stop (id -> why), and whether the group is done (why).
+    room: frozenset[str] | set[str] = frozenset(),
+) -> tuple[dict[str, str], str | None, set[str]]:
+    """Which candidates to stop (id -> why), whether the group is done (why), and
+    which candidates need another process to settle a close call.
+
+    Racing drops a candidate only when the leader is ahead by more than
+    `verdict.CLOSE_CALL` with the CI: a smaller gap seen between two single
+    processes is no proof (see `verdict.judge`), so such contenders get a
+    second process each (`multi_process` says they all have) before anything
+    is decided, and a close call that looks decided gets a third. `room` are
+    the candidates whose processes may still add evidence: one is yet to run
+    its rounds, or one more may start.
 
     `beyond` candidates break a constraint for sure: they are stopped now, since
     they cannot win. `may_be_beyond` ones race on but cannot lead: a leader that
@@ -221,44 +226,48 @@ def _check_stop(
     }
     ms = {c.id: _measured(c, rounds) for c in active if c.id not in out}
     if not ms:
-        return out, f"no candidate within the constraints after {rounds} rounds"
+        return out, f"no candidate within the constraints after {rounds} rounds", set()
     contenders = [m for m in ms.values() if m.id not in may_be_beyond]
     if not contenders:
-        return out, None  # only candidates near a limit: more rounds may bring one within
+        return out, None, set()  # only candidates near a limit: more rounds may bring one within
     leader = max(contenders, key=lambda m: verdict.score(m, s.objective))
     level = verdict.comparison_level(len(ms))
     undecided = 0
     raced = 0
+    wants: set[str] = set()
     for m in ms.values():
         if m.id == leader.id:
             continue
-        iv = verdict.speedup(m, leader, s.objective, level)
-        decision = verdict.compare(iv, s.margin)
-        if iv.lo > 1.0 + max(s.margin, RACING_GAP):
+        judged = verdict.judge(m, leader, s.objective, level, s.margin)
+        iv = judged.ratio
+        if iv.lo > 1.0 + max(s.margin, verdict.CLOSE_CALL):
             raced += 1
             out[m.id] = (
                 f"raced out after {rounds} rounds: {leader.id} is {iv.value:.2f}x faster "
                 f"({level:.1%} CI {iv.lo:.2f}-{iv.hi:.2f})"
             )
-        elif decision not in ("faster", "equivalent"):
+        elif judged.decision not in ("faster", "equivalent"):
             undecided += 1
+            if judged.needs_processes:
+                wants |= {m.id, leader.id}
     if len(ms) - raced <= 1:
         gone = "raced out or beyond the constraints" if beyond else "raced out"
-        return out, f"every other candidate {gone} after {rounds} rounds"
+        return out, f"every other candidate {gone} after {rounds} rounds", set()
     if not multi_process:
-        return out, None  # close contenders: decide only with a second process each
+        return out, None, set()  # close contenders: decide only with a second process each
     if undecided == 0:
-        return out, f"every comparison decided after {rounds} rounds"
+        return out, f"every comparison decided after {rounds} rounds", set()
+    grow = wants & set(room)
+    if grow:  # a close call that more processes may settle: no stopping on tight CIs yet
+        return out, None, grow
     if all(_relative_half_width(m, s.objective) <= s.ci_target for m in ms.values()):
-        return out, f"every CI within +-{s.ci_target:.0%} after {rounds} rounds"
-    return out, None
+        return out, f"every CI within +-{s.ci_target:.0%} after {rounds} rounds", set()
+    return out, None, set()
 
 
-def _exit(
-    c: Candidate, w: WorkerProcess, s: MeasureSettings, w2: WorkerProcess | None = None
-) -> None:
+def _exit(c: Candidate, processes: list[tuple[int, WorkerProcess]], s: MeasureSettings) -> None:
     peaks = []
-    for worker in [w] if w2 is None else [w, w2]:
+    for _, worker in processes:
         try:
             peaks.append(worker.request({"cmd": "exit"}, s.trial_timeout_s)["peak_rss_mb"])
         except WorkerFailed as exc:
@@ -270,32 +279,65 @@ def _exit(
     c.set_status("ok")
 
 
-def _second_process(
+@dataclass
+class Processes:
+    """The worker processes of one candidate, which take turns round by round.
+
+    Each has a slot number stored with its rounds, unique within the candidate
+    (a resumed run's fresh workers get new ones), so the statistics can tell
+    processes apart. The newest process runs first, then the rest in order.
+    """
+
+    running: list[tuple[int, WorkerProcess]]
+    tried: int = 1  # processes started or attempted; a failed start is not retried
+    turns_from: int = 0  # the round the current rotation began
+
+    def settled(self, slots: list[int]) -> bool:
+        """Whether each process has run the rounds a process pair needs to count."""
+        return all(slots.count(slot) >= verdict.MIN_PAIR_ROUNDS for slot, _ in self.running)
+
+    def turn(self, r: int) -> tuple[int, WorkerProcess]:
+        n = len(self.running)
+        return self.running[(r - self.turns_from - 1) % n] if n > 1 else self.running[0]
+
+
+def _another_process(
     c: Candidate,
     ctx: GroupContext,
     s: MeasureSettings,
-    second: dict[str, WorkerProcess],
-    spawned_at: dict[str, int],
+    procs: Processes,
     next_round: int,
     notify: Notify,
-) -> None:
-    """Start a second worker for a close contender; it too must pass the quality gate."""
-    notify(f"{c.id}: still close after {next_round} rounds, starting a second process", c)
-    spawned_at[c.id] = next_round  # attempted: never retried, even if it fails
+) -> str:
+    """Start one more worker for a close contender; it too must pass the quality gate.
+
+    Returns why it could not, or "" if it started.
+    """
+    nth = {2: "second", 3: "third"}.get(procs.tried + 1, f"process {procs.tried + 1}")
+    notify(f"{c.id}: still close after {next_round} rounds, starting a {nth} process", c)
     probe = Candidate(c.variant, c.batch_size, c.label, c.options, artifact=c.artifact)
     w = _load(probe, ctx, s)
+    reason = probe.reason
+    if w is not None:
+        try:
+            w.request(
+                {"cmd": "warmup", "seconds": s.warmup_s, "min_calls": s.warmup_calls},
+                s.trial_timeout_s,
+            )
+        except WorkerFailed as exc:
+            w.close()
+            w, reason = None, str(exc)
     if w is None:
-        c.stopped = f"no second process ({probe.reason}); its CI covers one process only"
-        return
-    try:
-        w.request(
-            {"cmd": "warmup", "seconds": s.warmup_s, "min_calls": s.warmup_calls}, s.trial_timeout_s
-        )
-    except WorkerFailed as exc:
-        w.close()
-        c.stopped = f"no second process ({exc}); its CI covers one process only"
-        return
-    second[c.id] = w
+        procs.tried = verdict.CLOSE_CALL_PROCESSES  # a start that failed is not retried
+        n = len(procs.running)
+        why = f"no {nth} process ({reason}); its CI covers {n} process{'es' if n > 1 else ''}"
+        notify(f"{c.id}: {why}", c)
+        return why
+    procs.tried += 1
+    slot = max(slot for slot, _ in procs.running) + 1
+    procs.running.append((slot, w))
+    procs.turns_from = next_round
+    return ""
 
 
 def _server(
@@ -498,9 +540,9 @@ def measure_group(
         return phases, None
     t_phase = time.perf_counter()
     rounds_cpu: list[dict[str, float]] = []  # what other processes used, round by round
-    workers: dict[str, WorkerProcess] = {}
-    second: dict[str, WorkerProcess] = {}  # a second process for close contenders
-    spawned_at: dict[str, int] = {}
+    workers: dict[str, WorkerProcess] = {}  # each candidate's first (main) worker
+    procs: dict[str, Processes] = {}  # all of them: close contenders get more
+    no_more: dict[str, str] = {}  # why a candidate has fewer processes than it asked for
     calls: dict[str, int] = {}
     settle: dict[str, int] = {}
     try:
@@ -552,6 +594,8 @@ def measure_group(
                 )
             c.settings = {**c.settings, "calls_per_round": calls[cid], "settle_calls": settle[cid]}
             notify(f"{cid}: {calls[cid]} timed calls per round", c)  # persisted for resume
+            # A resumed run's worker is a new process: its rounds get a new slot.
+            procs[cid] = Processes([(max(c.round_slots, default=-1) + 1, w)])
         phases["warmup"] = time.perf_counter() - t_phase
         started = time.perf_counter()
         first = min((len(by_id[cid].rounds_ns) for cid in workers), default=0)
@@ -566,9 +610,7 @@ def measure_group(
                 c = by_id[cid]
                 if len(c.rounds_ns) > r:  # measured before an interruption
                     continue
-                # With a second process, rounds alternate between the two.
-                slot = 1 if cid in second and (r - spawned_at[cid]) % 2 == 0 else 0
-                worker = second[cid] if slot else workers[cid]
+                slot, worker = procs[cid].turn(r)
                 try:
                     reply = worker.request(
                         {"cmd": "measure", "calls": calls[cid], "settle": settle[cid]},
@@ -576,9 +618,9 @@ def measure_group(
                     )
                 except WorkerFailed as exc:
                     _fail(c, None, f"failed in round {r + 1}: {exc}")
-                    workers.pop(cid).close()
-                    if cid in second:
-                        second.pop(cid).close()
+                    workers.pop(cid)
+                    for _, w in procs.pop(cid).running:
+                        w.close()
                     continue
                 c.rounds_ns.append(reply["latency_ns"])
                 c.block_ns.append(reply["block_ns"])
@@ -601,19 +643,31 @@ def measure_group(
             if s.racing and len(active) >= 2:
                 # Decide only once every contender has had its second process
                 # (or tried to: one that would not start is not retried).
-                multi = all(cid in spawned_at for cid in workers)
+                multi = all(procs[cid].tried >= 2 for cid in workers)
+                room = {
+                    cid
+                    for cid in workers
+                    if procs[cid].tried < verdict.CLOSE_CALL_PROCESSES
+                    or not procs[cid].settled(by_id[cid].round_slots)
+                }
                 beyond, maybe = _constraint_standing(active, s.constraints)
-                raced, done = _check_stop(active, s, multi, beyond, maybe)
+                raced, done, grow = _check_stop(active, s, multi, beyond, maybe, room)
                 for cid, why in raced.items():
                     by_id[cid].stopped = why
-                    _exit(by_id[cid], workers.pop(cid), s, second.pop(cid, None))
+                    workers.pop(cid)
+                    _exit(by_id[cid], procs.pop(cid).running, s)
                     notify(f"{cid}: {why}", by_id[cid])
                 if done:
                     stop_reason = done
                     break
                 for cid in sorted(workers):
-                    if cid not in spawned_at:
-                        _second_process(by_id[cid], ctx, s, second, spawned_at, r + 1, notify)
+                    more = cid in grow and procs[cid].settled(by_id[cid].round_slots)
+                    if procs[cid].tried < 2 or (
+                        more and procs[cid].tried < verdict.CLOSE_CALL_PROCESSES
+                    ):
+                        why = _another_process(by_id[cid], ctx, s, procs[cid], r + 1, notify)
+                        if why:
+                            no_more[cid] = why
             elif s.racing:
                 stop_reason = f"nothing left to compare after {r + 1} rounds"
                 break
@@ -630,11 +684,12 @@ def measure_group(
                 _offline(by_id[cid], workers, ctx, s, notify)
         for cid in list(workers):
             c = by_id[cid]
-            c.stopped = f"stopped: {stop_reason}"
-            _exit(c, workers.pop(cid), s, second.pop(cid, None))
+            c.stopped = f"stopped: {stop_reason}" + (f"; {no_more[cid]}" if cid in no_more else "")
+            workers.pop(cid)
+            _exit(c, procs.pop(cid).running, s)
         phases["rounds"] = time.perf_counter() - started
     finally:
-        for w in [*workers.values(), *second.values()]:
+        for w in [*workers.values(), *(w for p in procs.values() for _, w in p.running)]:
             w.close()
     if s.cold_starts > 1:
         t_cold = time.perf_counter()
