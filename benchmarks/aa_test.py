@@ -68,10 +68,16 @@ def main() -> None:
                     if ratio
                     else "-"
                 )
+                processes = "/".join(
+                    str(c["latency_ms"]["processes"])
+                    for c in doc["candidates"]
+                    if c["batch_size"] == v["batch_size"] and c.get("latency_ms")
+                )
                 print(
                     f"run {i + 1:2d} batch {v['batch_size']}: "
                     f"{'tied' if is_tied else 'NOT TIED: ' + str(v['winner'])}; "
-                    f"winner/baseline {detail} ({time.perf_counter() - started:.0f} s)",
+                    f"winner/baseline {detail}; processes {processes} "
+                    f"({time.perf_counter() - started:.0f} s)",
                     flush=True,
                 )
                 if not is_tied:  # the winner is often the baseline itself: say why
