@@ -471,21 +471,42 @@ def test_a_candidate_beyond_the_constraints_neither_leads_nor_races_others_out(
     assert sorted(v["ties"][0]) == ["b-b1", "c-b1"], v["reason"]
 
 
+def _spread_out(
+    rng: np.random.Generator, label: str, ms: float, rounds: int, calls: int, spread: float = 0.01
+) -> Candidate:
+    """A measured candidate whose samples spread evenly over ms +- spread, shuffled into rounds."""
+    c = Candidate(Variant("fake", "fp32"), 1, label)
+    c.model_bytes = 2**20
+    flat = rng.permutation(np.linspace(ms * (1 - spread), ms * (1 + spread), rounds * calls))
+    for lat in (flat * 1e6).astype(np.int64).reshape(rounds, calls).tolist():
+        c.rounds_ns.append(lat)
+        c.block_ns.append(int(sum(lat)))
+        c.round_slots.append(0)
+    return c
+
+
+def test_racing_corrects_for_every_candidate_the_verdict_will() -> None:
+    from bakeoff.api import _measure_settings
+    from bakeoff.measure.scheduler import _check_stop
+
+    rng = np.random.default_rng(0)
+    a, b = _spread_out(rng, "a", 1.0, 5, 50), _spread_out(rng, "b", 1.5, 5, 50)
+    s = _measure_settings(api.RunOptions(quick=True), threads=1, n_groups=1)
+    # Two left in the race, but three entered it (one raced out earlier): the
+    # verdict ranks all three and corrects for two comparisons, and so must racing.
+    out, _, _ = _check_stop([a, b], s, multi_process=False, compared=3)
+    assert out["b-b1"].startswith("raced out after 5 rounds: a-b1 is 1.50x faster (97.5% CI")
+    out, _, _ = _check_stop([a, b], s, multi_process=False)
+    assert "(95.0% CI" in out["b-b1"]
+
+
 def test_constraint_standing_is_sure_only_beyond_the_ci_and_with_enough_samples() -> None:
     from bakeoff.measure.scheduler import _constraint_standing
 
     rng = np.random.default_rng(0)
 
     def cand(label: str, ms: float, rounds: int, calls: int, spread: float = 0.01) -> Candidate:
-        """Samples spread evenly over ms +- spread, shuffled into rounds."""
-        c = Candidate(Variant("fake", "fp32"), 1, label)
-        c.model_bytes = 2**20
-        flat = rng.permutation(np.linspace(ms * (1 - spread), ms * (1 + spread), rounds * calls))
-        for lat in (flat * 1e6).astype(np.int64).reshape(rounds, calls).tolist():
-            c.rounds_ns.append(lat)
-            c.block_ns.append(int(sum(lat)))
-            c.round_slots.append(0)
-        return c
+        return _spread_out(rng, label, ms, rounds, calls, spread)
 
     far = cand("far", 2.0, 10, 50)  # 500 samples, p50 and p99 well above 1.5 ms
     near = cand("near", 1.003, 10, 50, 0.2)  # p50 just above 1.0 ms, its CI reaching below

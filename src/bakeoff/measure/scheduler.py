@@ -203,6 +203,7 @@ def _check_stop(
     beyond: dict[str, str] | None = None,
     may_be_beyond: frozenset[str] | set[str] = frozenset(),
     room: frozenset[str] | set[str] = frozenset(),
+    compared: int = 0,
 ) -> tuple[dict[str, str], str | None, set[str]]:
     """Which candidates to stop (id -> why), whether the group is done (why), and
     which candidates need another process to settle a close call.
@@ -218,6 +219,10 @@ def _check_stop(
     `beyond` candidates break a constraint for sure: they are stopped now, since
     they cannot win. `may_be_beyond` ones race on but cannot lead: a leader that
     the verdict will exclude must not race eligible candidates out.
+
+    `compared` is how many candidates of the group entered the rounds: the
+    verdict corrects for all of them, raced-out ones included, so racing does
+    too, or a candidate raced out on a looser CI would come out tied.
     """
     rounds = min(len(c.rounds_ns) for c in active)
     out = {
@@ -231,7 +236,7 @@ def _check_stop(
     if not contenders:
         return out, None, set()  # only candidates near a limit: more rounds may bring one within
     leader = max(contenders, key=lambda m: verdict.score(m, s.objective))
-    level = verdict.comparison_level(len(ms))
+    level = verdict.comparison_level(max(len(ms), compared))
     undecided = 0
     raced = 0
     wants: set[str] = set()
@@ -597,6 +602,7 @@ def measure_group(
             # A resumed run's worker is a new process: its rounds get a new slot.
             procs[cid] = Processes([(max(c.round_slots, default=-1) + 1, w)])
         phases["warmup"] = time.perf_counter() - t_phase
+        entered = set(workers)  # the candidates that go into the rounds
         started = time.perf_counter()
         first = min((len(by_id[cid].rounds_ns) for cid in workers), default=0)
         stop_reason = f"the maximum of {s.max_rounds} rounds"
@@ -651,7 +657,9 @@ def measure_group(
                     or not procs[cid].settled(by_id[cid].round_slots)
                 }
                 beyond, maybe = _constraint_standing(active, s.constraints)
-                raced, done, grow = _check_stop(active, s, multi, beyond, maybe, room)
+                raced, done, grow = _check_stop(
+                    active, s, multi, beyond, maybe, room, compared=len(entered)
+                )
                 for cid, why in raced.items():
                     by_id[cid].stopped = why
                     workers.pop(cid)
