@@ -120,8 +120,8 @@ CLOSE_CALL = 0.10
 # A close call is decided only when this many pairs of processes, each with
 # MIN_PAIR_ROUNDS rounds, show it on their own. With two pairs, two identical
 # ONNX Runtime candidates whose process effects fell the same way were called
-# "faster" in 4 of 60 A/A runs (benchmarks/aa_test.py); with three, in none of
-# 100 (digits and MiniLM, batch 1 and 32).
+# "faster" in 4 of 60 A/A verdicts (benchmarks/aa_test.py); with three, in none
+# of 90 (digits and MiniLM, batch 1 and 32).
 CLOSE_CALL_PROCESSES = 3
 MIN_PAIR_ROUNDS = 2
 
