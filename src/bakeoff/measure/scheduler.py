@@ -297,6 +297,15 @@ class Processes:
     tried: int = 1  # processes started or attempted; a failed start is not retried
     turns_from: int = 0  # the round the current rotation began
 
+    @property
+    def first(self) -> WorkerProcess:
+        """The worker loaded before the rounds: scenarios and cold start use it."""
+        return self.running[0][1]
+
+    def close(self) -> None:
+        for _, w in self.running:
+            w.close()
+
     def settled(self, slots: list[int]) -> bool:
         """Whether each process has run the rounds a process pair needs to count."""
         return all(slots.count(slot) >= verdict.MIN_PAIR_ROUNDS for slot, _ in self.running)
@@ -347,7 +356,7 @@ def _another_process(
 
 def _server(
     c: Candidate,
-    workers: dict[str, WorkerProcess],
+    procs: dict[str, Processes],
     ctx: GroupContext,
     s: MeasureSettings,
     notify: Notify,
@@ -360,7 +369,7 @@ def _server(
     single = float(np.median(c.samples())) / 1e9
     budget = s.trial_timeout_s + s.server_steps * (3 * s.server_duration_s + 10)
     try:
-        reply = workers[c.id].request(
+        reply = procs[c.id].first.request(
             {
                 "cmd": "server",
                 "single_stream_s": single,
@@ -376,7 +385,7 @@ def _server(
     except WorkerFailed as exc:
         # The latency rounds stand; only the scenario is lost, and says why.
         c.server = {"scenario": "server", "error": str(exc)}
-        workers.pop(c.id).close()
+        procs.pop(c.id).close()
         c.set_status("ok")
         return
     c.server = reply["server"]
@@ -394,7 +403,7 @@ def concurrency_levels(threads: int) -> list[int]:
 
 def _offline(
     c: Candidate,
-    workers: dict[str, WorkerProcess],
+    procs: dict[str, Processes],
     ctx: GroupContext,
     s: MeasureSettings,
     notify: Notify,
@@ -430,7 +439,7 @@ def _offline(
         worker: WorkerProcess | None = None
         try:
             if streams == 1:
-                reply = workers[c.id].request(cmd, budget)
+                reply = procs[c.id].first.request(cmd, budget)
             else:
                 job = {
                     **_job(c, ctx, s, "measure"),
@@ -452,7 +461,7 @@ def _offline(
                 {"concurrency": streams, "threads_per_stream": per_stream, "error": str(exc)}
             )
             if streams == 1:
-                workers.pop(c.id).close()
+                procs.pop(c.id).close()
                 c.set_status("ok")  # the latency rounds stand; only the scenario is lost
                 break
             continue
@@ -545,8 +554,7 @@ def measure_group(
         return phases, None
     t_phase = time.perf_counter()
     rounds_cpu: list[dict[str, float]] = []  # what other processes used, round by round
-    workers: dict[str, WorkerProcess] = {}  # each candidate's first (main) worker
-    procs: dict[str, Processes] = {}  # all of them: close contenders get more
+    procs: dict[str, Processes] = {}  # each candidate's workers: close contenders get more
     no_more: dict[str, str] = {}  # why a candidate has fewer processes than it asked for
     calls: dict[str, int] = {}
     settle: dict[str, int] = {}
@@ -555,7 +563,8 @@ def measure_group(
             notify(f"loading {c.id}", c)
             w = _load(c, ctx, s)
             if w is not None:
-                workers[c.id] = w
+                # A resumed run's worker is a new process: its rounds get a new slot.
+                procs[c.id] = Processes([(max(c.round_slots, default=-1) + 1, w)])
             if w is not None and c.quality is not None:
                 notify(
                     f"loaded {c.id} in {c.load_s:.1f} s, first call {c.first_call_s:.2f} s; "
@@ -567,17 +576,17 @@ def measure_group(
         by_id = {c.id: c for c in candidates}
         phases["load_and_quality"] = time.perf_counter() - t_phase
         t_phase = time.perf_counter()
-        for cid, w in list(workers.items()):
+        for cid in list(procs):
             c = by_id[cid]
             notify(f"warming up {cid}", c)
             try:
-                reply = w.request(
+                reply = procs[cid].first.request(
                     {"cmd": "warmup", "seconds": s.warmup_s, "min_calls": s.warmup_calls},
                     s.trial_timeout_s,
                 )
             except WorkerFailed as exc:
                 _fail(c, None, f"warm-up failed: {exc}")
-                workers.pop(cid).close()
+                procs.pop(cid).close()
                 continue
             c.warmup_ns = reply["latency_ns"]
             record(c, -1, "warmup", c.warmup_ns, None, 0)
@@ -599,17 +608,15 @@ def measure_group(
                 )
             c.settings = {**c.settings, "calls_per_round": calls[cid], "settle_calls": settle[cid]}
             notify(f"{cid}: {calls[cid]} timed calls per round", c)  # persisted for resume
-            # A resumed run's worker is a new process: its rounds get a new slot.
-            procs[cid] = Processes([(max(c.round_slots, default=-1) + 1, w)])
         phases["warmup"] = time.perf_counter() - t_phase
-        entered = set(workers)  # the candidates that go into the rounds
+        entered = set(procs)  # the candidates that go into the rounds
         started = time.perf_counter()
-        first = min((len(by_id[cid].rounds_ns) for cid in workers), default=0)
+        first = min((len(by_id[cid].rounds_ns) for cid in procs), default=0)
         stop_reason = f"the maximum of {s.max_rounds} rounds"
         for r in range(first, s.max_rounds):
             # The order of round r depends on r alone, so a resumed run continues
             # the same randomized schedule.
-            order = sorted(workers)
+            order = sorted(procs)
             np.random.default_rng([s.seed, r]).shuffle(order)
             cpu_at_start, measured_here = environment.cpu_sample(), 0
             for cid in order:
@@ -624,9 +631,7 @@ def measure_group(
                     )
                 except WorkerFailed as exc:
                     _fail(c, None, f"failed in round {r + 1}: {exc}")
-                    workers.pop(cid)
-                    for _, w in procs.pop(cid).running:
-                        w.close()
+                    procs.pop(cid).close()
                     continue
                 c.rounds_ns.append(reply["latency_ns"])
                 c.block_ns.append(reply["block_ns"])
@@ -637,22 +642,22 @@ def measure_group(
                 rounds_cpu.append(environment.other_cpu(cpu_at_start, environment.cpu_sample()))
             notify(
                 f"batch {candidates[0].batch_size}: round {r + 1} done "
-                f"({len(workers)} candidates in the race; at least {s.min_rounds} rounds, "
+                f"({len(procs)} candidates in the race; at least {s.min_rounds} rounds, "
                 f"budget {s.budget_s:.0f} s)",
                 None,
             )
-            if not workers:
+            if not procs:
                 break
             if r + 1 < s.min_rounds:
                 continue
-            active = [by_id[cid] for cid in workers]
+            active = [by_id[cid] for cid in procs]
             if s.racing and len(active) >= 2:
                 # Decide only once every contender has had its second process
                 # (or tried to: one that would not start is not retried).
-                multi = all(procs[cid].tried >= 2 for cid in workers)
+                multi = all(p.tried >= 2 for p in procs.values())
                 room = {
                     cid
-                    for cid in workers
+                    for cid in procs
                     if procs[cid].tried < verdict.CLOSE_CALL_PROCESSES
                     or not procs[cid].settled(by_id[cid].round_slots)
                 }
@@ -662,13 +667,12 @@ def measure_group(
                 )
                 for cid, why in raced.items():
                     by_id[cid].stopped = why
-                    workers.pop(cid)
                     _exit(by_id[cid], procs.pop(cid).running, s)
                     notify(f"{cid}: {why}", by_id[cid])
                 if done:
                     stop_reason = done
                     break
-                for cid in sorted(workers):
+                for cid in sorted(procs):
                     more = cid in grow and procs[cid].settled(by_id[cid].round_slots)
                     if procs[cid].tried < 2 or (
                         more and procs[cid].tried < verdict.CLOSE_CALL_PROCESSES
@@ -685,20 +689,19 @@ def measure_group(
                 stop_reason = f"the budget of {s.budget_s:.0f} s was spent after {r + 1} rounds"
                 break
         if s.scenario == "server" and candidates and candidates[0].batch_size == 1:
-            for cid in sorted(workers):
-                _server(by_id[cid], workers, ctx, s, notify)
+            for cid in sorted(procs):
+                _server(by_id[cid], procs, ctx, s, notify)
         if s.scenario == "offline":
-            for cid in sorted(workers):
-                _offline(by_id[cid], workers, ctx, s, notify)
-        for cid in list(workers):
+            for cid in sorted(procs):
+                _offline(by_id[cid], procs, ctx, s, notify)
+        for cid in list(procs):
             c = by_id[cid]
             c.stopped = f"stopped: {stop_reason}" + (f"; {no_more[cid]}" if cid in no_more else "")
-            workers.pop(cid)
             _exit(c, procs.pop(cid).running, s)
         phases["rounds"] = time.perf_counter() - started
     finally:
-        for w in [*workers.values(), *(w for p in procs.values() for _, w in p.running)]:
-            w.close()
+        for p in procs.values():
+            p.close()
     if s.cold_starts > 1:
         t_cold = time.perf_counter()
         for c in candidates:
