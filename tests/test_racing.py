@@ -566,3 +566,14 @@ def test_the_budget_is_respected_within_ten_percent(tmp_path: Path) -> None:
     assert all("budget of 10 s was spent" in s for s in stopped), stopped
     assert doc["timing_s"]["measure_rounds"] <= 1.1 * budget
     assert min(c["latency_ms"]["rounds"] for c in doc["candidates"]) >= 8  # the minimum ran
+
+
+def test_ci_target_flag_replaces_the_workloads_and_stops_sooner(tmp_path: Path) -> None:
+    noisy = "{ latency_ms = 1.0, jitter = 0.3 }"
+    path = _workload(tmp_path, _two(noisy, noisy))
+    default = _run(path, tmp_path / "a.db")
+    loose = _run(path, tmp_path / "b.db", ci_target=0.3)
+    assert default["settings"]["ci_target"] == 0.02 and loose["settings"]["ci_target"] == 0.3
+    for c in loose["candidates"]:
+        assert c["stopped"].startswith("stopped: every CI within +-30% after"), c["stopped"]
+    assert not any("+-30%" in c["stopped"] for c in default["candidates"])

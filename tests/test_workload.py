@@ -555,6 +555,7 @@ def test_command_line_usage_errors_are_one_message_not_a_traceback(
         ({"threads": 0}, "--threads"),
         ({"cold_starts": 0}, "--cold-starts"),
         ({"margin": 0.7}, "--margin"),
+        ({"ci_target": 0.0}, "--ci-target"),
         ({"scenario": "batch"}, "--scenario"),
         ({"constraints": {"max_p99_ms": 0.0}}, "--max-p99-ms must be positive"),
         ({"constraints": {"max_p99": 5.0}}, "unknown constraint 'max_p99'"),

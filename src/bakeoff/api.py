@@ -69,6 +69,7 @@ class RunOptions:
     threads: int | None = None
     seed: int = 0
     margin: float | None = None  # overrides the workload's [search] margin
+    ci_target: float | None = None  # overrides the workload's [search] ci_target
     fixed_seconds: float | None = None  # benchmark comparator: no rounds, no racing
     scenario: str = "latency"  # latency | server | offline
     latency_bound_ms: float = 100.0  # server scenario: the p99 bound
@@ -230,6 +231,8 @@ def run(
         raise UserError(f"--threads must be at least 1, got {opts.threads}")
     if opts.margin is not None and not 0.0 <= opts.margin < 0.5:
         raise UserError(f"--margin must be in [0, 0.5), got {opts.margin}")
+    if opts.ci_target is not None and not 0.0 < opts.ci_target < 0.5:
+        raise UserError(f"--ci-target must be in (0, 0.5), got {opts.ci_target}")
     for key, limit in (opts.constraints or {}).items():
         if key not in ConstraintsSpec.model_fields:
             raise UserError(
@@ -253,8 +256,9 @@ def run(
     workload = load_workload(workload_ref)
     for note in workload.notes:
         rep.stage(f"note: {note}")
-    if opts.margin is not None:
-        search = workload.spec.search.model_copy(update={"margin": opts.margin})
+    flags = {"margin": opts.margin, "ci_target": opts.ci_target}
+    if overrides := {k: v for k, v in flags.items() if v is not None}:
+        search = workload.spec.search.model_copy(update=overrides)
         workload = dataclasses.replace(
             workload, spec=workload.spec.model_copy(update={"search": search})
         )
@@ -466,6 +470,7 @@ def resume(
         threads=st.get("threads"),
         seed=st.get("seed", 0),
         margin=st.get("margin"),
+        ci_target=st.get("ci_target"),
         scenario=st.get("scenario", "latency"),
         latency_bound_ms=st.get("latency_bound_ms", 100.0),
         cold_starts=st.get("cold_starts", 1),

@@ -86,6 +86,13 @@ def run(
     margin: Annotated[
         float | None, typer.Option(help="equivalence margin for ties (default 0.02 = 2%)")
     ] = None,
+    ci_target: Annotated[
+        float | None,
+        typer.Option(
+            help="stop sampling once every candidate's CI is within +- this, relative "
+            "(default 0.02); smaller keeps undecided close calls measuring, up to --budget"
+        ),
+    ] = None,
     scenario: Annotated[
         str,
         typer.Option(
@@ -155,6 +162,7 @@ def run(
         json_path=json_path,
         threads=threads,
         margin=margin,
+        ci_target=ci_target,
         scenario=scenario,
         latency_bound_ms=latency_bound_ms,
         cold_starts=cold_starts,
