@@ -299,7 +299,7 @@ class Processes:
 
     @property
     def first(self) -> WorkerProcess:
-        """The worker loaded before the rounds: scenarios and cold start use it."""
+        """The worker loaded before the rounds: warm-up and the scenarios use it."""
         return self.running[0][1]
 
     def close(self) -> None:
