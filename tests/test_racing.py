@@ -500,6 +500,24 @@ def test_racing_corrects_for_every_candidate_the_verdict_will() -> None:
     assert "(95.0% CI" in out["b-b1"]
 
 
+def test_a_candidate_raced_out_after_another_left_is_not_tied_in_the_verdict(
+    tmp_path: Path,
+) -> None:
+    # slow leaves after the minimum 5 rounds; b, 14% behind a but noisy, only
+    # later. The verdict corrects for all three, so racing must too.
+    cands = _two("{ latency_ms = 1.0, jitter = 0.02 }", "{ latency_ms = 1.14, jitter = 0.6 }")
+    cands += '\n[[candidates]]\nlabel = "slow"\nruntime = "fake"\n'
+    cands += "options = { latency_ms = 3.0, jitter = 0.02 }\n"
+    doc = _run(_workload(tmp_path, cands), tmp_path / "s.db")
+    by_id = {c["id"]: c for c in doc["candidates"]}
+    assert by_id["slow-b1"]["stopped"].startswith("raced out after 5 rounds")
+    b = by_id["b-b1"]
+    assert b["stopped"].startswith("raced out after") and b["latency_ms"]["rounds"] > 5
+    assert "(97.5% CI" in b["stopped"], b["stopped"]
+    [v] = doc["verdicts"]
+    assert v["winner"] == "a-b1" and v["ties"] == [], v["reason"]
+
+
 def test_constraint_standing_is_sure_only_beyond_the_ci_and_with_enough_samples() -> None:
     from bakeoff.measure.scheduler import _constraint_standing
 
@@ -523,7 +541,9 @@ def test_constraint_standing_is_sure_only_beyond_the_ci_and_with_enough_samples(
     }
 
 
-def test_constraint_flags_replace_the_workloads_and_survive_a_resume(tmp_path: Path) -> None:
+def test_constraint_and_ci_target_flags_replace_the_workloads_and_survive_a_resume(
+    tmp_path: Path,
+) -> None:
     from typer.testing import CliRunner
 
     from bakeoff.cli import app
@@ -535,10 +555,12 @@ def test_constraint_flags_replace_the_workloads_and_survive_a_resume(tmp_path: P
     store = tmp_path / "s.db"
     out = tmp_path / "r.json"
     args = ["run", str(path), "--quick", "--store", str(store), "--json", str(out)]
-    result = CliRunner().invoke(app, [*args, "--max-model-size-mb", "10"])
+    flags = ["--max-model-size-mb", "10", "--ci-target", "0.3"]
+    result = CliRunner().invoke(app, [*args, *flags])
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
     assert doc["workload"]["constraints"] == {"max_model_size_mb": 10}
+    assert doc["settings"]["ci_target"] == 0.3
     assert doc["verdicts"][0]["winner"] == "b-b1"
     assert doc["settings"]["explicit_constraints"] == {"max_model_size_mb": 10}
     # A resumed run keeps the limits its flags set. Killed after its last group
@@ -551,6 +573,7 @@ def test_constraint_flags_replace_the_workloads_and_survive_a_resume(tmp_path: P
         assert conn.execute("SELECT COUNT(*) FROM trials").fetchone() == (trials,)
     assert resumed["workload"]["constraints"] == {"max_model_size_mb": 10}
     assert resumed["verdicts"][0]["excluded_by_constraints"].keys() == {"a-b1"}
+    assert resumed["settings"]["ci_target"] == 0.3
 
 
 def test_the_budget_is_respected_within_ten_percent(tmp_path: Path) -> None:
