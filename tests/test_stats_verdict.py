@@ -177,6 +177,8 @@ def test_decide_reports_ties_for_equal_distributions() -> None:
     assert sorted(v.ties[0]) == ["ort-fp32-b1", "ort-int8-b1"]
     assert v.ties[0][0] == v.winner
     assert "Tied" in v.reason
+    assert "does not put the winner more than 2% ahead" in v.reason
+    assert "pairs of worker processes" not in v.reason  # not a close call held back
     assert "torch-fp32-b1" not in v.ties[0]  # the clearly slower baseline is not tied
     assert v.ranking[-1] == "torch-fp32-b1"
 
@@ -326,3 +328,7 @@ def test_a_close_call_on_two_processes_each_is_a_tie_that_says_why() -> None:
     assert v.winner == "b" and v.ties == [["b", "a"]]
     assert v.speedup is not None and v.speedup.lo > 1.02  # the pooled CI alone would call it
     assert "a close call needs 3 pairs of processes that agree, and 2 had 2+ rounds" in v.reason
+    # its CI does clear the margin, so the verdict must not say it does not
+    assert "does not put the winner" not in v.reason
+    assert "clears the 2% margin but not 10%" in v.reason
+    assert "3 pairs of worker processes each show it" in v.reason

@@ -265,15 +265,28 @@ def decide(
         why = (not_ok or {}).get(baseline_id or "", "it was not measured")
         parts[0] += f"; no speedup is given because the baseline {baseline_id} is out ({why})."
     if tied:
-        detail = ", ".join(
-            f"{t} ({_fmt(vs_winner[t])}; {_why_tied(by_id[t], objective, min_rounds, judged[t])})"
-            for t in tied
-        )
-        parts.append(
-            f"Tied with {detail}: the {level:.1%} CI of the paired ratio (corrected for "
-            f"{len(ranked) - 1} comparisons) does not put the winner more than "
-            f"{margin:.0%} ahead, so pick by memory, cold start or quality."
-        )
+
+        def detail(ids: list[str]) -> str:
+            why = {t: _why_tied(by_id[t], objective, min_rounds, judged[t]) for t in ids}
+            return ", ".join(f"{t} ({_fmt(vs_winner[t])}; {why[t]})" for t in ids)
+
+        # A close call held back by the process rule has a CI that does clear the
+        # margin, so the CI sentence would be false for it: it gets its own.
+        within = [t for t in tied if not judged[t].why]
+        held = [t for t in tied if judged[t].why]
+        if within:
+            parts.append(
+                f"Tied with {detail(within)}: the {level:.1%} CI of the paired ratio "
+                f"(corrected for {len(ranked) - 1} comparisons) does not put the winner more "
+                f"than {margin:.0%} ahead."
+            )
+        if held:
+            parts.append(
+                f"Tied with {detail(held)}: the {level:.1%} CI clears the {margin:.0%} margin "
+                f"but not {CLOSE_CALL:.0%}, and a gap that close counts only when "
+                f"{CLOSE_CALL_PROCESSES} pairs of worker processes each show it."
+            )
+        parts.append("Pick among the tied by memory, cold start or quality.")
     if excluded:
         parts.append(f"Not eligible, beyond the constraints: {beyond}.")
     ties = [[winner.id, *tied]] if tied else []
