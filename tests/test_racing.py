@@ -292,7 +292,10 @@ def test_killed_orchestrator_resumes_without_measuring_a_trial_twice(tmp_path: P
         api.resume(run_id, store)
 
 
-def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_marks_the_run_interrupted_and_says_how_to_resume(
+    tmp_path: Path, signum: int, code: int
+) -> None:
     slow = "{ latency_ms = 20.0, jitter = 0.05, wall_ms = 10 }"
     path = _workload(tmp_path, _two(slow, slow))
     store = tmp_path / "store" / "bakeoff.db"
@@ -306,7 +309,7 @@ def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tmp_path: Path)
         deadline = time.time() + 120
         while time.time() < deadline and not (store.exists() and _polled_trials(store)):
             time.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -314,7 +317,7 @@ def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tmp_path: Path)
     with sqlite3.connect(store) as conn:
         ((run_id, status),) = conn.execute("SELECT run_id, status FROM runs").fetchall()
     assert status == "interrupted"
-    assert proc.returncode == 130
+    assert proc.returncode == code
     said = " ".join(err.split())
     resume = f"bakeoff run --resume {run_id} --store {store}"
     assert f"run {run_id}; if it is interrupted, `{resume}`" in said  # before any work

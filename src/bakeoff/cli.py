@@ -1,7 +1,8 @@
 """The `bakeoff` command: a thin Typer layer over bakeoff.api.
 
 Exit codes: 0 a verdict was reached (or the command did its job), 2 invalid
-input, 1 anything else. User errors print a message, never a traceback.
+input, 130 Ctrl-C, 143 SIGTERM, 1 anything else. User errors print a message,
+never a traceback.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -497,12 +499,28 @@ def cache_clear(
     )
 
 
+# Set when SIGTERM arrived, so the exit code can say so (Typer turns every
+# KeyboardInterrupt into 130).
+_terminated: list[int] = []
+
+
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    """`kill`, a CI job's timeout or a service manager stops a run as Ctrl-C does:
+    workers are closed, the run is marked interrupted and its resume command printed,
+    instead of the process vanishing mid-round."""
+    _terminated.append(signum)
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         # Without standalone mode click returns a command's typer.Exit code
         # instead of exiting with it.
         code = app(standalone_mode=False)
+        if code == 130 and _terminated:
+            code = 128 + signal.SIGTERM
         if isinstance(code, int) and code != 0:
             sys.exit(code)
     except UserError as exc:
@@ -514,7 +532,7 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err.print("interrupted; finished results are in the store")
-        sys.exit(1)
+        sys.exit(128 + signal.SIGTERM if _terminated else 130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:  # Ctrl-C at a prompt, or a command that gave up
