@@ -215,10 +215,60 @@ def _polled_trials(db: Path) -> list[tuple[str, int]]:
         return []
 
 
+def _polled_status(db: Path, candidate_id: str) -> str | None:
+    try:
+        with sqlite3.connect(db) as conn:
+            row = conn.execute(
+                "SELECT status FROM candidates WHERE candidate_id = ?", (candidate_id,)
+            ).fetchone()
+    except sqlite3.OperationalError:  # the run has not created its tables yet
+        return None
+    return row[0] if row else None
+
+
+def _cut_stored_rounds_by_one_call(db: Path) -> dict[str, int]:
+    """Make the stored rounds look as if the killed run's warm-up had chosen one call
+    fewer per round than a new process's warm-up will: with a real runtime the two
+    always differ, while the fake's seeded timings would give the same count."""
+    kept = {}
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute(
+            "SELECT candidate_id, MIN(calls) FROM trials WHERE kind = 'measure' "
+            "GROUP BY candidate_id"
+        ).fetchall()
+        for cid, calls in rows:
+            kept[cid] = calls - 1
+            conn.execute(
+                "UPDATE trials SET calls = ?, latency_ns = substr(latency_ns, 1, ?) "
+                "WHERE candidate_id = ? AND kind = 'measure'",
+                (calls - 1, 8 * (calls - 1), cid),
+            )
+            (doc,) = conn.execute(
+                "SELECT document FROM candidates WHERE candidate_id = ?", (cid,)
+            ).fetchone()
+            doc = json.loads(doc)
+            assert doc["settings"]["calls_per_round"] == calls  # what the resume reads
+            doc["settings"]["calls_per_round"] = calls - 1
+            conn.execute(
+                "UPDATE candidates SET document = ? WHERE candidate_id = ?",
+                (json.dumps(doc), cid),
+            )
+    return kept
+
+
 def test_killed_orchestrator_resumes_without_measuring_a_trial_twice(tmp_path: Path) -> None:
     # 15 calls per round (0.3 s of virtual 20 ms calls), each sleeping 10 ms for real
     slow = "{ latency_ms = 20.0, jitter = 0.05, wall_ms = 10 }"
-    cands = _two(slow, slow)
+    # and one 3x slower, raced out after the minimum rounds, before the kill
+    cands = (
+        _two(slow, slow)
+        + """
+    [[candidates]]
+    label = "late"
+    runtime = "fake"
+    options = { latency_ms = 60.0, jitter = 0.05, wall_ms = 10 }
+    """
+    )
     path = _workload(tmp_path, cands, extra="batch_sizes = [1, 2]".replace("\n", ""))
     text = path.read_text().replace("batch_sizes = [1]\n", "")
     path.write_text(text)
@@ -244,10 +294,10 @@ def test_killed_orchestrator_resumes_without_measuring_a_trial_twice(tmp_path: P
         deadline = time.time() + 120
         while time.time() < deadline:
             time.sleep(0.1)
-            if store.exists() and len(_polled_trials(store)) >= 3:
+            if store.exists() and _polled_status(store, "late-b1") == "ok":
                 break
         else:
-            pytest.fail("the run never recorded a measured trial")
+            pytest.fail("the run never raced late-b1 out")
         os.kill(proc.pid, signal.SIGKILL)  # the orchestrator only; workers see EOF
         proc.wait(timeout=30)
     finally:
@@ -263,10 +313,19 @@ def test_killed_orchestrator_resumes_without_measuring_a_trial_twice(tmp_path: P
             ).fetchall()
         )
     assert status == "running"  # killed: nobody got to mark it
+    stored_calls = _cut_stored_rounds_by_one_call(store)
 
     out = tmp_path / "resumed.json"
     result = api.resume(run_id, store, json_path=out)
     after = _measure_trials(store)
+    # The resumed rounds keep the call count of the rounds stored before the kill.
+    with sqlite3.connect(store) as conn:
+        for cid, calls in stored_calls.items():
+            counts = conn.execute(
+                "SELECT DISTINCT calls FROM trials WHERE candidate_id = ? AND kind = 'measure'",
+                (cid,),
+            ).fetchall()
+            assert counts == [(calls,)], (cid, counts)
     assert len(after) == len(set(after)), "a trial was measured twice"
     assert set(before) < set(after)  # the resumed run finished what was left
     # The resumed run's workers are new processes: their rounds never share a
@@ -280,8 +339,22 @@ def test_killed_orchestrator_resumes_without_measuring_a_trial_twice(tmp_path: P
             assert process > slots_before[cid], (cid, r, process, slots_before)
     doc = json.loads(out.read_text())
     assert doc["run_id"] == run_id
-    assert sorted(c["id"] for c in doc["candidates"]) == ["a-b1", "a-b2", "b-b1", "b-b2"]
+    assert sorted(c["id"] for c in doc["candidates"]) == [
+        "a-b1",
+        "a-b2",
+        "b-b1",
+        "b-b2",
+        "late-b1",
+        "late-b2",
+    ]
     assert all(c["status"] == "ok" for c in doc["candidates"])
+    # Raced out before the kill: kept as it was, and judged with its group.
+    late = next(c for c in doc["candidates"] if c["id"] == "late-b1")
+    assert {r for cid, r in after if cid == "late-b1"} == {
+        r for cid, r in before if cid == "late-b1"
+    }
+    assert late["stopped"].startswith("raced out after 5 rounds"), late["stopped"]
+    assert (late["validity"], late["validity_reason"]) == ("valid", "")
     # Machine use during the rounds covers the rounds the resumed run measured.
     new = set(after) - set(before)
     for g in doc["noise"]["during"]:

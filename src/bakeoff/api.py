@@ -31,7 +31,7 @@ from bakeoff.candidates import (
 )
 from bakeoff.errors import BakeoffError, UserError
 from bakeoff.measure.process import WorkerFailed, run_job
-from bakeoff.measure.scheduler import GroupContext, MeasureSettings, measure_group
+from bakeoff.measure.scheduler import GroupContext, MeasureSettings, measure_group, set_validity
 from bakeoff.measure.worker import ALT_SPLIT, alt_outputs_path
 from bakeoff.paths import DEFAULT_STORE
 from bakeoff.quality import Quality
@@ -676,6 +676,13 @@ def _run_stages(
         )
         rep.stage(f"measuring batch size {bs} ({len(group)} candidates)")
         group_phases, use = measure_group(group, ctx, group_settings, record, notify)
+        if group:
+            # A candidate raced out before an interruption came back from the store
+            # finished but unjudged (validity is set when its group ends): judge it
+            # now, beside the rest of its group.
+            for c in candidates:
+                if c.batch_size == bs and c.status == "ok" and all(c is not g for g in group):
+                    set_validity(c, ms.min_rounds, objective, use)
         for phase, seconds in group_phases.items():
             phases[phase] += seconds
         if use is not None:

@@ -110,6 +110,10 @@ def _job(c: Candidate, ctx: GroupContext, s: MeasureSettings, kind: str) -> dict
     }
 
 
+# What the scheduler adds to a candidate's settings at warm-up (and a resumed run reuses).
+MEASURING_SETTINGS = ("calls_per_round", "settle_calls")
+
+
 def _load(c: Candidate, ctx: GroupContext, s: MeasureSettings) -> WorkerProcess | None:
     job = _job(c, ctx, s, "measure")
     outputs_path = Path(job["outputs_path"])
@@ -121,7 +125,11 @@ def _load(c: Candidate, ctx: GroupContext, s: MeasureSettings) -> WorkerProcess 
         _fail(c, worker, f"load or first call failed: {exc}")
         return None
     c.load_s, c.first_call_s = ready["load_s"], ready["first_call_s"]
-    c.settings = ready["settings"]
+    # A resumed candidate keeps the call counts its stored rounds were made with:
+    # a new process's warm-up gives other counts, and rounds of mixed lengths
+    # cannot be compared (or even stacked).
+    kept = {k: c.settings[k] for k in MEASURING_SETTINGS if k in c.settings and c.rounds_ns}
+    c.settings = {**ready["settings"], **kept}
     c.model_bytes = ready.get("model_bytes")
     try:
         outputs = np.load(outputs_path, allow_pickle=False)
