@@ -138,6 +138,38 @@ def test_machine_use_names_the_cause_of_a_noisy_result() -> None:
     assert why.endswith("the machine was busy or the runtime unstable")
 
 
+def test_a_spread_every_candidate_shares_is_blamed_on_the_machine() -> None:
+    quiet = {"other_cores_mean": 0.01, "gate_cores": 0.25, "busy": False}
+    rng = np.random.default_rng(0)
+
+    def candidate(base: int, slow_rounds: tuple[int, ...]) -> Candidate:
+        c = Candidate(Variant("fake", "fp32"), 1)
+        c.set_status("ok")
+        c.rounds_ns = [
+            (base * (1.3 if r in slow_rounds else 1.0) + rng.integers(0, base // 100, 20))
+            .astype(int)
+            .tolist()
+            for r in range(10)
+        ]
+        c.block_ns = [int(sum(r)) for r in c.rounds_ns]
+        return c
+
+    # rounds 1, 3, 5 and 7 were 30% slower for all three: the machine drifted
+    together = [candidate(base, (1, 3, 5, 7)) for base in (1_000_000, 2_000_000, 500_000)]
+    c = together[0]
+    set_validity(c, min_rounds=10, objective="latency", machine=quiet, others=together)
+    assert c.validity == "noisy"
+    assert "the other candidates' rounds moved with it" in c.validity_reason
+    assert "so the spread is the machine's" in c.validity_reason
+    assert "other processes used 0.01 cores" in c.validity_reason
+    # the same candidate among others whose rounds held steady: its own spread
+    steady = [candidate(base, ()) for base in (2_000_000, 500_000)]
+    set_validity(c, min_rounds=10, objective="latency", machine=quiet, others=[c, *steady])
+    assert c.validity == "noisy"
+    assert "the other candidates' rounds did not move with it" in c.validity_reason
+    assert c.validity_reason.endswith("so the spread is the runtime's own")
+
+
 def test_a_run_records_machine_use_per_batch_size(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "d.npz", input=rng.random((64, 8), dtype=np.float32))

@@ -332,3 +332,27 @@ def test_a_close_call_on_two_processes_each_is_a_tie_that_says_why() -> None:
     assert "does not put the winner" not in v.reason
     assert "clears the 2% margin but not 10%" in v.reason
     assert "3 pairs of worker processes each show it" in v.reason
+
+
+def test_shared_drift_splits_the_machines_spread_from_the_runtimes() -> None:
+    machine = np.array([1.0, 1.3, 1.0, 1.25, 0.95, 1.3])  # every candidate's rounds move so
+    rng = np.random.default_rng(1)
+
+    def rounds(base: float, own: float = 0.01) -> np.ndarray:
+        return base * machine * rng.lognormal(0.0, own, len(machine))
+
+    others = [rounds(50.0), rounds(80.0), rounds(20.0)]
+    shared = stats.shared_drift(rounds(100.0), others)
+    assert shared is not None
+    assert shared.machine_cv > 0.1 and shared.own_cv < 0.03
+    # a candidate whose spread the others do not have keeps it as its own
+    lone = 100.0 * np.array([1.0, 0.7, 1.3, 0.8, 1.2, 0.75])
+    alone = stats.shared_drift(lone, others)
+    assert alone is not None and alone.own_cv > 0.2
+    # one other candidate is enough to tell; none, or one round in common, is not
+    assert stats.shared_drift(rounds(100.0), others[:1]) is not None
+    assert stats.shared_drift(rounds(100.0), []) is None
+    assert stats.shared_drift(rounds(100.0), [np.array([50.0])]) is None
+    # a candidate raced out early shares only its first rounds: later ones count as 1
+    short = stats.shared_drift(rounds(100.0), [rounds(50.0)[:3]])
+    assert short is not None

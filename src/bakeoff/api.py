@@ -680,9 +680,10 @@ def _run_stages(
             # A candidate raced out before an interruption came back from the store
             # finished but unjudged (validity is set when its group ends): judge it
             # now, beside the rest of its group.
-            for c in candidates:
-                if c.batch_size == bs and c.status == "ok" and all(c is not g for g in group):
-                    set_validity(c, ms.min_rounds, objective, use)
+            same = [c for c in candidates if c.batch_size == bs]
+            for c in same:
+                if c.status == "ok" and all(c is not g for g in group):
+                    set_validity(c, ms.min_rounds, objective, use, same)
         for phase, seconds in group_phases.items():
             phases[phase] += seconds
         if use is not None:

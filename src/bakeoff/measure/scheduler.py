@@ -495,13 +495,19 @@ def _offline(
 
 
 def set_validity(
-    c: Candidate, min_rounds: int, objective: str, machine: dict[str, Any] | None = None
+    c: Candidate,
+    min_rounds: int,
+    objective: str,
+    machine: dict[str, Any] | None = None,
+    others: list[Candidate] | None = None,
 ) -> None:
     """valid | noisy | invalid, with the reason (DESIGN.md §3 rule 10).
 
     `machine` is what other processes used during the rounds (`machine_use`):
-    over its gate the results are noisy, and under it a wide spread is the
-    runtime's own. A runtime on a virtual clock (the fake one) is immune to both.
+    over its gate the results are noisy. Under it, a wide spread that `others`
+    (the rest of the group, measured in the same rounds) shared is the
+    machine's drift, and one they did not share is the runtime's own. A
+    runtime on a virtual clock (the fake one) is immune to all of it.
     """
     if c.status != "ok":
         c.validity, c.validity_reason = "invalid", f"{c.status}: {c.reason}"
@@ -512,8 +518,8 @@ def set_validity(
         c.validity_reason = f"only {rounds} rounds, fewer than the minimum {min_rounds}"
         return
     if c.settings.get("virtual_clock"):
-        machine = None
-    others = (
+        machine, others = None, None
+    others_use = (
         f"other processes used {machine['other_cores_mean']:.2f} cores on average meanwhile"
         if machine
         else ""
@@ -524,24 +530,51 @@ def set_validity(
         spread = (
             f"round-to-round spread of the {objective} is {cv:.0%} (gate {verdict.NOISY_CV:.0%})"
         )
-        if not machine:
-            cause = "the machine was busy or the runtime unstable"
-        elif machine["busy"]:
-            cause = f"{others}, over the gate of {machine['gate_cores']:.2f}"
-        else:
+        drift = _shared_drift(c, others or [], objective)
+        if machine and machine["busy"]:
+            cause = f"{others_use}, over the gate of {machine['gate_cores']:.2f}"
+        elif drift is not None and drift.own_cv <= verdict.NOISY_CV:
             cause = (
-                f"{others} (gate {machine['gate_cores']:.2f}), so the spread is the runtime's own"
+                f"the other candidates' rounds moved with it (the machine's speed drifted "
+                f"{drift.machine_cv:.0%} between rounds"
+                + (f"; {others_use}" if others_use else "")
+                + f"; its own spread is {drift.own_cv:.0%}), so the spread is the machine's: "
+                "its absolute figures are uncertain, while comparisons, paired within "
+                "rounds, cancel most of it"
+            )
+        elif not machine:
+            cause = "the machine was busy or the runtime unstable"
+        else:
+            unshared = (
+                ""
+                if drift is None
+                else f" and the other candidates' rounds did not move with it (its own "
+                f"spread is {drift.own_cv:.0%})"
+            )
+            cause = (
+                f"{others_use} (gate {machine['gate_cores']:.2f}),{unshared} so the spread is "
+                "the runtime's own"
             )
         c.validity_reason = f"{spread}: {cause}"
         return
     if machine and machine["busy"]:
         c.validity = "noisy"
         c.validity_reason = (
-            f"{others} (gate {machine['gate_cores']:.2f}): the machine was not quiet, "
+            f"{others_use} (gate {machine['gate_cores']:.2f}): the machine was not quiet, "
             "even though the rounds agree"
         )
         return
     c.validity, c.validity_reason = "valid", ""
+
+
+def _shared_drift(
+    c: Candidate, others: list[Candidate], objective: str
+) -> stats.SharedDrift | None:
+    def rounds_of(x: Candidate) -> np.ndarray:
+        return stats.per_round(x.samples(), np.asarray(x.block_ns), objective)
+
+    measured = [o for o in others if o is not c and o.status == "ok" and len(o.rounds_ns) >= 2]
+    return stats.shared_drift(rounds_of(c), [rounds_of(o) for o in measured])
 
 
 def measure_group(
@@ -718,7 +751,7 @@ def measure_group(
         phases["cold_start"] = time.perf_counter() - t_cold
     during = machine_use(rounds_cpu, s)
     for c in candidates:
-        set_validity(c, s.min_rounds, s.objective, during)
+        set_validity(c, s.min_rounds, s.objective, during, candidates)
     return phases, during
 
 

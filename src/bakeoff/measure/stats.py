@@ -177,6 +177,18 @@ def coefficient_of_variation(samples_ns: np.ndarray) -> float:
     return float(flat.std() / flat.mean()) if flat.size > 1 and flat.mean() > 0 else 0.0
 
 
+def per_round(samples_ns: np.ndarray, block_ns: np.ndarray, objective: str) -> np.ndarray:
+    """The objective of each round: its median latency, or its calls per ns."""
+    if objective == "latency":
+        return np.median(samples_ns.astype(np.float64), axis=1)
+    return samples_ns.shape[1] / block_ns.astype(np.float64)
+
+
+def _cv(values: np.ndarray) -> float:
+    mean = values.mean()
+    return float(values.std(ddof=1) / mean) if len(values) > 1 and mean > 0 else 0.0
+
+
 def round_to_round_cv(samples_ns: np.ndarray, block_ns: np.ndarray, objective: str) -> float:
     """Spread of the objective between rounds: what makes a comparison uncertain.
 
@@ -185,12 +197,40 @@ def round_to_round_cv(samples_ns: np.ndarray, block_ns: np.ndarray, objective: s
     """
     if len(samples_ns) < 2:
         return 0.0
-    if objective == "latency":
-        per_round = np.median(samples_ns.astype(np.float64), axis=1)
-    else:
-        per_round = samples_ns.shape[1] / block_ns.astype(np.float64)
-    mean = per_round.mean()
-    return float(per_round.std(ddof=1) / mean) if mean > 0 else 0.0
+    return _cv(per_round(samples_ns, block_ns, objective))
+
+
+@dataclass(frozen=True)
+class SharedDrift:
+    """How much of a candidate's round-to-round spread the other candidates shared."""
+
+    machine_cv: float  # spread of the rounds' common factor: the machine's drift
+    own_cv: float  # the candidate's spread once that factor is divided out
+
+
+def shared_drift(own: np.ndarray, others: list[np.ndarray]) -> SharedDrift | None:
+    """Split a candidate's round-to-round spread into the machine's and its own.
+
+    `own` and each of `others` are per-round objectives (`per_round`), indexed
+    by round, measured in the same interleaved rounds. A round that is slow for
+    every candidate alike (CPU frequency, a busy host the VM cannot see) is the
+    machine's doing: its factor is the median, over the other candidates in
+    that round, of their value relative to their own median. None without
+    another candidate in at least two of the rounds.
+    """
+    if len(own) < 2:
+        return None
+    relative = [o / np.median(o) for o in others if len(o) >= 2]
+    factor = np.ones(len(own))
+    shared = 0
+    for r in range(len(own)):
+        in_round = [rel[r] for rel in relative if r < len(rel)]
+        if in_round:
+            factor[r] = float(np.median(in_round))
+            shared += 1
+    if shared < 2:
+        return None
+    return SharedDrift(_cv(factor), _cv(own / np.median(own) / factor))
 
 
 def mean_interval(values: np.ndarray) -> Interval:
