@@ -370,7 +370,9 @@ def test_ctrl_c_or_sigterm_marks_the_run_interrupted_and_says_how_to_resume(
     tmp_path: Path, signum: int, code: int
 ) -> None:
     slow = "{ latency_ms = 20.0, jitter = 0.05, wall_ms = 10 }"
-    path = _workload(tmp_path, _two(slow, slow))
+    # A CI target no run reaches: the run lasts all its rounds (several seconds),
+    # so on a loaded machine the signal still finds it running.
+    path = _workload(tmp_path, _two(slow, slow), extra="ci_target = 0.001")
     store = tmp_path / "store" / "bakeoff.db"
     proc = subprocess.Popen(
         [sys.executable, "-m", "bakeoff.cli", "run", str(path), "--quick", "--store", str(store)],
@@ -650,6 +652,52 @@ def test_constraint_and_ci_target_flags_replace_the_workloads_and_survive_a_resu
     assert resumed["workload"]["constraints"] == {"max_model_size_mb": 10}
     assert resumed["verdicts"][0]["excluded_by_constraints"].keys() == {"a-b1"}
     assert resumed["settings"]["ci_target"] == 0.3
+
+
+def test_a_resume_is_refused_when_what_the_rounds_were_measured_with_changed(
+    tmp_path: Path,
+) -> None:
+    from bakeoff.errors import UserError
+
+    path = _workload(tmp_path, _two("{ latency_ms = 1.0 }", "{ latency_ms = 1.5 }"))
+    original = path.read_text()
+    store = tmp_path / "s.db"
+    run_id = _run(path, store)["run_id"]
+
+    def interrupted() -> None:
+        with sqlite3.connect(store) as conn:
+            conn.execute("UPDATE runs SET status = 'interrupted'")
+
+    def refused(match: str) -> None:
+        with pytest.raises(UserError, match=match):
+            api.resume(run_id, store)
+        with sqlite3.connect(store) as conn:  # refused: the run stays resumable
+            assert conn.execute("SELECT status FROM runs").fetchone() == ("interrupted",)
+
+    interrupted()
+    path.write_text(original + '\n[[candidates]]\nlabel = "c"\nruntime = "fake"\n')
+    refused(r"other candidates than when run .* started \(new: c-b1\); put it back")
+    path.write_text(original)
+    data = dict(np.load(tmp_path / "d.npz"))
+    np.savez(tmp_path / "d.npz", input=data["input"] + 1.0)
+    refused(r"the workload's data changed since run .* started; put it back")
+    np.savez(tmp_path / "d.npz", **data)
+    path.write_text(original + "\n[quality]\nmax_drop = 0.5\n")
+    refused(r"quality gate changed .* \(then cosine max_drop 0.01, now cosine max_drop 0.5\)")
+    path.write_text(original.replace("options = {}", "options = { latency_ms = 9.0 }", 1))
+    refused(r"the model changed since run")
+    path.write_text(original)
+    with sqlite3.connect(store) as conn:
+        (env,) = conn.execute("SELECT environment FROM runs").fetchone()
+        env = json.loads(env)
+        env["packages"]["numpy"] = "1.0.0"
+        conn.execute("UPDATE runs SET environment = ?", (json.dumps(env),))
+    refused(r"installed runtimes changed since run .* \(numpy 1\.0\.0 -> " + np.__version__)
+    with sqlite3.connect(store) as conn:
+        env["packages"]["numpy"] = np.__version__
+        conn.execute("UPDATE runs SET environment = ?", (json.dumps(env),))
+    # everything as it was: the run finishes
+    assert api.resume(run_id, store).exit_code == 0
 
 
 def test_the_budget_is_respected_within_ten_percent(tmp_path: Path) -> None:

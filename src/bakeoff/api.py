@@ -307,6 +307,10 @@ def run(
         env = environment.fingerprint()
         settings = {
             "workload_ref": _workload_ref(workload_ref),
+            "quality": {
+                "metric": workload.spec.quality.metric,
+                "max_drop": workload.spec.quality.max_drop,
+            },
             "runtimes": runtimes,
             "precisions": precisions,
             "batch_sizes": batch_sizes,
@@ -326,21 +330,6 @@ def run(
             "target": opts.target,
             "explicit_constraints": opts.constraints,
         }
-        if resume_record is None:
-            store.start_run(run_id, workload.origin, env, settings)
-        else:
-            store.mark_running(run_id)
-        # Said first: a killed run cannot say later which id to resume.
-        rep.stage(f"run {run_id}; if it is interrupted, `{resume_command(run_id, opts.store)}`")
-        job_base = {
-            "source": workload.source.__dict__,
-            "data_path": str(data_path),
-            "input_names": input_names,
-            "artifacts_dir": str(run_dir / "artifacts"),
-            # The quality gate, for build steps that tune to it (NNCF accuracy control).
-            "metric": workload.spec.quality.metric,
-            "max_drop": workload.spec.quality.max_drop,
-        }
         if workload.spec.candidates:
             candidates = explicit_candidates(
                 workload.spec.candidates,
@@ -353,6 +342,26 @@ def run(
             candidates = enumerate_candidates(
                 runtimes, precisions, batch_sizes, workload.source.kind
             )
+        if resume_record is None:
+            store.start_run(run_id, workload.origin, env, settings)
+        else:
+            try:
+                _check_resumable(resume_record, workload, env, candidates, run_dir, split)
+            except UserError:
+                status = resume_record["status"]  # refused: the run stays as it was
+                raise
+            store.mark_running(run_id)
+        # Said first: a killed run cannot say later which id to resume.
+        rep.stage(f"run {run_id}; if it is interrupted, `{resume_command(run_id, opts.store)}`")
+        job_base = {
+            "source": workload.source.__dict__,
+            "data_path": str(data_path),
+            "input_names": input_names,
+            "artifacts_dir": str(run_dir / "artifacts"),
+            # The quality gate, for build steps that tune to it (NNCF accuracy control).
+            "metric": workload.spec.quality.metric,
+            "max_drop": workload.spec.quality.max_drop,
+        }
         if resume_record is not None:
             _restore(candidates, resume_record, store)
         rep.candidates(candidates)
@@ -395,6 +404,67 @@ def resume_command(run_id: str, store: str | Path) -> str:
     """The command line that finishes this run (with --store where it is not the default)."""
     where = "" if Path(store) == DEFAULT_STORE else f" --store {shlex.quote(str(store))}"
     return f"bakeoff run --resume {run_id}{where}"
+
+
+def _check_resumable(
+    record: dict[str, Any],
+    workload: Workload,
+    env: dict[str, Any],
+    candidates: list[Candidate],
+    run_dir: Path,
+    split: dict[str, np.ndarray],
+) -> None:
+    """Refuse to resume when what the stored rounds were measured with has changed:
+    the finished run would mix two models, two workloads or two library versions."""
+    start_over = "; put it back as it was to resume, or start a new run"
+    run_id = record["run_id"]
+    then = {d["id"] for d in record["candidates"]}
+    now = {c.id for c in candidates}
+    if then and then != now:  # none stored: killed before the candidates were saved
+        added, gone = sorted(now - then), sorted(then - now)
+        raise UserError(
+            f"the workload now gives other candidates than when run {run_id} started"
+            + (f" (new: {', '.join(added)})" if added else "")
+            + (f" (no longer: {', '.join(gone)})" if gone else "")
+            + start_over
+        )
+    stored = run_dir / "data.npz"
+    if stored.exists():
+        with np.load(stored, allow_pickle=False) as then_data:
+            same = set(then_data.files) == set(split) and all(
+                np.array_equal(then_data[k], v) for k, v in split.items()
+            )
+        if not same:
+            raise UserError(f"the workload's data changed since run {run_id} started{start_over}")
+    quality = record["settings"].get("quality")  # runs stored before 0.1.0 lack it
+    spec = workload.spec.quality
+    if quality and (quality["metric"], quality["max_drop"]) != (spec.metric, spec.max_drop):
+        raise UserError(
+            f"the workload's quality gate changed since run {run_id} started (then "
+            f"{quality['metric']} max_drop {quality['max_drop']:g}, now {spec.metric} "
+            f"max_drop {spec.max_drop:g}){start_over}"
+        )
+    old_packages = record["environment"].get("packages") or {}
+    new_packages = env.get("packages") or {}
+    changed = [
+        f"{name} {old_packages.get(name)} -> {new_packages.get(name)}"
+        for name in sorted(set(old_packages) | set(new_packages))
+        if old_packages.get(name) != new_packages.get(name)
+    ]
+    if changed:
+        raise UserError(
+            f"installed runtimes changed since run {run_id} started ({'; '.join(changed)}): "
+            "its rounds were measured with the old versions; reinstall those to resume, "
+            "or start a new run"
+        )
+    built_with = variant_cache.run_model_hash(run_dir / "artifacts")
+    if built_with is not None:
+        model = variant_cache.model_hash(workload.source)
+        if model["hash"] != built_with:
+            raise UserError(
+                f"the model changed since run {run_id} started (its files: "
+                f"{', '.join(model['files']) or 'none'}, or its [model] settings){start_over}"
+            )
 
 
 def _restore(candidates: list[Candidate], record: dict[str, Any], store: Store) -> None:

@@ -277,6 +277,15 @@ def prepare_run(
     return f"variant cache: {root} (model {model['hash'][:12]}){_stale_note(root, components)}"
 
 
+def run_model_hash(artifacts_dir: Path) -> str | None:
+    """The model hash a run's builds were keyed on (see `prepare_run`), or None when
+    that run had no key (cache off, or a model that could not be hashed)."""
+    try:
+        return str(json.loads((artifacts_dir / KEY_FILE).read_text())["components"]["model"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _stale_note(root: Path, components: dict[str, Any]) -> str:
     """Why entries for this model and data will not be used, when no entry can be:
     so "0 reused" after a library upgrade or a code change is explained."""
