@@ -436,7 +436,7 @@ def _check_resumable(
             )
         if not same:
             raise UserError(f"the workload's data changed since run {run_id} started{start_over}")
-    quality = record["settings"].get("quality")  # runs stored before 0.1.0 lack it
+    quality = record["settings"].get("quality")  # runs stored before this check lack it
     spec = workload.spec.quality
     if quality and (quality["metric"], quality["max_drop"]) != (spec.metric, spec.max_drop):
         raise UserError(
