@@ -303,6 +303,32 @@ def test_torch_compile_bf16_autocast(tmp_path: Path, store_path: Path) -> None:
     assert c["cold_start_s"]["first_call"] > 0
 
 
+def test_torch_compile_workers_compile_in_private_caches_they_remove(
+    tmp_path: Path, store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each timed worker compiles from an empty inductor cache of its own, so the
+    first call is the cold compile a fresh deployment pays (and repeated cold
+    starts are independent); the shared cache is neither read nor written."""
+    import os
+    import tempfile
+
+    shared = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])  # set for every test (conftest)
+
+    def contents() -> set[Path]:
+        return set(shared.rglob("*")) if shared.exists() else set()
+
+    before = contents()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    wl = _workload(tmp_path, ["torch-compile"], ["fp32"], [1])
+    opts = api.RunOptions(quick=True, store=store_path, budget_s=1)
+    [c] = api.run(str(wl), opts).document["candidates"]
+    assert c["status"] == "ok", c["reason"]
+    assert c["settings"]["compile_backend"] == "inductor"
+    assert contents() == before
+    assert list((tmp_path / "tmp").iterdir()) == []  # every worker's cache removed
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_torch_autocast_variants_report_the_size_of_their_weights(precision: str) -> None:
     """Autocast keeps the FP32 weights, so a BF16/FP16 candidate weighs what FP32 does
