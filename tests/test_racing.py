@@ -365,9 +365,17 @@ def test_killed_orchestrator_resumes_without_measuring_a_trial_twice(tmp_path: P
         api.resume(run_id, store)
 
 
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    ("signum", "code", "group"),
+    [
+        (signal.SIGINT, 130, False),
+        # Ctrl-C in a terminal: SIGINT reaches the workers as well
+        (signal.SIGINT, 130, True),
+        (signal.SIGTERM, 143, False),
+    ],
+)
 def test_ctrl_c_or_sigterm_marks_the_run_interrupted_and_says_how_to_resume(
-    tmp_path: Path, signum: int, code: int
+    tmp_path: Path, signum: int, code: int, group: bool
 ) -> None:
     slow = "{ latency_ms = 20.0, jitter = 0.05, wall_ms = 10 }"
     # A CI target no run reaches: the run lasts all its rounds (several seconds),
@@ -379,12 +387,16 @@ def test_ctrl_c_or_sigterm_marks_the_run_interrupted_and_says_how_to_resume(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=group,  # its own process group, as a terminal's job has
     )
     try:
         deadline = time.time() + 120
         while time.time() < deadline and not (store.exists() and _polled_trials(store)):
             time.sleep(0.1)
-        proc.send_signal(signum)
+        if group:
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -397,6 +409,11 @@ def test_ctrl_c_or_sigterm_marks_the_run_interrupted_and_says_how_to_resume(
     resume = f"bakeoff run --resume {run_id} --store {store}"
     assert f"run {run_id}; if it is interrupted, `{resume}`" in said  # before any work
     assert f"interrupted: what finished is in the store; `{resume}` finishes the run" in said
+    # The orchestrator stops its workers; none fails or dies of the signal itself.
+    with sqlite3.connect(store) as conn:
+        assert {s for (s,) in conn.execute("SELECT status FROM candidates")} == {"pending"}
+    for log in (store.parent / "runs" / run_id / "logs").glob("*.log"):
+        assert "KeyboardInterrupt" not in log.read_text(), log.name
 
 
 def test_server_scenario_finds_a_passing_rate_with_loadgen(tmp_path: Path) -> None:

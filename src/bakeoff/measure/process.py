@@ -94,15 +94,23 @@ class WorkerProcess:
             self.compile_cache = Path(tempfile.mkdtemp(prefix="bakeoff-compile-cache-"))
             for name in COMPILE_CACHE_VARIABLES:
                 env[name] = str(self.compile_cache / name.lower())
-        with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "bakeoff.measure.worker", str(child_sock.fileno())],
-                pass_fds=[child_sock.fileno()],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-            )
+        # Ctrl-C in a terminal reaches the whole process group, workers too; the
+        # orchestrator stops them itself. The worker starts with SIGINT blocked (a
+        # signal mask survives exec) and ignores it before unblocking, so a Ctrl-C
+        # during its imports is dropped, not a KeyboardInterrupt in its log.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            with open(log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "bakeoff.measure.worker", str(child_sock.fileno())],
+                    pass_fds=[child_sock.fileno()],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                )
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         child_sock.close()
         self.conn = Connection(parent_sock.detach())
         self._send(job)

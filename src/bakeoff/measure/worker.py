@@ -22,6 +22,7 @@ import importlib
 import json
 import os
 import resource
+import signal
 import sys
 import threading
 import time
@@ -324,6 +325,10 @@ def serve_measure(conn: Connection, job: dict[str, Any], started: float) -> None
 
 def main(fd: int) -> int:
     started = time.perf_counter()
+    # Started with SIGINT blocked (see WorkerProcess): the orchestrator, not Ctrl-C,
+    # stops a worker, so a pending or later SIGINT is dropped.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     conn = Connection(fd)
     job = recv(conn)
     if cpus := job.get("cpus"):
