@@ -414,6 +414,15 @@ def test_ctrl_c_or_sigterm_marks_the_run_interrupted_and_says_how_to_resume(
         assert {s for (s,) in conn.execute("SELECT status FROM candidates")} == {"pending"}
     for log in (store.parent / "runs" / run_id / "logs").glob("*.log"):
         assert "KeyboardInterrupt" not in log.read_text(), log.name
+    # `bakeoff show` says the same, and what is not finished
+    from typer.testing import CliRunner
+
+    from bakeoff.cli import app
+
+    shown = CliRunner().invoke(app, ["show", run_id, "--store", str(store)])
+    assert shown.exit_code == 0, shown.output
+    assert f"run {run_id} is interrupted; `{resume}` finishes it" in " ".join(shown.output.split())
+    assert "a-b1: not finished" in shown.output
 
 
 def test_server_scenario_finds_a_passing_rate_with_loadgen(tmp_path: Path) -> None:

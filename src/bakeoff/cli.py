@@ -222,9 +222,21 @@ def show(
         sys.stdout.write(json.dumps(doc or record, indent=2) + "\n")
         return
     if doc is None:
-        out.print(f"run {record['run_id']} is {record['status']}; finished candidates:")
+        rid, status = record["run_id"], record["status"]
+        resume = f"`{api.resume_command(rid, store)}`"
+        if status == "running":  # or killed (SIGKILL) before it could say otherwise
+            out.print(
+                f"run {rid} has not finished: it is running, or it was killed; "
+                f"if no process is running it, {resume} finishes it",
+                highlight=False,
+            )
+        else:
+            out.print(f"run {rid} is {status}; {resume} finishes it", highlight=False)
+        out.print("candidates so far:")
         for c in record["candidates"]:
-            out.print(f"  {c['id']}: {c['status']} {escape(c['reason'])}")
+            state = "not finished" if c["status"] == "pending" else c["status"]
+            reason = f" - {escape(c['reason'])}" if c.get("reason") else ""
+            out.print(f"  {c['id']}: {state}{reason}", highlight=False)
         return
     print_result(doc, out)
 
