@@ -374,3 +374,21 @@ def test_a_noisy_result_is_flagged_in_every_report(run: dict[str, Any]) -> None:
     # The section is there only when something is flagged.
     print_result(stored.document, console := Console(record=True, width=250))
     assert ("Flagged" in console.export_text()) == bool(flagged(stored.candidates))
+
+
+def test_an_unfinished_run_is_reported_as_unfinished(run: dict[str, Any]) -> None:
+    from bakeoff.report import html, markdown
+    from bakeoff.report.data import StoredRun, load
+
+    stored = load(run["run_id"], run["store"])
+    assert stored.document is not None
+    pending = [{**c, "status": "pending", "reason": ""} for c in stored.document["candidates"]]
+    record = {**stored.record, "status": "interrupted", "document": None, "candidates": pending}
+    page = html.render(StoredRun(record))
+    rid = run["run_id"]
+    assert f"Run {rid} is interrupted: it has no verdict." in page
+    assert f"<code>bakeoff run --resume {rid}</code> finishes it" in page
+    assert f"{len(pending)} candidates had not finished when the run stopped" in page
+    assert "Every candidate was measured" not in page
+    md = markdown.render(StoredRun(record))
+    assert f"Run status: **interrupted**; no verdict. `bakeoff run --resume {rid}`" in md

@@ -97,7 +97,8 @@ def _verdicts(run: StoredRun) -> str:
     if run.document is None:
         return (
             f'<div class="verdict none">Run {_e(run.run_id)} is {_e(run.record["status"])}: '
-            "it has no verdict. The candidates it finished are shown below.</div>"
+            "it has no verdict. Its candidates are shown below as far as they got; "
+            f"<code>bakeoff run --resume {_e(run.run_id)}</code> finishes it.</div>"
         )
     out = []
     for v in run.verdicts:
@@ -356,6 +357,12 @@ def _results_table(run: StoredRun) -> str:
 def _not_ok(run: StoredRun) -> str:
     rows = [c for c in run.candidates if c["status"] not in ("ok", "pending")]
     rows += flagged(run.candidates)
+    pending = sum(c["status"] == "pending" for c in run.candidates)
+    if not rows and pending:
+        return (
+            f"<p>{pending} candidate{'s' if pending > 1 else ''} had not finished when the "
+            "run stopped; no other failed or was flagged.</p>"
+        )
     if not rows:
         return "<p>Every candidate was measured, and every result passed its gates.</p>"
     body = "".join(

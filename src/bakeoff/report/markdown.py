@@ -24,7 +24,11 @@ def render(run: StoredRun) -> str:
     name = wl.get("name") or run.record.get("workload")
     lines = [f"## bakeoff: {_cell(name)} (run `{run.run_id}`)", ""]
     if run.document is None:
-        lines += [f"Run status: **{run.record['status']}**; no verdict.", ""]
+        lines += [
+            f"Run status: **{run.record['status']}**; no verdict. "
+            f"`bakeoff run --resume {run.run_id}` finishes it.",
+            "",
+        ]
     lines += ["### Verdict", ""]
     for v in run.verdicts:
         if v["winner"]:
