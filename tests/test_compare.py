@@ -172,3 +172,22 @@ def test_environment_differences_come_first(runs: dict[str, Any]) -> None:
     text = console.export_text()
     assert text.index("cpu.model") < text.index("fake-fp32-b1")
     assert "packages.onnxruntime: '" in text and "-> '0.0.1'" in text
+
+
+def test_why_a_candidate_is_not_compared() -> None:
+    from bakeoff.compare import _not_comparable
+
+    def c(status: str, reason: str = "", measured: bool = True) -> dict[str, Any]:
+        figures = {"p50": 1.0} if measured else {}
+        return {"status": status, "reason": reason, "latency_ms": figures, "throughput": figures}
+
+    pending = "not finished (the run was interrupted)"
+    assert _not_comparable(c("pending"), c("pending")) == f"in both runs {pending}"
+    assert _not_comparable(c("ok"), c("pending")) == f"in B {pending}"
+    assert _not_comparable(c("failed", "boom"), c("ok")) == "in A failed: boom"
+    gate = "quality gate: drop 0.3"
+    assert _not_comparable(c("rejected", gate), c("rejected", gate)) == (
+        f"in both runs rejected: {gate}"
+    )
+    assert _not_comparable(c("ok", measured=False), c("ok")) == "not measured in A"
+    assert _not_comparable(c("ok"), c("ok")) == ""

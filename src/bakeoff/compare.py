@@ -207,12 +207,19 @@ def compare_runs(a: StoredRun, b: StoredRun, margin: float | None = None) -> Com
     return out
 
 
+def _state(c: dict[str, Any]) -> str:
+    """A candidate that is not ok, in words: a pending one belongs to an unfinished run."""
+    if c["status"] == "pending":
+        return "not finished (the run was interrupted)"
+    return f"{c['status']}: {c['reason']}" if c["reason"] else c["status"]
+
+
 def _not_comparable(a: dict[str, Any], b: dict[str, Any]) -> str:
     if a["status"] != "ok" and (a["status"], a["reason"]) == (b["status"], b["reason"]):
-        return f"{a['status']} in both runs: {a['reason']}"
+        return f"in both runs {_state(a)}"
     for name, c in (("A", a), ("B", b)):
         if c["status"] != "ok":
-            return f"{c['status']} in {name}: {c['reason']}"
+            return f"in {name} {_state(c)}"
         if not c.get("latency_ms") or not c.get("throughput"):
             return f"not measured in {name}"
     return ""
