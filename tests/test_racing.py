@@ -425,6 +425,37 @@ def test_ctrl_c_or_sigterm_marks_the_run_interrupted_and_says_how_to_resume(
     assert "a-b1: not finished" in shown.output
 
 
+def test_a_run_still_running_elsewhere_cannot_be_resumed(tmp_path: Path) -> None:
+    slow = "{ latency_ms = 20.0, jitter = 0.05, wall_ms = 10 }"
+    path = _workload(tmp_path, _two(slow, slow), extra="ci_target = 0.001")
+    store = tmp_path / "store" / "bakeoff.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bakeoff.cli", "run", str(path), "--quick", "--store", str(store)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (store.exists() and _polled_trials(store)):
+            time.sleep(0.1)
+        with sqlite3.connect(store) as conn:
+            ((run_id,),) = conn.execute("SELECT run_id FROM runs").fetchall()
+        from bakeoff.errors import UserError
+
+        with pytest.raises(UserError, match=f"run {run_id} is being run right now by process"):
+            api.resume(run_id, store)
+        assert proc.poll() is None  # the running one goes on, its status untouched
+        with sqlite3.connect(store) as conn:
+            assert conn.execute("SELECT status FROM runs").fetchone() == ("running",)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # stopped, its lock went with it: the run can be finished now
+    assert api.resume(run_id, store).exit_code == 0
+
+
 def test_server_scenario_finds_a_passing_rate_with_loadgen(tmp_path: Path) -> None:
     cands = _two("{ latency_ms = 1.0, wall_ms = 1 }", "{ latency_ms = 3.0, wall_ms = 3 }")
     opts = api.RunOptions(

@@ -14,7 +14,7 @@ import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -292,11 +292,12 @@ def run(
 
     # Absolute: build steps change directory (quantizers litter the working one).
     store_path = Path(opts.store).resolve()
+    run_id = new_run_id() if resume_record is None else resume_record["run_id"]
+    run_dir = store_path.parent / "runs" / run_id
+    lock = _hold_run_lock(run_dir, run_id)  # before the store is touched
     store = Store(store_path)
     status = "failed"
-    run_id = new_run_id() if resume_record is None else resume_record["run_id"]
     try:
-        run_dir = store_path.parent / "runs" / run_id
         (run_dir / "artifacts").mkdir(parents=True, exist_ok=resume_record is not None)
         data_path = run_dir / "data.npz"
         split = _split(workload, opts.quick)
@@ -395,6 +396,31 @@ def run(
         if status != "done":
             store.finish_run(run_id, status, None)
         store.close()
+        lock.close()
+
+
+def _hold_run_lock(run_dir: Path, run_id: str) -> IO[str]:
+    """One process at a time per run: a resume while the run still runs elsewhere
+    would measure its rounds twice. The lock goes with its process, even on SIGKILL
+    (workers do not inherit the file)."""
+    import fcntl
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    f = open(run_dir / "run.lock", "a+")  # noqa: SIM115 (held until the run ends)
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise UserError(
+            f"run {run_id} is being run right now by {holder}; wait for it to finish, or "
+            "stop it (Ctrl-C) and then resume"
+        ) from None
+    f.truncate(0)
+    f.write(f"process {os.getpid()}")
+    f.flush()
+    return f
 
 
 FINAL = ("ok", "rejected", "failed", "unavailable")
