@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -365,6 +366,25 @@ def test_killed_orchestrator_resumes_without_measuring_a_trial_twice(tmp_path: P
         api.resume(run_id, store)
 
 
+def _slow_run_measuring(tmp_path: Path, store: Path, **popen: Any) -> subprocess.Popen[str]:
+    """`bakeoff run` of two slow fake candidates in a process of its own, once it has
+    measured a round. A CI target no run reaches makes it last all its rounds
+    (several seconds), so on a loaded machine it is still running afterwards."""
+    slow = "{ latency_ms = 20.0, jitter = 0.05, wall_ms = 10 }"
+    path = _workload(tmp_path, _two(slow, slow), extra="ci_target = 0.001")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bakeoff.cli", "run", str(path), "--quick", "--store", str(store)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and not (store.exists() and _polled_trials(store)):
+        time.sleep(0.1)
+    return proc
+
+
 @pytest.mark.parametrize(
     ("signum", "code", "group"),
     [
@@ -377,22 +397,10 @@ def test_killed_orchestrator_resumes_without_measuring_a_trial_twice(tmp_path: P
 def test_ctrl_c_or_sigterm_marks_the_run_interrupted_and_says_how_to_resume(
     tmp_path: Path, signum: int, code: int, group: bool
 ) -> None:
-    slow = "{ latency_ms = 20.0, jitter = 0.05, wall_ms = 10 }"
-    # A CI target no run reaches: the run lasts all its rounds (several seconds),
-    # so on a loaded machine the signal still finds it running.
-    path = _workload(tmp_path, _two(slow, slow), extra="ci_target = 0.001")
     store = tmp_path / "store" / "bakeoff.db"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bakeoff.cli", "run", str(path), "--quick", "--store", str(store)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=group,  # its own process group, as a terminal's job has
-    )
+    # its own process group, as a terminal's job has
+    proc = _slow_run_measuring(tmp_path, store, start_new_session=group)
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline and not (store.exists() and _polled_trials(store)):
-            time.sleep(0.1)
         if group:
             os.killpg(proc.pid, signum)
         else:
@@ -426,18 +434,9 @@ def test_ctrl_c_or_sigterm_marks_the_run_interrupted_and_says_how_to_resume(
 
 
 def test_a_run_still_running_elsewhere_cannot_be_resumed(tmp_path: Path) -> None:
-    slow = "{ latency_ms = 20.0, jitter = 0.05, wall_ms = 10 }"
-    path = _workload(tmp_path, _two(slow, slow), extra="ci_target = 0.001")
     store = tmp_path / "store" / "bakeoff.db"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bakeoff.cli", "run", str(path), "--quick", "--store", str(store)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = _slow_run_measuring(tmp_path, store)
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline and not (store.exists() and _polled_trials(store)):
-            time.sleep(0.1)
         with sqlite3.connect(store) as conn:
             ((run_id,),) = conn.execute("SELECT run_id FROM runs").fetchall()
         from bakeoff.errors import UserError
@@ -448,7 +447,7 @@ def test_a_run_still_running_elsewhere_cannot_be_resumed(tmp_path: Path) -> None
         with sqlite3.connect(store) as conn:
             assert conn.execute("SELECT status FROM runs").fetchone() == ("running",)
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
+        proc.communicate(timeout=60)  # reads its stderr, so a full pipe cannot block it
     finally:
         if proc.poll() is None:
             proc.kill()
