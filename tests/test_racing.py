@@ -274,6 +274,8 @@ def test_killed_orchestrator_resumes_without_measuring_a_trial_twice(tmp_path: P
     text = path.read_text().replace("batch_sizes = [1]\n", "")
     path.write_text(text)
     store = tmp_path / "store" / "bakeoff.db"
+    scratch = tmp_path / "scratch"  # the run's temp folders, to see none is left
+    scratch.mkdir()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -290,6 +292,7 @@ def test_killed_orchestrator_resumes_without_measuring_a_trial_twice(tmp_path: P
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        env={**os.environ, "TMPDIR": str(scratch)},
     )
     try:
         deadline = time.time() + 120
@@ -314,6 +317,11 @@ def test_killed_orchestrator_resumes_without_measuring_a_trial_twice(tmp_path: P
             ).fetchall()
         )
     assert status == "running"  # killed: nobody got to mark it
+    # The workers, left alone, exit and remove their private compile caches.
+    deadline = time.time() + 30
+    while list(scratch.iterdir()) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not list(scratch.iterdir())
     stored_calls = _cut_stored_rounds_by_one_call(store)
 
     out = tmp_path / "resumed.json"

@@ -77,8 +77,12 @@ def _log_tail(path: Path, lines: int = 3) -> str:
 # shared default cache (/tmp/torchinductor_$USER) a digits run's first process
 # compiled in 18.6 s and the next two took 2.9 s and 3.0 s, from its kernels,
 # and a rerun of the same workload reported the cached figure as its cold start.
+# The worker removes the folder named in PRIVATE_CACHE_VARIABLE when it ends, as
+# the orchestrator does when it closes the worker: if the orchestrator is killed,
+# its workers see the socket close and exit, and nothing is left in /tmp.
 TIMED_JOBS = ("measure", "coldstart")
 COMPILE_CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+PRIVATE_CACHE_VARIABLE = "BAKEOFF_WORKER_COMPILE_CACHE"
 
 
 class WorkerProcess:
@@ -94,6 +98,7 @@ class WorkerProcess:
             self.compile_cache = Path(tempfile.mkdtemp(prefix="bakeoff-compile-cache-"))
             for name in COMPILE_CACHE_VARIABLES:
                 env[name] = str(self.compile_cache / name.lower())
+            env[PRIVATE_CACHE_VARIABLE] = str(self.compile_cache)
         # Ctrl-C in a terminal reaches the whole process group, workers too; the
         # orchestrator stops them itself. The worker starts with SIGINT blocked (a
         # signal mask survives exec) and ignores it before unblocking, so a Ctrl-C

@@ -22,6 +22,7 @@ import importlib
 import json
 import os
 import resource
+import shutil
 import signal
 import sys
 import threading
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from bakeoff.backends import BuildContext, LoadContext, Runner, Variant, get_backend
+from bakeoff.measure.process import PRIVATE_CACHE_VARIABLE
 from bakeoff.sizes import model_bytes
 from bakeoff.transforms import StepFailed, StepNotNeeded
 from bakeoff.workload import ModelSource
@@ -354,6 +356,8 @@ def main(fd: int) -> int:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+        if private_cache := os.environ.get(PRIVATE_CACHE_VARIABLE):
+            shutil.rmtree(private_cache, ignore_errors=True)
     return 0
 
 
