@@ -99,6 +99,10 @@ def test_quality_gate_rejects_distorting_variant(gated: dict[str, Any]) -> None:
         assert "quality gate" in bad["reason"]
         assert bad["quality"]["drop"] > 0.01
         assert bad["latency_ms"] is None  # a rejected variant is never timed
+        if bs == 4:  # rejected at batch size 1: the same variant is not loaded again
+            assert "at batch size 1; the same variant is not loaded again" in bad["reason"]
+            assert bad["quality"] == cands["fake-int8-b1"]["quality"]
+            assert bad["cold_start_s"]["load"] is None
         good = cands[f"fake-fp32-b{bs}"]
         assert good["status"] == "ok"
         assert good["quality"]["drop"] == pytest.approx(0.0, abs=1e-9)

@@ -770,6 +770,17 @@ def _run_stages(
             ci_target=search.ci_target,
             constraints=limits,
         )
+        for c in group:
+            if (earlier := _rejected_at_another_batch_size(c, candidates)) is not None:
+                c.quality, c.quality_alt = earlier.quality, earlier.quality_alt
+                c.set_status(
+                    "rejected",
+                    f"{earlier.reason} (at batch size {earlier.batch_size}; "
+                    "the same variant is not loaded again)",
+                )
+                save(c)
+                rep.stage(f"{c.id}: rejected: {c.reason}")
+        group = [c for c in group if c.status == "pending"]
         rep.stage(f"measuring batch size {bs} ({len(group)} candidates)")
         group_phases, use = measure_group(group, ctx, group_settings, record, notify)
         if group:
@@ -869,6 +880,28 @@ def _run_stages(
     if opts.json_path:
         write_json(document, Path(opts.json_path))
     return RunResult(run_id, document, verdicts)
+
+
+def _rejected_at_another_batch_size(c: Candidate, candidates: list[Candidate]) -> Candidate | None:
+    """The same variant (runtime, precision, method, label, options) already rejected
+    by the quality gate at another batch size, if any.
+
+    The gate judges the built variant; the batch size only groups the same inputs
+    differently, so loading it again would cost a worker start and a quality pass
+    (about 8 s each for MiniLM's rejected INT8 variants) to learn the same thing.
+    """
+    same = [
+        other
+        for other in candidates
+        if other.status == "rejected"
+        and other.quality is not None
+        and other.batch_size != c.batch_size
+        and other.variant == c.variant
+        and other.label == c.label
+        and other.options == c.options
+    ]
+    # The smallest batch size is the one that was loaded (groups go in ascending order).
+    return min(same, key=lambda other: other.batch_size, default=None)
 
 
 def busy_caveat(use: dict[str, Any] | None, group: list[Candidate]) -> str | None:
