@@ -218,6 +218,44 @@ def test_default_minilm_run_keeps_its_candidate_grid() -> None:
     )
 
 
+def test_a_transformer_run_leaves_out_static_ort_int8_and_says_how_to_ask_for_it(
+    minilm_facts: advise.Facts,
+) -> None:
+    from bakeoff.candidates import enumerate_candidates, explicit_candidates
+    from bakeoff.workload import CandidateSpec
+
+    report = advise.advise_facts(minilm_facts, target="server-cpu")
+    ort_int8 = next(
+        p for p in report.proposed if (p.runtime, p.precision) == ("onnxruntime", "int8")
+    )
+    assert ort_int8.methods == ("dynamic",)
+    left_out = report.left_out_methods()
+    assert list(left_out) == ["onnxruntime-int8-static"]
+    assert "dynamic INT8 for transformers" in left_out["onnxruntime-int8-static"]
+    assert 'method = "static"' in left_out["onnxruntime-int8-static"]
+    shown = CliRunner().invoke(app, ["advise", "builtin:minilm", "--target", "server-cpu"])
+    assert "onnxruntime-int8-static" in shown.output
+    # The run enumerates every other variant of the proposed runtimes and precisions.
+    ids = [
+        c.id
+        for c in enumerate_candidates(["onnxruntime"], ["int8"], [1], "hf", frozenset(left_out))
+    ]
+    assert ids == ["onnxruntime-int8-dynamic-b1"]
+    # A hand-written candidate still gets it.
+    spec = CandidateSpec(label="s", runtime="onnxruntime", precision="int8", method="static")
+    [asked] = explicit_candidates([spec], None, None, [1], "hf")
+    assert (asked.variant.id, asked.status) == ("onnxruntime-int8-static", "pending")
+    # Not a transformer: both ONNX Runtime INT8 methods stay.
+    cnn = dataclasses.replace(minilm_facts, family="cnn", model_kind="torch")
+    cnn_report = advise.advise_facts(cnn, target="server-cpu")
+    assert cnn_report.left_out_methods() == {}
+    assert next(
+        p.methods
+        for p in cnn_report.proposed
+        if (p.runtime, p.precision) == ("onnxruntime", "int8")
+    ) == ("dynamic", "static")
+
+
 def _candidate(cid: str, runtime: str, precision: str, status: str = "ok", **kw: Any) -> dict:
     return {"id": cid, "runtime": runtime, "precision": precision, "status": status, **kw}
 

@@ -381,6 +381,12 @@ class AdviceReport:
                 runtimes.append(e.what)
         return runtimes, [p for p in PRECISIONS if p in precisions]
 
+    def left_out_methods(self) -> dict[str, str]:
+        """Variant ids (runtime-precision-method) that the advice keeps out of a run
+        although their runtime and precision are proposed, with why."""
+        prefixes = tuple(f"{p.runtime}-{p.precision}-" for p in self.proposed)
+        return {e.what: e.why for e in self.excluded if e.what.startswith(prefixes)}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "target": self.target,
@@ -783,6 +789,9 @@ def rule_cpu_int8(ctx: Context) -> list[Advice]:
         return []
     missing = precision_unsupported("int8")
     present = [x for x in f.cpu_flags if x in _INT8_FLAGS]
+    excludes = [("int8", missing)] if missing else []
+    if f.family == "transformer" and "onnxruntime" in runtimes:
+        excludes.append(("onnxruntime-int8-static", ORT_STATIC_TRANSFORMER_WHY))
     return [
         Advice(
             "cpu-int8",
@@ -791,10 +800,22 @@ def rule_cpu_int8(ctx: Context) -> list[Advice]:
             if present
             else "INT8 on an x86 CPU",
             proposes=[] if missing else [(r, "int8") for r in runtimes],
-            excludes=[("int8", missing)] if missing else [],
+            excludes=excludes,
             confirm="wins",
         )
     ]
+
+
+# Measured with onnxruntime 1.32 on builtin:minilm (QDQ, per-channel weights, MinMax
+# calibration on 64 sentences): cosine 0.35 against FP32; quantizing only the
+# MatMuls still lost 0.042, four times the default max_drop. Building and checking
+# it cost ~30 s of every default run to learn that again.
+ORT_STATIC_TRANSFORMER_WHY = (
+    "not proposed for a transformer: ONNX Runtime's quantization guide recommends dynamic "
+    "INT8 for transformers, since static INT8 fixes each activation's scale from "
+    "calibration and their activations have outliers (all-MiniLM-L6-v2 lost 0.65 cosine); "
+    'to measure it anyway, list it in [[candidates]] with method = "static"'
+)
 
 
 def rule_cpu_bf16(ctx: Context) -> list[Advice]:
@@ -953,7 +974,8 @@ def collect(advice: list[Advice], kind: str) -> tuple[list[Proposal], list[Exclu
                 continue
             state, detail = _backend_check(runtime, precision, kind)
             if state == "ok":
-                proposed[key] = Proposal(runtime, precision, detail, a.reason, a.id)
+                methods = tuple(m for m in detail if f"{runtime}-{precision}-{m}" not in excluded)
+                proposed[key] = Proposal(runtime, precision, methods, a.reason, a.id)
             elif state == "offer":
                 excluded.setdefault(
                     f"{runtime}-{precision}", Exclusion(f"{runtime}-{precision}", detail, a.id)

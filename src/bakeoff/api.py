@@ -273,6 +273,7 @@ def run(
     runtimes = opts.runtimes or search.runtimes
     precisions = opts.precisions or list(search.precisions)
     candidates_from = "flags" if opts.runtimes else "workload"
+    left_out: dict[str, str] = {}  # variant id: why the advice leaves it out
     if opts.runtimes is None and "runtimes" not in search.model_fields_set:
         # No search given: the advice picks runtimes (and precisions, unless given);
         # the per-kind defaults stay for models the advice has nothing measurable for.
@@ -283,6 +284,7 @@ def run(
         advised_runtimes = [r for r in advised_runtimes if r in RUNTIMES]
         if advised_runtimes:
             runtimes, candidates_from = advised_runtimes, "advice"
+            left_out = advice.left_out_methods()
             if opts.precisions is None and "precisions" not in search.model_fields_set:
                 precisions = advised_precisions or precisions
     batch_sizes = sorted(set(opts.batch_sizes or search.batch_sizes))
@@ -328,6 +330,7 @@ def run(
             "latency_bound_ms": opts.latency_bound_ms,
             "cold_starts": opts.cold_starts,
             "candidates_from": candidates_from,
+            "left_out": left_out,
             "target": opts.target,
             "explicit_constraints": opts.constraints,
         }
@@ -341,7 +344,7 @@ def run(
             )
         else:
             candidates = enumerate_candidates(
-                runtimes, precisions, batch_sizes, workload.source.kind
+                runtimes, precisions, batch_sizes, workload.source.kind, frozenset(left_out)
             )
         if resume_record is None:
             store.start_run(run_id, workload.origin, env, settings)
@@ -354,6 +357,8 @@ def run(
             store.mark_running(run_id)
         # Said first: a killed run cannot say later which id to resume.
         rep.stage(f"run {run_id}; if it is interrupted, `{resume_command(run_id, opts.store)}`")
+        for vid, why in left_out.items():
+            rep.stage(f"left out {vid}: {why}")
         job_base = {
             "source": workload.source.__dict__,
             "data_path": str(data_path),

@@ -66,9 +66,14 @@ class Candidate:
 
 
 def enumerate_candidates(
-    runtimes: list[str], precisions: list[str], batch_sizes: list[int], model_kind: str
+    runtimes: list[str],
+    precisions: list[str],
+    batch_sizes: list[int],
+    model_kind: str,
+    left_out: frozenset[str] = frozenset(),
 ) -> list[Candidate]:
-    """Every combination, with unavailable ones kept and explained, never dropped."""
+    """Every combination, with unavailable ones kept and explained, never dropped;
+    except the variant ids in `left_out`, which the advice said why it left out."""
     out: list[Candidate] = []
     for runtime in runtimes:
         backend = get_backend(runtime)
@@ -76,6 +81,8 @@ def enumerate_candidates(
         for precision in precisions:
             offers = backend.offers(precision, model_kind)
             for offer in offers:
+                if offer.variant.id in left_out:
+                    continue
                 for bs in batch_sizes:
                     c = Candidate(offer.variant, bs)
                     if not available.available:
