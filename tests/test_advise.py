@@ -327,6 +327,8 @@ def test_advice_picks_the_candidates_of_a_run_and_is_confirmed_in_its_document(
         )
         report.advice.append(item)
         report.proposed, report.excluded = advise.collect(report.advice, "fake")
+        # as the advice leaves ONNX Runtime's static INT8 out for a transformer
+        report.excluded.append(advise.Exclusion("fake-fp32-other", "not for this model", "x"))
         return report
 
     monkeypatch.setattr(api, "_advice_for", fake_fp32_only)
@@ -341,4 +343,12 @@ def test_advice_picks_the_candidates_of_a_run_and_is_confirmed_in_its_document(
     assert item["confirmed"] is True and "fake-fp32-b1" in item["why"]
     console = Console(record=True, width=160)
     print_result(doc, console)
-    assert "confirmed fake FP32" in console.export_text()
+    shown = console.export_text()
+    assert "confirmed fake FP32" in shown
+    assert doc["settings"]["left_out"] == {"fake-fp32-other": "not for this model"}
+    assert "left out fake-fp32-other: not for this model" in shown
+    from bakeoff.report.data import load
+    from bakeoff.report.html import render
+
+    page = render(load(result.run_id, store_path))
+    assert "Left out: <code>fake-fp32-other</code>, not for this model." in page

@@ -390,11 +390,17 @@ def _advice(run: StoredRun) -> str:
         )
         for a in rows
     )
-    source = (run.document or {}).get("settings", {}).get("candidates_from", "-")
+    settings = (run.document or {}).get("settings", {})
+    source = settings.get("candidates_from", "-")
+    left_out = "".join(
+        f"<p class='note'>Left out: <code>{_e(vid)}</code>, {_e(why)}.</p>"
+        for vid, why in (settings.get("left_out") or {}).items()
+    )
     return (
         f"<p class='note'>Target {_e(advice['target'])}; candidates from: {_e(source)} "
         "(<code>bakeoff advise</code> shows every rule and why).</p>"
         f'<table id="advice"><tr><th>advice</th><th>measured</th><th>why</th></tr>{body}</table>'
+        f"{left_out}"
     )
 
 

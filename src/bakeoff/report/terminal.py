@@ -286,6 +286,8 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
                 continue  # text-only advice: shown by `bakeoff advise` and in the JSON
             mark = marks.get(a.get("confirmed"), "[dim]not measured[/]")
             console.print(f"  {mark} {escape(a['text'])}: {escape(a['why'])}", highlight=False)
+        for vid, why in (document.get("settings", {}).get("left_out") or {}).items():
+            console.print(f"  [dim]left out[/] {escape(vid)}: {escape(why)}", highlight=False)
     timing = document.get("timing_s")
     if timing:
         console.print(
