@@ -13,8 +13,8 @@ says whether both reach the same ranking, and prints two ratios:
   stopping replace with the fixed-length protocol above;
 - whole runs, adaptive / fixed: the same, plus the build and quality check that
   both runs do identically before their first timed call (on MiniLM on 2 cores
-  they take about 2/3 of the adaptive run, so this ratio cannot reach 0.5 by
-  any way of sampling; it is printed so nobody has to take that on trust).
+  they take about three quarters of the adaptive run, so this ratio cannot reach
+  0.5 by any way of sampling; it is printed so nobody has to take that on trust).
 
 Uses temporary stores.
 """
