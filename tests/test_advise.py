@@ -331,6 +331,16 @@ def test_advice_picks_the_candidates_of_a_run_and_is_confirmed_in_its_document(
         report.excluded.append(advise.Exclusion("fake-fp32-other", "not for this model", "x"))
         return report
 
+    # A second fake FP32 method, offered in this process only: the run must leave it out.
+    from bakeoff.backends import Offer, Variant
+    from bakeoff.backends import fake as fake_backend
+
+    offers = fake_backend.offers
+    monkeypatch.setattr(
+        fake_backend,
+        "offers",
+        lambda precision, kind: [*offers(precision, kind), Offer(Variant("fake", "fp32", "other"))],
+    )
     monkeypatch.setattr(api, "_advice_for", fake_fp32_only)
     result = api.run(
         str(tmp_path / "w.toml"),
