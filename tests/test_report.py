@@ -392,3 +392,8 @@ def test_an_unfinished_run_is_reported_as_unfinished(run: dict[str, Any]) -> Non
     assert "Every candidate was measured" not in page
     md = markdown.render(StoredRun(record))
     assert f"Run status: **interrupted**; no verdict. `bakeoff run --resume {rid}`" in md
+    # Read from a store of its own, the command names that store, or it would not work.
+    elsewhere = StoredRun(record, store=Path(run["store"]))
+    command = f"bakeoff run --resume {rid} --store {run['store']}"
+    assert f"<code>{command}</code> finishes it" in html.render(elsewhere)
+    assert f"`{command}` finishes it" in markdown.render(elsewhere)

@@ -10,7 +10,6 @@ import dataclasses
 import json
 import os
 import secrets
-import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,7 @@ from bakeoff.errors import BakeoffError, UserError
 from bakeoff.measure.process import WorkerFailed, run_job
 from bakeoff.measure.scheduler import GroupContext, MeasureSettings, measure_group, set_validity
 from bakeoff.measure.worker import ALT_SPLIT, alt_outputs_path
-from bakeoff.paths import DEFAULT_STORE
+from bakeoff.paths import DEFAULT_STORE, resume_command
 from bakeoff.quality import Quality
 from bakeoff.report import NullReporter, Reporter
 from bakeoff.store import Store
@@ -429,12 +428,6 @@ def _hold_run_lock(run_dir: Path, run_id: str) -> IO[str]:
 
 
 FINAL = ("ok", "rejected", "failed", "unavailable")
-
-
-def resume_command(run_id: str, store: str | Path) -> str:
-    """The command line that finishes this run (with --store where it is not the default)."""
-    where = "" if Path(store) == DEFAULT_STORE else f" --store {shlex.quote(str(store))}"
-    return f"bakeoff run --resume {run_id}{where}"
 
 
 def _check_resumable(

@@ -1,8 +1,8 @@
 """The `bakeoff` command: a thin Typer layer over bakeoff.api.
 
-Exit codes: 0 a verdict was reached (or the command did its job), 2 invalid
-input, 130 Ctrl-C, 143 SIGTERM, 1 anything else. User errors print a message,
-never a traceback.
+Exit codes: 0 a verdict named a winner (or the command did its job), 2 invalid
+input, 130 Ctrl-C, 143 SIGTERM, 1 no winner or anything else. User errors print
+a message, never a traceback.
 """
 
 from __future__ import annotations

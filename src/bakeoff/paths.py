@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 DEFAULT_STORE = Path(".bakeoff") / "bakeoff.db"
+
+
+def resume_command(run_id: str, store: str | Path) -> str:
+    """The command line that finishes this run (with --store where it is not the default)."""
+    where = "" if Path(store) == DEFAULT_STORE else f" --store {shlex.quote(str(store))}"
+    return f"bakeoff run --resume {run_id}{where}"
 
 
 def cache_dir() -> Path:

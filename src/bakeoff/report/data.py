@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from bakeoff.errors import UserError
+from bakeoff.paths import DEFAULT_STORE
 from bakeoff.store import Store
 from bakeoff.verdict import Measured, objective_for
 
@@ -33,6 +34,7 @@ class StoredRun:
     rounds: dict[str, list[tuple[int, list[int], int, int]]] = field(default_factory=dict)
     warmup_calls: dict[str, int] = field(default_factory=dict)
     input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    store: Path = DEFAULT_STORE  # where it was read from: its resume command names it
 
     @property
     def run_id(self) -> str:
@@ -102,7 +104,7 @@ def load(run_id: str, store: str | Path) -> StoredRun:
     s = Store(path)
     try:
         record = s.run(run_id)
-        run = StoredRun(record)
+        run = StoredRun(record, store=Path(store))
         ids = [c["id"] for c in run.candidates]
         for cid in ids:
             rows = s.rounds(run.run_id, cid)

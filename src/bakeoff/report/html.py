@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from bakeoff.paths import resume_command
 from bakeoff.report import charts
 from bakeoff.report.charts import num
 from bakeoff.report.data import StoredRun, flagged, load, status_label
@@ -98,7 +99,7 @@ def _verdicts(run: StoredRun) -> str:
         return (
             f'<div class="verdict none">Run {_e(run.run_id)} is {_e(run.record["status"])}: '
             "it has no verdict. Its candidates are shown below as far as they got; "
-            f"<code>bakeoff run --resume {_e(run.run_id)}</code> finishes it.</div>"
+            f"<code>{_e(resume_command(run.run_id, run.store))}</code> finishes it.</div>"
         )
     out = []
     for v in run.verdicts:

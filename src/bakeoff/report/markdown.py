@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bakeoff.paths import resume_command
 from bakeoff.report.charts import num
 from bakeoff.report.data import StoredRun, flagged, load, status_label
 
@@ -26,7 +27,7 @@ def render(run: StoredRun) -> str:
     if run.document is None:
         lines += [
             f"Run status: **{run.record['status']}**; no verdict. "
-            f"`bakeoff run --resume {run.run_id}` finishes it.",
+            f"`{resume_command(run.run_id, run.store)}` finishes it.",
             "",
         ]
     lines += ["### Verdict", ""]
