@@ -102,6 +102,83 @@ def test_unknown_top_level_key_is_reported(tmp_path: Path) -> None:
     assert "name: required key is missing" in msg
 
 
+# Every table of a workload file, each with one key misspelled: the answer names the
+# key, suggests the right one and lists the keys allowed in that table (for [model],
+# those of its kind; for [data], those that go with its source).
+_MODEL_TABLES = {
+    "torch": ('factory = "m:build"\nweigths = "w.safetensors"', "weights"),
+    "hf": ('path = "folder"\ntsk = "feature-extraction"', "task"),
+    "onnx": ('pth = "model.onnx"', "path"),
+    "openvino": ('path = "model.xml"\nptah = "model.xml"', "path"),
+    "keras": ('factory = "m:build"\nfactroy = "m:build"', "factory"),
+    "jax": ('function = "m:apply"\nparmas = "p.npz"', "params"),
+    "savedmodel": ('paht = "saved"', "path"),
+    "builtin": ('nme = "digits"', "name"),
+    "fake": ("optoins = { latency_ms = 1.0 }", "options"),
+}
+
+
+@pytest.mark.parametrize("kind", list(_MODEL_TABLES))
+def test_misspelled_model_key_of_each_kind_gets_a_hint_and_its_kinds_keys(kind: str) -> None:
+    body, meant = _MODEL_TABLES[kind]
+    data = "" if kind == "builtin" else '[data]\npath = "d.npz"\n'
+    text = f'name = "w"\n[model]\nkind = "{kind}"\n{body}\n{data}'
+    with pytest.raises(UserError) as err:
+        parse_spec(text, "w.toml")
+    msg = str(err.value)
+    assert f"did you mean {meant!r}?" in msg, msg
+    listed = msg.split("(expected one of: ", 1)[1].split(")", 1)[0].split(", ")
+    assert meant in listed and "kind" in listed, msg
+    if kind != "hf":
+        assert "num_labels" not in listed, msg  # keys of other kinds are not offered
+
+
+@pytest.mark.parametrize(
+    ("source", "others"),
+    [
+        ('factory = "m:inputs"', ["path", "text", "max_length"]),
+        ('path = "d.npz"', ["factory", "text", "max_length"]),
+        ('text = "lines.txt"', ["factory", "path"]),
+    ],
+)
+def test_misspelled_data_key_gets_a_hint_and_the_keys_of_that_source(
+    source: str, others: list[str]
+) -> None:
+    kind = 'kind = "hf"\npath = "folder"' if "text" in source else 'kind = "fake"'
+    text = f'name = "w"\n[model]\n{kind}\n[data]\n{source}\nquality_sampels = 8\n'
+    with pytest.raises(UserError) as err:
+        parse_spec(text, "w.toml")
+    msg = str(err.value)
+    assert "data.quality_sampels: unknown key; did you mean 'quality_samples'?" in msg, msg
+    listed = msg.split("(expected one of: ", 1)[1].split(")", 1)[0].split(", ")
+    assert {"quality_samples", "variable_axes", source.split(" ")[0]} <= set(listed), msg
+    assert not set(others) & set(listed), msg
+
+
+@pytest.mark.parametrize(
+    ("table", "wrong", "meant", "also"),
+    [
+        ("[quality]", "max_dorp = 0.1", "max_drop", "metric"),
+        ("[search]", "batch_size = [1]", "batch_sizes", "precisions"),
+        ("[constraints]", "max_p50ms = 5", "max_p50_ms", "max_peak_memory_mb"),
+        (
+            '[[candidates]]\nlabel = "a"\nruntime = "fake"',
+            "optoins = { threads = 1 }",
+            "options",
+            "precision",
+        ),
+    ],
+)
+def test_misspelled_key_in_every_other_table(table: str, wrong: str, meant: str, also: str) -> None:
+    text = f'name = "w"\n[model]\nkind = "fake"\n[data]\npath = "d.npz"\n{table}\n{wrong}\n'
+    with pytest.raises(UserError) as err:
+        parse_spec(text, "w.toml")
+    msg = str(err.value)
+    assert f"did you mean {meant!r}?" in msg, msg
+    listed = msg.split("(expected one of: ", 1)[1].split(")", 1)[0].split(", ")
+    assert meant in listed and also in listed, msg
+
+
 # ---------------------------------------------------------------- wrong values
 
 

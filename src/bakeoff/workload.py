@@ -12,6 +12,7 @@ import difflib
 import importlib
 import sys
 import tomllib
+import typing
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -411,18 +412,18 @@ class Workload:
 # ---------------------------------------------------------------- loading
 
 
-def _format_validation_error(origin: str, err: ValidationError, spec_cls: type) -> str:
+def _format_validation_error(
+    origin: str, err: ValidationError, spec_cls: type, raw: Any = None
+) -> str:
     lines = [f"{origin}: invalid workload"]
     for e in err.errors():
-        loc = [str(p) for p in e["loc"]]
-        key = ".".join(loc) if loc else "(top level)"
+        loc = list(e["loc"])
+        key = ".".join(str(p) for p in loc) if loc else "(top level)"
         if e["type"] == "extra_forbidden":
-            known = _known_keys(spec_cls, loc[:-1])
-            hint = difflib.get_close_matches(loc[-1], known, n=1)
+            known = _known_keys(spec_cls, loc[:-1], raw)
+            hint = difflib.get_close_matches(str(loc[-1]), known, n=1)
             more = f"; did you mean {hint[0]!r}?" if hint else ""
-            lines.append(
-                f"  {key}: unknown key{more} (expected one of: {', '.join(sorted(known))})"
-            )
+            lines.append(f"  {key}: unknown key{more} (expected one of: {', '.join(known)})")
         elif e["type"] == "missing":
             lines.append(f"  {key}: required key is missing")
         else:
@@ -431,14 +432,68 @@ def _format_validation_error(origin: str, err: ValidationError, spec_cls: type) 
     return "\n".join(lines)
 
 
-def _known_keys(spec_cls: type, path: list[str]) -> list[str]:
+# [model] keys by kind: a misspelled key is answered with the keys its own kind takes,
+# not with every key of every kind.
+MODEL_KEYS_BY_KIND: dict[str, tuple[str, ...]] = {
+    "torch": ("kind", "factory", "weights"),
+    "hf": ("kind", "path", "task", "num_labels"),
+    "onnx": ("kind", "path"),
+    "openvino": ("kind", "path"),
+    "keras": ("kind", "path", "factory"),
+    "jax": ("kind", "function", "params"),
+    "savedmodel": ("kind", "path"),
+    "builtin": ("kind", "name"),
+    "fake": ("kind", "options"),
+}
+# [data] keys that go with one source only (the rest go with every source).
+_DATA_KEYS_FOR_SOURCE = {"max_length": "text"}
+_DATA_SOURCES = ("factory", "path", "text")
+
+
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    """The spec class behind a field: `DataSpec | None` and `list[CandidateSpec]` too."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _section_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _known_keys(spec_cls: type, path: list[Any], raw: Any = None) -> list[str]:
+    """The keys allowed where an unknown key was found, in the order the spec lists them.
+
+    `path` is pydantic's location of the key's table (list indices included, as for
+    `[[candidates]]`); `raw` is the parsed TOML, which says the model's kind and the
+    data's source, so the list is the one that applies to this file.
+    """
     cls: Any = spec_cls
+    section: Any = raw
     for part in path:
-        ann = cls.model_fields[part].annotation if part in cls.model_fields else None
-        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+        if isinstance(part, int):  # one entry of an array of tables
+            section = section[part] if isinstance(section, list) and part < len(section) else None
+            continue
+        found = (
+            _section_model(cls.model_fields[part].annotation) if part in cls.model_fields else None
+        )
+        if found is None:
             return []
-        cls = ann
-    return list(cls.model_fields)
+        cls = found
+        section = section.get(part) if isinstance(section, dict) else None
+    keys = list(cls.model_fields)
+    if cls is ModelSpec and isinstance(section, dict):
+        keys = list(MODEL_KEYS_BY_KIND.get(str(section.get("kind")), keys))
+    elif cls is DataSpec and isinstance(section, dict):
+        given = [s for s in _DATA_SOURCES if s in section]
+        if len(given) == 1:
+            keys = [
+                k
+                for k in keys
+                if (k not in _DATA_SOURCES or k == given[0])
+                and _DATA_KEYS_FOR_SOURCE.get(k, given[0]) == given[0]
+            ]
+    return keys
 
 
 def parse_spec(text: str, origin: str) -> WorkloadSpec:
@@ -449,7 +504,7 @@ def parse_spec(text: str, origin: str) -> WorkloadSpec:
     try:
         return WorkloadSpec.model_validate(raw)
     except ValidationError as exc:
-        raise UserError(_format_validation_error(origin, exc, WorkloadSpec)) from None
+        raise UserError(_format_validation_error(origin, exc, WorkloadSpec, raw)) from None
 
 
 @contextmanager
