@@ -139,7 +139,7 @@ def test_second_identical_run_builds_nothing(runs: Runs) -> None:
     assert two["timing_s"]["build_saved_by_cache"] > 0
     assert "torch-fp32" in vc["nothing_to_build"]  # the reference: no artifact to build
     for cid, c in c2.items():
-        if c1[cid]["status"] == "unavailable":  # e.g. accuracy-aware INT8 "not needed"
+        if c1[cid]["status"] == "unavailable":
             assert c["status"] == "unavailable" and c["reason"] == c1[cid]["reason"]
             continue
         assert c1[cid]["cache_hit"] is False, cid
@@ -281,7 +281,9 @@ def test_export_loads_in_a_fresh_process_with_only_its_runtime(
     assert manifest["model_verified_against_run"] is True  # the files that were measured
     assert manifest["settings"] == cand["settings"]
     assert manifest["quality"]["value"] == cand["quality"]["value"]
-    assert manifest["inputs"] == [{"name": "input", "dtype": "float32", "shape": [1, 64]}]
+    assert manifest["inputs"] == [
+        {"name": "input", "dtype": "float32", "shape": [1, 64], "batch_axis": 0}
+    ]
     expected_files = {
         "onnxruntime": {"model.onnx"},
         "openvino": {"model.xml", "model.bin"},

@@ -195,18 +195,27 @@ def model_hash(source: ModelSource) -> dict[str, Any]:
 
 
 def data_hash(data_path: Path, input_names: list[str]) -> str:
-    """The calibration split (calib/<name>): dtype, shape and bytes of each input."""
+    """The calibration split (calib/<name>) and the constants fed with it (const/<name>):
+    dtype, shape and bytes of each input; and each batch axis that is not 0, which
+    says where its samples are (see bakeoff.batching)."""
     import numpy as np
+
+    from bakeoff.batching import BATCH_AXIS_PREFIX, CONST_PREFIX
 
     h = hashlib.sha256()
     with np.load(data_path, allow_pickle=False) as z:
         for name in sorted(input_names):
-            key = f"calib/{name}"
-            if key not in z.files:
-                continue
-            arr = np.ascontiguousarray(z[key])
-            h.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
-            h.update(arr.tobytes())
+            # A workload without constants or batch axes hashes as it always did.
+            for key, label in (
+                (f"calib/{name}", name),
+                (CONST_PREFIX + name, CONST_PREFIX + name),
+                (BATCH_AXIS_PREFIX + name, BATCH_AXIS_PREFIX + name),
+            ):
+                if key not in z.files:
+                    continue
+                arr = np.asarray(z[key], order="C")
+                h.update(f"{label}|{arr.dtype.str}|{arr.shape}|".encode())
+                h.update(arr.tobytes())
     return h.hexdigest()
 
 

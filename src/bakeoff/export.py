@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from bakeoff.backends.common import map_inputs
+from bakeoff.batching import Layout, read_split, split_names
 from bakeoff.cache import sha256_file
 from bakeoff.errors import UserError
 
@@ -90,15 +91,15 @@ def export(
     if not data_path.exists():
         raise UserError(f"run {run_id}: its folder {run_dir} is gone (data.npz is missing)")
     with np.load(data_path, allow_pickle=False) as z:
-        names = [k.split("/", 1)[1] for k in z.files if k.startswith("quality/")]
-        examples = {n: z[f"quality/{n}"] for n in names}
+        names = split_names(z.files, "quality")
+    examples, layout = read_split(data_path, "quality", names)
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.parent / f".{out_dir.name}.export-{secrets.token_hex(3)}"
     tmp.mkdir()
     try:
         if runtime in ("torch", "torch-compile"):
-            artifact = _torch_program(record, cand, run_dir, examples, tmp)
+            artifact = _torch_program(record, cand, run_dir, examples, layout, tmp)
         else:
             artifact = _copy_artifact(cand, run_dir, tmp)
         files = {
@@ -106,7 +107,7 @@ def export(
             for p in sorted(tmp.rglob("*"))
             if p.is_file()
         }
-        manifest = _manifest(record, cand, artifact, examples, files)
+        manifest = _manifest(record, cand, artifact, examples, layout, files)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
         if out_dir.exists():
             out_dir.rmdir()  # empty, checked above
@@ -227,6 +228,7 @@ def _torch_program(
     cand: dict[str, Any],
     run_dir: Path,
     examples: dict[str, np.ndarray],
+    layout: Layout,
     dest: Path,
 ) -> dict[str, Any]:
     """The measured model, rebuilt the way the backend built it (BF16/FP16 autocast,
@@ -278,16 +280,21 @@ def _torch_program(
                 return self.inner(*args)
 
     wrapped = Measured(model).eval()
-    args = tuple(torch.from_numpy(np.ascontiguousarray(v[:2])) for v in examples.values())
+
+    def first(n: int) -> tuple[Any, ...]:
+        # n samples along each input's batch axis; a constant as it is (0-d stays 0-d)
+        cut = layout.contiguous(layout.cut(examples, 0, n))
+        return tuple(torch.from_numpy(v) for v in cut.values())
+
+    args = first(2)
     batch = torch.export.Dim("batch")
+    per_input = tuple(None if (axis := layout.axis(n)) is None else {axis: batch} for n in examples)
     try:
-        program = torch.export.export(
-            wrapped, args, dynamic_shapes=(tuple({0: batch} for _ in args),)
-        )
+        program = torch.export.export(wrapped, args, dynamic_shapes=(per_input,))
         dynamic = True
     except Exception:  # a model that specializes on batch: one shape, the measured one
         bs = int(cand["batch_size"])
-        args = tuple(torch.from_numpy(np.ascontiguousarray(v[:bs])) for v in examples.values())
+        args = first(bs)
         try:
             program = torch.export.export(wrapped, args)
         except Exception as exc:
@@ -363,6 +370,7 @@ def _manifest(
     cand: dict[str, Any],
     artifact: dict[str, Any],
     examples: dict[str, np.ndarray],
+    layout: Layout,
     files: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     import bakeoff
@@ -396,8 +404,15 @@ def _manifest(
         "settings": cand.get("settings") or {},
         "options": cand.get("options") or {},
         "load": _load_config(cand, threads),
+        # batch_axis: where the batch is in `shape`; None for an input fed the same
+        # to every call (a constant: `shape` is its own)
         "inputs": [
-            {"name": n, "dtype": str(a.dtype), "shape": [bs, *a.shape[1:]]}
+            {
+                "name": n,
+                "dtype": str(a.dtype),
+                "shape": list(layout.batch_shape(n, a.shape, bs)),
+                "batch_axis": layout.axis(n),
+            }
             for n, a in examples.items()
         ],
         "output": "the model's first output, as float32",
@@ -436,7 +451,8 @@ class Predictor:
         missing = [n for n in self.input_names if n not in inputs]
         if missing:
             raise ValueError(f"missing input(s) {', '.join(missing)}; expects {self.input_names}")
-        ordered = {n: np.ascontiguousarray(inputs[n]) for n in self.input_names}
+        # np.asarray, not np.ascontiguousarray: that makes a 0-d input 1-d.
+        ordered = {n: np.asarray(inputs[n], order="C") for n in self.input_names}
         return np.asarray(self._run(ordered), dtype=np.float32)
 
 
@@ -544,6 +560,16 @@ def _load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., np.ndar
     return run
 
 
+def manifest_layout(manifest: dict[str, Any]) -> Layout:
+    """Where each input's batch is, as the manifest lists it (an older manifest,
+    without batch_axis, had every input batched on axis 0)."""
+    inputs = manifest["inputs"]
+    return Layout(
+        {i["name"]: int(i["batch_axis"]) for i in inputs if i.get("batch_axis") not in (0, None)},
+        tuple(i["name"] for i in inputs if "batch_axis" in i and i["batch_axis"] is None),
+    )
+
+
 def _load_litert(folder: Path, manifest: dict[str, Any]) -> Callable[..., np.ndarray]:
     from ai_edge_litert.interpreter import Interpreter
 
@@ -554,13 +580,18 @@ def _load_litert(folder: Path, manifest: dict[str, Any]) -> Callable[..., np.nda
         num_threads=int(manifest["load"]["num_threads"]),
     )
     runner = LiteRtRunner(interpreter, {})
+    layout = manifest_layout(manifest)
     batch = [0]  # the batch size the interpreter's tensors are allocated for
 
     def run(inputs: dict[str, np.ndarray]) -> np.ndarray:
-        n = len(next(iter(inputs.values())))
+        n = layout.count(inputs)
         if n != batch[0]:  # converted with a dynamic batch axis: resize, then allocate
-            for detail in runner.inputs:
-                interpreter.resize_tensor_input(detail["index"], [n, *detail["shape"][1:]])
+            # the array each interpreter input is fed from, as map_inputs matches them
+            plain = [name for name, _ in runner.model_inputs]
+            names = plain if set(plain) <= set(inputs) else list(inputs)
+            for detail, name in zip(runner.inputs, names, strict=False):
+                shape = layout.batch_shape(name, detail["shape"], n)
+                interpreter.resize_tensor_input(detail["index"], list(shape))
             interpreter.allocate_tensors()
             runner.inputs = interpreter.get_input_details()
             runner.output = interpreter.get_output_details()[0]["index"]

@@ -25,6 +25,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    NonNegativeInt,
     PositiveInt,
     ValidationError,
     ValidationInfo,
@@ -32,6 +33,7 @@ from pydantic import (
     model_validator,
 )
 
+from bakeoff.batching import Layout
 from bakeoff.errors import UserError
 
 RUNTIMES = (
@@ -244,10 +246,20 @@ class DataSpec(_Strict):
     quality_samples: PositiveInt | None = Field(
         None, description="how many held-out samples the quality gate uses"
     )
-    variable_axes: dict[str, list[PositiveInt]] = Field(
+    variable_axes: dict[str, list[NonNegativeInt]] = Field(
         default_factory=dict,
         description="input name -> axes besides the batch axis whose size may vary, "
         "e.g. { input_ids = [1], attention_mask = [1] } for the sequence length",
+    )
+    batch_axes: dict[str, NonNegativeInt] = Field(
+        default_factory=dict,
+        description="input name -> the axis its samples are on, where that is not 0, "
+        "e.g. { state = 1 } for a recurrent state [layers, batch, hidden]",
+    )
+    constants: list[str] = Field(
+        default_factory=list,
+        description="inputs with no batch axis, fed unchanged to every call (a sample "
+        "rate, say); a 0-d array is one by default",
     )
 
     @model_validator(mode="after")
@@ -385,11 +397,16 @@ class ModelSource:
     # input name -> axes (besides batch) that vary: exported dynamic, checked at two sizes
     variable_axes: dict[str, list[int]] = field(default_factory=dict)
     function: str | None = None  # jax: "module:fn"; its params file is `weights`
+    # input name -> its batch axis where that is not 0 (exported dynamic like the batch)
+    batch_axes: dict[str, int] = field(default_factory=dict)
+    # inputs with no batch axis, fed unchanged to every call (exported static)
+    constants: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class Workload:
-    """A validated spec plus its data. Samples are on axis 0 of every array."""
+    """A validated spec plus its data. Samples are on each input's batch axis
+    (`source.batch_axes`, else axis 0); `source.constants` have none."""
 
     spec: WorkloadSpec
     origin: str  # the file path or "builtin:NAME"
@@ -406,7 +423,7 @@ class Workload:
 
     @property
     def n_samples(self) -> int:
-        return int(next(iter(self.inputs.values())).shape[0])
+        return Layout.of(self.source).count(self.inputs)
 
 
 # ---------------------------------------------------------------- loading
@@ -563,7 +580,7 @@ def import_factory(ref: str, base_dir: str | None, origin: str, key: str) -> Cal
 
 
 def _check_variable_axes(
-    axes: dict[str, list[int]], inputs: dict[str, np.ndarray], origin: str
+    axes: dict[str, list[int]], inputs: dict[str, np.ndarray], layout: Layout, origin: str
 ) -> None:
     for name, wanted in axes.items():
         if name not in inputs:
@@ -571,12 +588,24 @@ def _check_variable_axes(
                 f"{origin}: data.variable_axes: no input named {name!r} "
                 f"(inputs: {', '.join(inputs)})"
             )
+        batch_axis = layout.axis(name)
+        if batch_axis is None:
+            raise UserError(
+                f"{origin}: data.variable_axes.{name}: {name} is a constant (in data.constants, "
+                "or 0-d), fed unchanged to every call; only a batched input has variable axes"
+            )
         ndim = inputs[name].ndim
         for axis in wanted:
+            if axis == batch_axis:
+                raise UserError(
+                    f"{origin}: data.variable_axes.{name}: axis {axis} is {name}'s batch axis, "
+                    "which is always variable; list only the other axes whose size varies"
+                )
             if axis >= ndim:
                 raise UserError(
                     f"{origin}: data.variable_axes.{name}: axis {axis} does not exist "
-                    f"(the input has {ndim} axes; axis 0, the batch, is always variable)"
+                    f"(the input has {ndim} axes; axis {batch_axis}, the batch, is always "
+                    "variable)"
                 )
             if inputs[name].shape[axis] < 2:
                 raise UserError(
@@ -585,8 +614,92 @@ def _check_variable_axes(
                 )
 
 
-def normalize_data(raw: Any, origin: str) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
-    """Accept ndarray, dict name -> ndarray, or (inputs, labels); check shapes agree."""
+def _layout(
+    inputs: dict[str, np.ndarray],
+    batch_axes: dict[str, int],
+    constants: list[str],
+    origin: str,
+) -> Layout:
+    """Which axis of each input holds the samples, and which inputs have none."""
+    known = f"(inputs: {', '.join(inputs)})"
+    for name, axis in batch_axes.items():
+        if name not in inputs:
+            raise UserError(f"{origin}: data.batch_axes: no input named {name!r} {known}")
+        shape = inputs[name].shape
+        if axis >= len(shape):
+            detail = (
+                "it is 0-d, so it has no samples: leave it out and it is a constant"
+                if not shape
+                else f"{name} has shape {shape}, axes 0 to {len(shape) - 1}"
+            )
+            raise UserError(
+                f"{origin}: data.batch_axes.{name}: axis {axis} does not exist ({detail})"
+            )
+    for name in constants:
+        if name not in inputs:
+            raise UserError(f"{origin}: data.constants: no input named {name!r} {known}")
+        if name in batch_axes:
+            raise UserError(
+                f"{origin}: data.constants: {name!r} is in data.batch_axes too; an input is "
+                "either batched (on one axis) or a constant (the same for every call)"
+            )
+    # A 0-d array cannot hold samples: it is the same for every call.
+    resolved = [
+        n for n, v in inputs.items() if n in constants or (v.ndim == 0 and n not in batch_axes)
+    ]
+    if len(resolved) == len(inputs):
+        raise UserError(
+            f"{origin}: [data]: every input is a constant ({', '.join(resolved)}: in "
+            "data.constants, or 0-d); at least one input must carry the samples"
+        )
+    return Layout({n: a for n, a in batch_axes.items() if a != 0}, tuple(resolved))
+
+
+def _disagreement(
+    inputs: dict[str, np.ndarray], labels: np.ndarray | None, layout: Layout, origin: str
+) -> str:
+    """The sample count of every input, where it was looked for, and the keys that fix it."""
+    used = {layout.axis(n) for n in layout.batched(inputs)}
+    one_axis = len(used) == 1
+    where = f" along axis {used.pop()}" if one_axis else " along each input's batch axis"
+    parts, counts = [], {}
+    for name, arr in inputs.items():
+        axis, shape = layout.axis(name), tuple(arr.shape)
+        if axis is None:
+            why = "is 0-d (a constant)" if arr.ndim == 0 else "is in data.constants"
+            parts.append(f"{name} {shape} {why}")
+            continue
+        counts[name] = shape[axis]
+        on = "" if one_axis else f" on axis {axis}"
+        parts.append(f"{name} {shape} has {shape[axis]}{on}")
+    if labels is not None:
+        parts.append(f"labels {tuple(labels.shape)} has {labels.shape[0] if labels.ndim else 0}")
+    # The likely fix, with this data's own names: an input whose shape holds the
+    # first input's count on another axis has its batch there.
+    first = next(iter(counts.values()))
+    example = "batch_axes = { state = 1 } for a state [layers, batch, hidden]"
+    for name, n in counts.items():
+        shape = inputs[name].shape
+        if n != first and first in shape:
+            example = f"batch_axes = {{ {name} = {shape.index(first)} }}"
+            break
+    return (
+        f"{origin}: [data] arrays disagree on the number of samples{where}: "
+        + ", ".join(parts)
+        + f"; if an input's batch is on another axis, set data.batch_axes (e.g. {example}); "
+        "if an input is the same for every call, list it in data.constants (a 0-d array is a "
+        "constant by default)"
+    )
+
+
+def normalize_data(
+    raw: Any,
+    origin: str,
+    batch_axes: dict[str, int] | None = None,
+    constants: list[str] | None = None,
+) -> tuple[dict[str, np.ndarray], np.ndarray | None, Layout]:
+    """Accept ndarray, dict name -> ndarray, or (inputs, labels); check that every
+    batched input has the same number of samples on its batch axis (labels on axis 0)."""
     labels = None
     if isinstance(raw, tuple) and len(raw) == 2:
         raw, labels = raw
@@ -600,18 +713,19 @@ def normalize_data(raw: Any, origin: str) -> tuple[dict[str, np.ndarray], np.nda
             f"{origin}: [data] must give an np.ndarray, a dict name -> np.ndarray, or "
             f"(inputs, labels); got {type(raw).__name__}"
         )
-    sizes = {k: v.shape[0] if v.ndim else 0 for k, v in inputs.items()}
-    if labels is not None:
-        sizes["labels"] = labels.shape[0] if labels.ndim else 0
-    if len(set(sizes.values())) != 1:
-        raise UserError(f"{origin}: [data] arrays disagree on the number of samples: {sizes}")
-    n = next(iter(sizes.values()))
-    if n < 4:
-        raise UserError(f"{origin}: [data] needs at least 4 samples on axis 0, got {n}")
     for k, v in inputs.items():
         if v.dtype.kind not in "biuf":
             raise UserError(f"{origin}: [data] input {k!r} must be numeric, got dtype {v.dtype}")
-    return inputs, labels
+    layout = _layout(inputs, batch_axes or {}, constants or [], origin)
+    sizes = {k: inputs[k].shape[layout.axis(k) or 0] for k in layout.batched(inputs)}
+    if labels is not None:
+        sizes["labels"] = labels.shape[0] if labels.ndim else 0
+    if len(set(sizes.values())) != 1:
+        raise UserError(_disagreement(inputs, labels, layout, origin))
+    n = next(iter(sizes.values()))
+    if n < 4:
+        raise UserError(f"{origin}: [data] needs at least 4 samples, got {n}")
+    return inputs, labels, layout
 
 
 def _load_data_file(path: Path, origin: str) -> Any:
@@ -919,8 +1033,8 @@ def workload_from_spec(spec: WorkloadSpec, origin: str, base_dir: str | None) ->
     else:
         assert spec.data.path is not None
         raw = _load_data_file(Path(base_dir or ".", spec.data.path), origin)
-    inputs, labels = normalize_data(raw, origin)
-    _check_variable_axes(spec.data.variable_axes, inputs, origin)
+    inputs, labels, layout = normalize_data(raw, origin, spec.data.batch_axes, spec.data.constants)
+    _check_variable_axes(spec.data.variable_axes, inputs, layout, origin)
     if spec.quality.metric == "accuracy" and labels is None:
         raise UserError(
             f"{origin}: quality.metric = 'accuracy' needs labels: make data give (inputs, labels)"
@@ -938,6 +1052,8 @@ def workload_from_spec(spec: WorkloadSpec, origin: str, base_dir: str | None) ->
         weights=weights,
         variable_axes={k: sorted(set(v)) for k, v in spec.data.variable_axes.items()},
         function=spec.model.function,
+        batch_axes=dict(layout.batch_axes),
+        constants=list(layout.constants),
     )
     for note in notes:
         # Shown once on the terminal; kept in Workload.notes for reports.

@@ -7,16 +7,24 @@ from typing import Any
 import numpy as np
 
 from bakeoff.backends import BuildContext
+from bakeoff.batching import Layout, read_layout, read_split
 
 
 def calibration_data(ctx: BuildContext) -> dict[str, np.ndarray]:
-    """Calibration split of the workload's own data (never the quality hold-out)."""
-    with np.load(ctx.data_path, allow_pickle=False) as z:
-        return {n: z[f"calib/{n}"] for n in ctx.input_names}
+    """Calibration split of the workload's own data (never the quality hold-out),
+    constants included; `data_layout` says where its samples are."""
+    return read_split(ctx.data_path, "calib", ctx.input_names)[0]
+
+
+def data_layout(ctx: BuildContext) -> Layout:
+    """Each input's batch axis, and the constants, as the run's data file records them."""
+    return read_layout(ctx.data_path)
 
 
 def example_inputs(ctx: BuildContext, n: int = 2) -> dict[str, np.ndarray]:
-    return {k: v[:n] for k, v in calibration_data(ctx).items()}
+    """The first `n` calibration samples (along each input's batch axis)."""
+    arrays, layout = read_split(ctx.data_path, "calib", ctx.input_names)
+    return layout.contiguous(layout.cut(arrays, 0, n))
 
 
 def map_inputs(
@@ -31,7 +39,8 @@ def map_inputs(
     else:
         raise ValueError(f"model inputs {names} do not match data arrays {list(batch)}")
     return {
-        name: np.ascontiguousarray(arr, dtype=dtype) if dtype is not None else arr
+        # np.asarray, not np.ascontiguousarray: that makes a 0-d constant 1-d.
+        name: np.asarray(arr, dtype=dtype, order="C") if dtype is not None else arr
         for (name, dtype), arr in zip(model_inputs, arrays, strict=True)
     }
 

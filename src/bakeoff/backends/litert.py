@@ -19,9 +19,12 @@ from bakeoff.backends import (
 from bakeoff.backends.common import (
     calibration_data,
     check_options,
+    data_layout,
     example_inputs,
     map_inputs,
 )
+from bakeoff.batching import Layout
+from bakeoff.hardware import emulation_note
 from bakeoff.transforms import cached_step
 
 RUNTIME = "litert"
@@ -51,7 +54,8 @@ def offers(precision: str, model_kind: str) -> list[Offer]:
             )
         ]
     if precision in METHODS:
-        return [Offer(Variant(RUNTIME, precision, METHODS[precision]))]
+        note = emulation_note(precision) if precision == "int8" else None
+        return [Offer(Variant(RUNTIME, precision, METHODS[precision]), note=note)]
     return [
         Offer(
             Variant(RUNTIME, precision),
@@ -69,7 +73,7 @@ def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
 
     def step(out: Any) -> dict[str, Any]:
         model = load_for_build(ctx.source, ctx.artifacts_dir, BACKEND, example_inputs(ctx))
-        return convert(model, variant.precision, calibration_data(ctx), out)
+        return convert(model, variant.precision, calibration_data(ctx), out, data_layout(ctx))
 
     return cached_step(ctx.artifacts_dir, name, step)
 
@@ -111,12 +115,17 @@ def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> LiteRt
 
     check_options(ctx.options, OPTIONS, RUNTIME)
     interpreter = Interpreter(model_path=artifact["path"], num_threads=ctx.threads)
-    for detail in interpreter.get_input_details():
+    details = interpreter.get_input_details()
+    layout = Layout.of(ctx.source)
+    # The data's input each interpreter input is fed from: by name, else by position
+    # (as LiteRtRunner.prepare matches them).
+    plain = [_plain_name(d["name"]) for d in details]
+    names = plain if set(plain) <= set(ctx.input_names) else list(ctx.input_names)
+    for detail, name in zip(details, names, strict=False):
         # Converted with a dynamic batch axis (-1 in shape_signature): fix it to
         # the candidate's batch size once, before tensors are allocated.
-        shape = list(detail["shape"])
-        shape[0] = ctx.batch_size
-        interpreter.resize_tensor_input(detail["index"], shape)
+        shape = layout.batch_shape(name, detail["shape"], ctx.batch_size)
+        interpreter.resize_tensor_input(detail["index"], list(shape))
     interpreter.allocate_tensors()
     settings: dict[str, Any] = {
         "litert_version": importlib.metadata.version("ai-edge-litert"),

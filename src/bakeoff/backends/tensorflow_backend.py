@@ -23,6 +23,7 @@ from bakeoff.backends import (
     package_availability,
 )
 from bakeoff.backends.common import check_options, map_inputs
+from bakeoff.batching import read_split
 
 RUNTIME = "tensorflow"
 INSTALL = "pip install tensorflow-cpu==2.21.0 (or: make frameworks)"
@@ -153,9 +154,9 @@ def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> TfRunn
     }
     if ctx.data_path:
         # Trace (and XLA-compile) for the run's batch shape now, timed apart.
-        with np.load(ctx.data_path, allow_pickle=False) as z:
-            batch = {n: z[f"pool/{n}"][: ctx.batch_size] for n in ctx.input_names}
-        if len(next(iter(batch.values()))) == ctx.batch_size:
+        pool, layout = read_split(ctx.data_path, "pool", ctx.input_names)
+        batch = layout.contiguous(layout.cut(pool, 0, ctx.batch_size))
+        if layout.count(batch) == ctx.batch_size:
             prepared = runner.prepare(batch)
             t0 = time.perf_counter()
             runner.run(prepared)

@@ -23,6 +23,7 @@ from bakeoff.backends import (
 from bakeoff.backends import onnxruntime as ort_cpu
 from bakeoff.backends.common import check_options
 from bakeoff.backends.onnxruntime_cuda import ort_gpu_offers
+from bakeoff.batching import read_split
 
 RUNTIME = "tensorrt"
 INSTALL = f"pip install tensorrt==11.4.0.106 and {gpu.TORCH_CUDA_INSTALL} (for device buffers)"
@@ -60,7 +61,7 @@ class TrtRunner:
     def prepare(self, batch: dict[str, np.ndarray]) -> list[Any]:
         import torch
 
-        return [torch.from_numpy(np.ascontiguousarray(v)).cuda() for v in batch.values()]
+        return [torch.from_numpy(np.asarray(v, order="C")).cuda() for v in batch.values()]
 
     def run(self, prepared: list[Any]) -> dict[str, Any]:
         for name, tensor in zip(self.inputs, prepared, strict=True):
@@ -111,15 +112,14 @@ def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> TrtRun
     check_options(ctx.options, {"threads"}, RUNTIME)
     if not torch.cuda.is_available():
         raise RuntimeError(f"torch {torch.__version__} sees no CUDA device; install {INSTALL}")
-    with np.load(ctx.data_path, allow_pickle=False) as z:
-        samples = {n: z[f"pool/{n}"] for n in ctx.input_names}
+    samples, layout = read_split(ctx.data_path, "pool", ctx.input_names)
     t0 = time.perf_counter()
     import onnx
 
     graph_inputs = [i.name for i in onnx.load(artifact["path"]).graph.input]
     names = graph_inputs if set(graph_inputs) <= set(samples) else list(samples)
     shapes = {
-        g: (ctx.batch_size, *samples[n].shape[1:])
+        g: layout.batch_shape(n, samples[n].shape, ctx.batch_size)
         for g, n in zip(graph_inputs, names, strict=False)
     }
     runtime, engine = _engine(trt, artifact["path"], shapes, variant.precision == "fp16")

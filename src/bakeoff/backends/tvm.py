@@ -25,6 +25,7 @@ from bakeoff.backends import (
     package_availability,
 )
 from bakeoff.backends.common import check_options, example_inputs, map_inputs
+from bakeoff.batching import read_split
 
 RUNTIME = "tvm"
 INSTALL = "pip install apache-tvm==0.27.0.post1"
@@ -124,9 +125,8 @@ def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> TvmRun
         "exporter": artifact.get("exporter"),
     }
     if ctx.data_path:
-        with np.load(ctx.data_path, allow_pickle=False) as z:
-            sample = [z[f"pool/{n}"] for n in ctx.input_names]
-        shapes = tuple((ctx.batch_size, *a.shape[1:]) for a in sample)
+        pool, layout = read_split(ctx.data_path, "pool", ctx.input_names)
+        shapes = tuple(layout.batch_shape(n, a.shape, ctx.batch_size) for n, a in pool.items())
         t0 = time.perf_counter()
         runner.vms[shapes] = compile_for(shapes)
         settings["compile_s"] = round(time.perf_counter() - t0, 6)

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from bakeoff.backends import BuildContext, LoadContext, Runner, Variant, get_backend
+from bakeoff.batching import Layout, has_split, read_split
 from bakeoff.measure.process import PRIVATE_CACHE_VARIABLE
 from bakeoff.sizes import model_bytes
 from bakeoff.transforms import StepFailed, StepNotNeeded
@@ -77,28 +78,34 @@ def _variant(job: dict[str, Any]) -> Variant:
     return Variant(**job["variant"])
 
 
-def _batches(arrays: dict[str, np.ndarray], batch_size: int, count: int) -> list[dict]:
-    """`count` batches of exactly `batch_size`, cycling through the samples.
+def _batches(
+    arrays: dict[str, np.ndarray], layout: Layout, batch_size: int, count: int
+) -> list[dict]:
+    """`count` batches of exactly `batch_size`, cycling through the samples, each
+    input cut along its own batch axis; constants go into every batch unchanged.
 
     Always full batches: a short last batch would change the shape, and a
     compiled model would recompile (or fail) on it.
     """
-    n = len(next(iter(arrays.values())))
+    n = layout.count(arrays)
     idx = np.arange(count * batch_size) % n
     return [
-        {
-            k: np.ascontiguousarray(v[idx[i * batch_size : (i + 1) * batch_size]])
-            for k, v in arrays.items()
-        }
+        layout.contiguous(layout.take(arrays, idx[i * batch_size : (i + 1) * batch_size]))
         for i in range(count)
     ]
 
 
-def _outputs(runner: Runner, arrays: dict[str, np.ndarray], batch_size: int) -> np.ndarray:
-    n = len(next(iter(arrays.values())))
+def _outputs(
+    runner: Runner, arrays: dict[str, np.ndarray], layout: Layout, batch_size: int
+) -> np.ndarray:
+    """The first output on every sample. It is taken as batched on axis 0 (whatever
+    axis the inputs' batch is on): the batches' outputs are joined there and the
+    repeats that filled the last batch dropped."""
+    n = layout.count(arrays)
     count = -(-n // batch_size)
     outs = [
-        runner.to_numpy(runner.run(runner.prepare(b))) for b in _batches(arrays, batch_size, count)
+        runner.to_numpy(runner.run(runner.prepare(b)))
+        for b in _batches(arrays, layout, batch_size, count)
     ]
     return np.concatenate(outs)[:n]
 
@@ -116,26 +123,19 @@ def alt_outputs_path(outputs_path: str | Path) -> Path:
 
 def _save_quality_outputs(runner: Runner, job: dict[str, Any]) -> None:
     names, batch_size = job["input_names"], job["batch_size"]
-    quality = _load_split(job["data_path"], "quality", names)
-    np.save(job["outputs_path"], _outputs(runner, quality, batch_size))
-    with np.load(job["data_path"], allow_pickle=False) as z:
-        has_alt = f"{ALT_SPLIT}/{names[0]}" in z.files
-    if has_alt:
-        alt = _load_split(job["data_path"], ALT_SPLIT, names)
+    quality, layout = read_split(job["data_path"], "quality", names)
+    np.save(job["outputs_path"], _outputs(runner, quality, layout, batch_size))
+    if has_split(job["data_path"], ALT_SPLIT, names):
+        alt, _ = read_split(job["data_path"], ALT_SPLIT, names)
         try:
-            outputs = _outputs(runner, alt, batch_size)
+            outputs = _outputs(runner, alt, layout, batch_size)
         except Exception as exc:
-            shapes = ", ".join(f"{k} {tuple(v.shape[1:])}" for k, v in alt.items())
+            shapes = ", ".join(f"{k} {layout.sample_shape(k, v.shape)}" for k, v in alt.items())
             raise RuntimeError(
                 f"the variant does not run at the second shape (variable axes halved: {shapes}"
                 f" per sample): {type(exc).__name__}: {exc}"
             ) from exc
         np.save(alt_outputs_path(job["outputs_path"]), outputs)
-
-
-def _load_split(data_path: str, split: str, names: list[str]) -> dict[str, np.ndarray]:
-    with np.load(data_path, allow_pickle=False) as z:
-        return {n: z[f"{split}/{n}"] for n in names}
 
 
 class ImportClock:
@@ -210,6 +210,7 @@ def do_build(job: dict[str, Any]) -> dict[str, Any]:
         threads=job["threads"],
         metric=job.get("metric", "cosine"),
         max_drop=job.get("max_drop", 0.01),
+        skip_unneeded=job.get("skip_unneeded", True),
     )
     t0 = time.perf_counter()
     artifact = get_backend(job["variant"]["runtime"]).build(_variant(job), ctx)
@@ -227,8 +228,8 @@ def do_cold_start(job: dict[str, Any], started: float) -> dict[str, Any]:
     runner = _load_runner(job)
     load_s = time.perf_counter() - started
     clock: Callable[[], int] = getattr(runner, "clock_ns", time.perf_counter_ns)
-    pool = _load_split(job["data_path"], "pool", job["input_names"])
-    batch = runner.prepare(_batches(pool, job["batch_size"], 1)[0])
+    pool, layout = read_split(job["data_path"], "pool", job["input_names"])
+    batch = runner.prepare(_batches(pool, layout, job["batch_size"], 1)[0])
     t0 = clock()
     runner.run(batch)
     return {
@@ -244,11 +245,11 @@ def serve_measure(conn: Connection, job: dict[str, Any], started: float) -> None
     load_s = time.perf_counter() - started
     clock: Callable[[], int] = getattr(runner, "clock_ns", time.perf_counter_ns)
     names, batch_size = job["input_names"], job["batch_size"]
-    pool_arrays = _load_split(job["data_path"], "pool", names)
-    pool_n = len(next(iter(pool_arrays.values())))
+    pool_arrays, layout = read_split(job["data_path"], "pool", names)
+    pool_n = layout.count(pool_arrays)
     # A pool of distinct real batches, cycled: rule 5 (never one tensor repeated).
     count = min(16, max(4, -(-pool_n // batch_size)))
-    pool = [runner.prepare(b) for b in _batches(pool_arrays, batch_size, count)]
+    pool = [runner.prepare(b) for b in _batches(pool_arrays, layout, batch_size, count)]
     t0 = clock()
     runner.run(pool[0])
     first_call_s = (clock() - t0) / 1e9

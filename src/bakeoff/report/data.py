@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from bakeoff.batching import read_split, split_names
 from bakeoff.errors import UserError
 from bakeoff.paths import DEFAULT_STORE
 from bakeoff.store import Store
@@ -120,16 +121,15 @@ def load(run_id: str, store: str | Path) -> StoredRun:
 
 
 def _input_shapes(data_path: Path) -> dict[str, list[int]]:
-    """Per-sample input shapes from the run's data split, when its folder is still there."""
+    """Per-sample input shapes from the run's data split (without each input's batch
+    axis; a constant's own shape), when its folder is still there."""
     if not data_path.exists():
         return {}
-    out: dict[str, list[int]] = {}
     try:
         # allow_pickle=False: the split holds numeric arrays only; never unpickle.
         with np.load(data_path, allow_pickle=False) as data:
-            for key in data.files:
-                if key.startswith("pool/"):
-                    out[key.removeprefix("pool/")] = [int(d) for d in data[key].shape[1:]]
-    except (OSError, ValueError):
+            names = split_names(data.files, "pool")
+        arrays, layout = read_split(data_path, "pool", names)
+    except (OSError, ValueError, KeyError):
         return {}
-    return out
+    return {n: list(layout.sample_shape(n, a.shape)) for n, a in arrays.items()}

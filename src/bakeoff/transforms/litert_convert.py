@@ -23,21 +23,27 @@ from typing import Any
 
 import numpy as np
 
+from bakeoff.batching import AXIS_0, Layout
 from bakeoff.transforms import StepFailed
 
 BACKEND = "tensorflow"
 
 
-def convert(model: Any, precision: str, calib: dict[str, np.ndarray], out: Path) -> dict[str, Any]:
+def convert(
+    model: Any,
+    precision: str,
+    calib: dict[str, np.ndarray],
+    out: Path,
+    layout: Layout = AXIS_0,
+) -> dict[str, Any]:
     import tensorflow as tf
 
     path = out / f"model-{precision}.tflite"
-    names = list(calib)
 
     def representative() -> Iterator[list[np.ndarray]]:
-        n = len(calib[names[0]])
-        for i in range(n):  # one sample at a time, as the converter expects
-            yield [calib[name][i : i + 1].astype(np.float32) for name in names]
+        # one sample at a time, as the converter expects (constants as they are)
+        for sample in layout.samples(calib):
+            yield [v.astype(np.float32) for v in sample.values()]
 
     quant: dict[str, Any] = {}
     kwargs: dict[str, Any] = {}
@@ -57,7 +63,7 @@ def convert(model: Any, precision: str, calib: dict[str, np.ndarray], out: Path)
             "method": "static",
             "weights": "int8 per channel",
             "activations": "int8, ranges calibrated on the workload's calibration split",
-            "calibration_samples": len(calib[names[0]]),
+            "calibration_samples": layout.count(calib),
             "io": "float32 (quantize/dequantize at the edges)",
             "float_fallback": False,
         }

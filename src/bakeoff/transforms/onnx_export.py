@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from bakeoff.batching import Layout
 from bakeoff.transforms import StepFailed, cached_step
 from bakeoff.workload import ModelSource
 
@@ -56,8 +57,16 @@ def _export(source: ModelSource, example: dict[str, np.ndarray], out_dir: Path) 
     from bakeoff.models import build_torch_model
 
     model = build_torch_model(source)
+    layout = Layout.of(source)
     names = list(example)
-    args = tuple(torch.from_numpy(np.ascontiguousarray(example[n])) for n in names)
+    # np.asarray keeps a 0-d constant 0-d (np.ascontiguousarray would make it 1-d).
+    args = tuple(torch.from_numpy(np.asarray(example[n], order="C")) for n in names)
+    # Per input, the axes that stay dynamic: its batch axis, then its variable axes.
+    dynamic = {
+        n: [axis, *source.variable_axes.get(n, [])]
+        for n in names
+        if (axis := layout.axis(n)) is not None
+    }
     path = out_dir / "model.onnx"
     errors: list[str] = []
     with warnings.catch_warnings():
@@ -70,14 +79,14 @@ def _export(source: ModelSource, example: dict[str, np.ndarray], out_dir: Path) 
                 output_names=["output"],
                 opset_version=OPSET,
                 dynamo=True,
-                dynamic_shapes=_dynamic_shapes(model, names, source.variable_axes),
+                dynamic_shapes=_dynamic_shapes(model, names, dynamic),
                 external_data=False,
                 verbose=False,
             )
             assert program is not None
             program.save(str(path))
             _check_loads(path)
-            _check_variable_axes(path, source.variable_axes)
+            _check_dynamic_axes(path, dynamic)
             return {"path": str(path), "exporter": "dynamo"}
         except Exception as exc:
             errors.append(f"dynamo exporter: {type(exc).__name__}: {_first_lines(exc)}")
@@ -92,8 +101,8 @@ def _export(source: ModelSource, example: dict[str, np.ndarray], out_dir: Path) 
                 dynamo=False,
                 dynamic_axes={
                     **{
-                        n: {0: "batch", **{a: f"axis{a}" for a in source.variable_axes.get(n, [])}}
-                        for n in names
+                        n: {a: "batch" if i == 0 else f"axis{a}" for i, a in enumerate(axes)}
+                        for n, axes in dynamic.items()
                     },
                     "output": {0: "batch"},
                 },
@@ -109,35 +118,46 @@ def _export(source: ModelSource, example: dict[str, np.ndarray], out_dir: Path) 
 
 
 def _dynamic_shapes(
-    model: Any, names: list[str], variable_axes: dict[str, list[int]]
-) -> dict[str, dict[int, Any]]:
-    """Batch always dynamic, plus the workload's variable axes; one Dim per axis index,
-    shared by the inputs that have it (input_ids and attention_mask share a length)."""
+    model: Any, names: list[str], dynamic: dict[str, list[int]]
+) -> dict[str, dict[int, Any] | None]:
+    """Per input, its batch axis (the first of `dynamic[name]`) and its variable axes.
+
+    One batch Dim shared by every batched input, on whichever axis each has it; one
+    Dim per variable axis index, shared by the inputs that have it (input_ids and
+    attention_mask share a length); None (static) for a constant.
+    """
     import torch
 
-    dims: dict[int, Any] = {0: torch.export.Dim("batch")}
+    batch = torch.export.Dim("batch")
+    dims: dict[int, Any] = {}
 
     def dim(axis: int) -> Any:
         return dims.setdefault(axis, torch.export.Dim(f"axis{axis}"))
 
     return {
-        arg: {axis: dim(axis) for axis in [0, *variable_axes.get(name, [])]}
+        arg: (
+            {axes[0]: batch, **{axis: dim(axis) for axis in axes[1:]}}
+            if (axes := dynamic.get(name)) is not None
+            else None
+        )
         for arg, name in zip(_forward_arg_names(model, names), names, strict=True)
     }
 
 
-def _check_variable_axes(path: Path, variable_axes: dict[str, list[int]]) -> None:
+def _check_dynamic_axes(path: Path, dynamic: dict[str, list[int]]) -> None:
     """torch.export specializes a dimension the model's code pins (int(x.shape[1]),
-    say) and exports it fixed, without an error: catch that here."""
+    say) and exports it fixed, without an error: catch that here, for the batch axis
+    (the first of each input's list) and the declared variable axes."""
     import onnx
 
     graph = onnx.load(str(path), load_external_data=False).graph
     fixed = [
-        f"axis {axis} of {inp.name} is fixed at {dims[axis].dim_value}"
+        f"axis {axis} of {inp.name}{' (its batch)' if i == 0 else ''} is fixed at "
+        f"{dims[axis].dim_value}"
         for inp in graph.input
-        if inp.name in variable_axes
+        if inp.name in dynamic
         for dims in [inp.type.tensor_type.shape.dim]
-        for axis in variable_axes[inp.name]
+        for i, axis in enumerate(dynamic[inp.name])
         if axis < len(dims) and not dims[axis].dim_param
     ]
     if fixed:
