@@ -18,10 +18,11 @@ from bakeoff.backends import (
 from bakeoff.backends.common import (
     calibration_data,
     check_options,
+    data_layout,
     example_inputs,
     map_inputs,
 )
-from bakeoff.hardware import precision_unsupported
+from bakeoff.hardware import emulation_note
 from bakeoff.transforms import cached_step
 
 RUNTIME = "onnxruntime"
@@ -49,13 +50,15 @@ def offers(precision: str, model_kind: str) -> list[Offer]:
     if precision == "fp32":
         return [Offer(Variant(RUNTIME, "fp32"))]
     if precision == "int8":
+        note = emulation_note("int8")
         return [
-            Offer(Variant(RUNTIME, "int8", "dynamic")),
-            Offer(Variant(RUNTIME, "int8", "static")),
+            Offer(Variant(RUNTIME, "int8", "dynamic"), note=note),
+            Offer(Variant(RUNTIME, "int8", "static"), note=note),
         ]
     if precision == "fp16":
-        reason = precision_unsupported("fp16")
-        return [Offer(Variant(RUNTIME, "fp16"), reason)]
+        # The CPU provider runs the float16 graph on any CPU (casting around the
+        # operators it has no float16 kernel for: see transforms/ort_float16.py).
+        return [Offer(Variant(RUNTIME, "fp16"), note=emulation_note("fp16"))]
     if precision == "bf16":
         return [Offer(Variant(RUNTIME, "bf16"), BF16_REASON)]
     if precision == "int4":
@@ -74,6 +77,7 @@ BF16_REASON = (
 
 def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
     from bakeoff.transforms.onnx_export import ensure_onnx
+    from bakeoff.transforms.onnx_normalize import quantizer_input
     from bakeoff.transforms.ort_float16 import float16
     from bakeoff.transforms.ort_quantize import (
         INT4_BLOCK_SIZE,
@@ -84,26 +88,33 @@ def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
 
     fp32 = ensure_onnx(ctx.source, ctx.artifacts_dir, example_inputs(ctx))
     if variant.precision == "fp32":
-        return dict(fp32)
+        return dict(fp32)  # the user's own file as given: it is the quality reference
+    # A user's file from another converter is normalized first (weights as
+    # initializers), once per run: the quantizers find no weight otherwise.
+    source, normalized = quantizer_input(fp32, ctx.artifacts_dir)
     if variant.precision == "fp16":
         example = example_inputs(ctx)
         step = cached_step(
-            ctx.artifacts_dir, "ort-fp16", lambda d: float16(fp32["path"], d, example)
+            ctx.artifacts_dir, "ort-fp16", lambda d: float16(source, d, example, normalized)
         )
     elif variant.precision == "int4":
         step = cached_step(
             ctx.artifacts_dir,
             f"ort-int4-weight-only-block{INT4_BLOCK_SIZE}",
-            lambda d: int4_weight_only(fp32["path"], d, INT4_BLOCK_SIZE),
+            lambda d: int4_weight_only(source, d, INT4_BLOCK_SIZE, normalized),
         )
     elif variant.method == "dynamic":
         step = cached_step(
-            ctx.artifacts_dir, "ort-int8-dynamic", lambda d: dynamic_int8(fp32["path"], d)
+            ctx.artifacts_dir,
+            "ort-int8-dynamic",
+            lambda d: dynamic_int8(source, d, normalized),
         )
     else:
-        calib = calibration_data(ctx)
+        calib, layout = calibration_data(ctx), data_layout(ctx)
         step = cached_step(
-            ctx.artifacts_dir, "ort-int8-static", lambda d: static_int8(fp32["path"], d, calib)
+            ctx.artifacts_dir,
+            "ort-int8-static",
+            lambda d: static_int8(source, d, calib, layout=layout, normalized=normalized),
         )
     return {**step, "exporter": fp32["exporter"]}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,9 +24,21 @@ class StepFailed(Exception):
     """A build step failed; the message is the reason shown to the user."""
 
 
+def step_failed(step: str, exc: BaseException, advice: str, context: str = "") -> StepFailed:
+    """A library's error in plain words: which step failed (`step` names the library
+    call), the library's own message, `context` (what was done to the model first)
+    and what the user can try. The whole message goes to the build log."""
+    print(f"--- {step}: {type(exc).__name__} ---\n{exc}", file=sys.stderr)
+    text = " ".join(str(exc).split()).rstrip(".")
+    if len(text) > 400:
+        text = text[:400].rstrip() + " [...]"  # the rest is in the build log
+    return StepFailed(f"{step} failed: {type(exc).__name__}: {text}{context}. {advice}")
+
+
 class StepNotNeeded(Exception):
-    """A variant that would add nothing here (its candidate becomes `unavailable`,
-    with the message as the reason); decided before any step is cached."""
+    """A variant that another variant makes unnecessary here: its candidates are
+    left out of the run (listed under `settings.left_out` with the message as the
+    why, not as candidate rows); decided before any step is cached."""
 
 
 def cached_step(

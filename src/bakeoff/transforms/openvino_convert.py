@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.transforms import StepFailed
+from bakeoff.batching import AXIS_0, Layout
+from bakeoff.transforms import StepFailed, step_failed
 
 # OpenVINO element type names -> numpy dtypes, to feed a graph its own input types.
 NUMPY_TYPES: dict[str, Any] = {
@@ -61,9 +62,22 @@ def input_types(ports: Iterable[Any]) -> list[tuple[str, Any]]:
 
 
 def ir_from_onnx(onnx_path: str, out_dir: Path) -> dict[str, Any]:
+    """The ONNX file as IR. A user's file is converted as given, not the normalized
+    copy ONNX Runtime's quantizers start from (transforms/onnx_normalize.py):
+    OpenVINO's ONNX frontend takes Constant weights and initializers listed as
+    inputs as constants itself, and this IR is the FP32 OpenVINO candidate."""
     import openvino as ov
 
-    model = ov.convert_model(onnx_path)
+    try:
+        model = ov.convert_model(onnx_path)
+    except Exception as exc:
+        raise step_failed(
+            "OpenVINO conversion of the ONNX file (openvino.convert_model)",
+            exc,
+            "Try the onnxruntime candidates (they run the ONNX file itself); for a torch "
+            "model, openvino fp32 direct (OpenVINO's PyTorch frontend, no ONNX); or convert "
+            'the model with OpenVINO\'s own tools and give the IR as [model] kind = "openvino"',
+        ) from exc
     path = out_dir / "model.xml"
     # save_model compresses weights to FP16 by default; an FP32 variant must not.
     ov.save_model(model, str(path), compress_to_fp16=False)
@@ -75,10 +89,10 @@ def ir_from_torch(
 ) -> dict[str, Any]:
     """The torch module straight to IR with OpenVINO's PyTorch frontend (no ONNX).
 
-    Batch is dynamic (-1) so one IR serves every batch size; for transformer
-    inputs the sequence axis is dynamic too, and so is every axis the workload
-    declares variable. Inputs are renamed to the data's
-    array names, as the ONNX path names them.
+    Each input's batch axis is dynamic (-1) so one IR serves every batch size;
+    for transformer inputs the sequence axis is dynamic too, and so is every
+    axis the workload declares variable. Constants keep their shape. Inputs are
+    renamed to the data's array names, as the ONNX path names them.
     """
     import openvino as ov
     import torch
@@ -87,18 +101,20 @@ def ir_from_torch(
     from bakeoff.transforms.onnx_export import operator_in
 
     module = build_torch_model(source)
+    layout = Layout.of(source)
     names = list(example)
-    args = tuple(torch.from_numpy(np.ascontiguousarray(example[n])) for n in names)
+    # np.asarray keeps a 0-d constant 0-d (np.ascontiguousarray would make it 1-d).
+    args = tuple(torch.from_numpy(np.asarray(example[n], order="C")) for n in names)
     variable: dict[str, list[int]] = source.variable_axes
+
+    def dynamic(name: str, axis: int) -> bool:
+        batch_axis = layout.axis(name)
+        if batch_axis is None:  # a constant: the same shape in every call
+            return False
+        return axis == batch_axis or (transformer and axis == 1) or axis in variable.get(name, [])
+
     shapes = [
-        ov.PartialShape(
-            [
-                -1
-                if axis == 0 or (transformer and axis == 1) or axis in variable.get(name, [])
-                else dim
-                for axis, dim in enumerate(a.shape)
-            ]
-        )
+        ov.PartialShape([-1 if dynamic(name, axis) else dim for axis, dim in enumerate(a.shape)])
         for name, a in zip(names, args, strict=True)
     ]
     try:
@@ -128,13 +144,15 @@ def _gist(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _samples(model: Any, calibration: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
-    """One batch-1 input dict per calibration sample, keyed and typed as the IR wants."""
+def _samples(
+    model: Any, calibration: dict[str, np.ndarray], layout: Layout
+) -> list[dict[str, np.ndarray]]:
+    """One batch-1 input dict per calibration sample (cut along each input's batch
+    axis, constants as they are), keyed and typed as the IR wants."""
     from bakeoff.backends.common import map_inputs
 
     types = input_types(model.inputs)
-    n = len(next(iter(calibration.values())))
-    return [map_inputs({k: v[i : i + 1] for k, v in calibration.items()}, types) for i in range(n)]
+    return [map_inputs(sample, types) for sample in layout.samples(calibration)]
 
 
 def _ptq_kwargs(nncf: Any, n: int, transformer: bool) -> dict[str, Any]:
@@ -145,16 +163,28 @@ def _ptq_kwargs(nncf: Any, n: int, transformer: bool) -> dict[str, Any]:
 
 
 def nncf_int8(
-    ir_path: str, out_dir: Path, calibration: dict[str, np.ndarray], transformer: bool
+    ir_path: str,
+    out_dir: Path,
+    calibration: dict[str, np.ndarray],
+    transformer: bool,
+    layout: Layout = AXIS_0,
 ) -> dict[str, Any]:
     import nncf
     import openvino as ov
 
     model = ov.Core().read_model(ir_path)
-    samples = _samples(model, calibration)
-    quantized = nncf.quantize(
-        model, nncf.Dataset(samples), **_ptq_kwargs(nncf, len(samples), transformer)
-    )
+    samples = _samples(model, calibration, layout)
+    try:
+        quantized = nncf.quantize(
+            model, nncf.Dataset(samples), **_ptq_kwargs(nncf, len(samples), transformer)
+        )
+    except Exception as exc:
+        raise step_failed(
+            "NNCF INT8 post-training quantization (nncf.quantize)",
+            exc,
+            "Try the onnxruntime int8 candidates (dynamic needs no calibration), or openvino "
+            "int4 weight-only (NNCF weight compression, no calibration)",
+        ) from exc
     path = out_dir / "model.xml"
     ov.save_model(quantized, str(path), compress_to_fp16=False)
     settings = {
@@ -173,6 +203,7 @@ def calibration_drop(
     calibration: dict[str, np.ndarray],
     metric: str,
     max_drop: float,
+    layout: Layout = AXIS_0,
 ) -> float:
     """The quality gate's drop of `candidate_ir` against the FP32 IR on the calibration
     split (the hold-out stays unseen); agreement stands in for accuracy (no labels)."""
@@ -185,7 +216,10 @@ def calibration_drop(
     for path in (fp32_ir, candidate_ir):
         model = core.read_model(path)
         compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-        rows = [np.asarray(compiled(s)[0], dtype=np.float32) for s in _samples(model, calibration)]
+        rows = [
+            np.asarray(compiled(s)[0], dtype=np.float32)
+            for s in _samples(model, calibration, layout)
+        ]
         outputs.append(np.concatenate(rows))
     val_metric = "agreement" if metric == "accuracy" else metric
     return float(evaluate(val_metric, outputs[1], outputs[0], None, max_drop).drop)
@@ -198,6 +232,7 @@ def nncf_int8_accuracy_aware(
     transformer: bool,
     metric: str,
     max_drop: float,
+    layout: Layout = AXIS_0,
 ) -> dict[str, Any]:
     """NNCF INT8 that reverts the most harmful quantizers to FP32 until the drop fits.
 
@@ -221,7 +256,7 @@ def nncf_int8_accuracy_aware(
     val_metric = "agreement" if metric == "accuracy" else metric
     core = ov.Core()
     model = core.read_model(ir_path)
-    samples = _samples(model, calibration)
+    samples = _samples(model, calibration, layout)
     # f32 explicitly, as NNCF compiles for validation, so the reference is exact.
     fp32 = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     reference = np.concatenate([np.asarray(fp32(s)[0], dtype=np.float32) for s in samples])
@@ -262,6 +297,12 @@ def nncf_int8_accuracy_aware(
             ),
             **_ptq_kwargs(nncf, len(samples), transformer),
         )
+    except Exception as exc:
+        raise step_failed(
+            "NNCF accuracy-aware INT8 quantization (nncf.quantize_with_accuracy_control)",
+            exc,
+            "Try openvino int8 nncf (plain NNCF INT8) or the onnxruntime int8 candidates",
+        ) from exc
     finally:
         logging.getLogger("nncf").removeHandler(log)
     reports = [m for m in map(_REVERTED.search, log.lines) if m]
@@ -316,20 +357,28 @@ def nncf_int4_weights(ir_path: str, out_dir: Path) -> dict[str, Any]:
     mode = nncf.CompressWeightsMode(INT4_MODE)
     fallback: str | None = None
     try:
-        compressed = nncf.compress_weights(
-            model.clone(), mode=mode, group_size=INT4_GROUP_SIZE, ratio=INT4_RATIO
-        )
-    except nncf.InvalidGroupSizeError as exc:
-        fallback = "adjust: " + " ".join(str(exc).split())
-        compressed = nncf.compress_weights(
-            model,
-            mode=mode,
-            group_size=INT4_GROUP_SIZE,
-            ratio=INT4_RATIO,
-            advanced_parameters=AdvancedCompressionParameters(
-                group_size_fallback_mode=GroupSizeFallbackMode.ADJUST
-            ),
-        )
+        try:
+            compressed = nncf.compress_weights(
+                model.clone(), mode=mode, group_size=INT4_GROUP_SIZE, ratio=INT4_RATIO
+            )
+        except nncf.InvalidGroupSizeError as exc:
+            fallback = "adjust: " + " ".join(str(exc).split())
+            compressed = nncf.compress_weights(
+                model,
+                mode=mode,
+                group_size=INT4_GROUP_SIZE,
+                ratio=INT4_RATIO,
+                advanced_parameters=AdvancedCompressionParameters(
+                    group_size_fallback_mode=GroupSizeFallbackMode.ADJUST
+                ),
+            )
+    except Exception as exc:
+        raise step_failed(
+            "NNCF INT4 weight compression (nncf.compress_weights"
+            + (", group-size fallback ADJUST)" if fallback else ")"),
+            exc,
+            "Try onnxruntime int4 weight-only (MatMulNBits) or the int8 candidates",
+        ) from exc
     weights = compressed_weights(compressed)
     int4 = {k: v for k, v in weights.items() if v["bits"] == 4}
     if not int4:

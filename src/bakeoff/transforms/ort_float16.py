@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.transforms import StepFailed
+from bakeoff.transforms import StepFailed, step_failed
 
 # These settings change quality, so they are recorded with the artifact.
 _FLOAT16_SETTINGS: dict[str, Any] = {
@@ -30,12 +30,33 @@ _FLOAT16_SETTINGS: dict[str, Any] = {
 }
 
 
-def float16(fp32_path: str, out_dir: Path, example: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Convert to float16 (float32 inputs/outputs) and profile one CPU inference."""
+FLOAT16_STEP = (
+    "ONNX Runtime float16 conversion (onnxruntime.transformers.float16.convert_float_to_float16)"
+)
+FLOAT16_ADVICE = "Try the openvino fp16 candidate (OpenVINO's f16 precision hint on the FP32 model)"
+
+
+def float16(
+    source: str,
+    out_dir: Path,
+    example: dict[str, np.ndarray],
+    normalized: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Convert to float16 (float32 inputs/outputs) and profile one CPU inference.
+
+    A user's file is normalized first (transforms/onnx_normalize.py): the converter
+    leaves a weight that is also a graph input float32 behind a Cast (keep_io_types
+    keeps inputs float32), and counts no initializers where weights are Constants.
+    """
     import onnx
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    model = convert_float_to_float16(onnx.load(fp32_path), keep_io_types=True)
+    from bakeoff.transforms.onnx_normalize import describe
+
+    try:
+        model = convert_float_to_float16(onnx.load(source), keep_io_types=True)
+    except Exception as exc:
+        raise step_failed(FLOAT16_STEP, exc, FLOAT16_ADVICE, describe(normalized)) from exc
     path = out_dir / "model.onnx"
     onnx.save(model, str(path))
     dtypes = collections.Counter(init.data_type for init in model.graph.initializer)
@@ -43,6 +64,8 @@ def float16(fp32_path: str, out_dir: Path, example: dict[str, np.ndarray]) -> di
     settings["float16_initializers"] = dtypes[onnx.TensorProto.FLOAT16]
     settings["float32_initializers"] = dtypes[onnx.TensorProto.FLOAT]
     settings["cpu_kernels"] = cpu_kernel_precisions(path, out_dir, example)
+    if normalized is not None:
+        settings["onnx_normalization"] = normalized
     return {"path": str(path), "quantization": settings}
 
 

@@ -16,19 +16,63 @@ from typing import Any
 
 import numpy as np
 
+from bakeoff.batching import AXIS_0, Layout
 
-def dynamic_int8(fp32_path: str, out_dir: Path) -> dict[str, Any]:
+# Each quantizer's failure names its library call and what the user can do instead.
+# A weight the normalization cannot make an initializer is computed in the graph
+# (a Mul or Transpose of a constant, say): constant folding makes it one.
+_REEXPORT = (
+    "re-export the model with its weights as initializers (constant-folded, e.g. by "
+    "onnx-simplifier, where a weight is computed in the graph)"
+)
+DYNAMIC_STEP = "ONNX Runtime dynamic INT8 quantization (onnxruntime.quantization.quantize_dynamic)"
+DYNAMIC_ADVICE = (
+    "Try the openvino int8 nncf candidate (NNCF quantizes the same file on its own IR) "
+    f"or onnxruntime int8 static, or {_REEXPORT}"
+)
+STATIC_STEP = "ONNX Runtime static INT8 quantization (onnxruntime.quantization.quantize_static)"
+STATIC_ADVICE = (
+    "Try the openvino int8 nncf candidate or onnxruntime int8 dynamic (no calibration), "
+    f"or {_REEXPORT}"
+)
+INT4_STEP = (
+    "ONNX Runtime INT4 weight-only quantization "
+    "(onnxruntime.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer)"
+)
+INT4_ADVICE = (
+    f"Try the openvino int4 weight-only candidate (NNCF weight compression), or {_REEXPORT}"
+)
+
+
+def dynamic_int8(
+    source: str, out_dir: Path, normalized: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """`source` is the FP32 file as `onnx_normalize.quantizer_input` gives it, and
+    `normalized` what normalizing did (recorded, and named when the step fails)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    from bakeoff.transforms import step_failed
+    from bakeoff.transforms.onnx_normalize import describe
+
     path = out_dir / "model.onnx"
-    settings = {"per_channel": True, "weight_type": "QInt8", "reduce_range": False}
-    with _in_temp_dir():  # the quantizer leaves temporary files in the working directory
-        quantize_dynamic(fp32_path, str(path), per_channel=True, weight_type=QuantType.QInt8)
+    settings: dict[str, Any] = {"per_channel": True, "weight_type": "QInt8", "reduce_range": False}
+    try:
+        with _in_temp_dir():  # the quantizer leaves temporary files in the working directory
+            quantize_dynamic(source, str(path), per_channel=True, weight_type=QuantType.QInt8)
+    except Exception as exc:
+        raise step_failed(DYNAMIC_STEP, exc, DYNAMIC_ADVICE, describe(normalized)) from exc
+    if normalized is not None:
+        settings["onnx_normalization"] = normalized
     return {"path": str(path), "quantization": settings}
 
 
 def static_int8(
-    fp32_path: str, out_dir: Path, calibration: dict[str, np.ndarray], batch: int = 8
+    source: str,
+    out_dir: Path,
+    calibration: dict[str, np.ndarray],
+    batch: int = 8,
+    layout: Layout = AXIS_0,
+    normalized: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -38,7 +82,10 @@ def static_int8(
         quantize_static,
     )
 
-    n = len(next(iter(calibration.values())))
+    from bakeoff.transforms import step_failed
+    from bakeoff.transforms.onnx_normalize import describe
+
+    n = layout.count(calibration)
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
@@ -48,10 +95,11 @@ def static_int8(
             start = next(self.starts, None)
             if start is None:
                 return None
-            return {k: v[start : start + batch] for k, v in calibration.items()}
+            # along each input's batch axis; constants in every batch as they are
+            return layout.contiguous(layout.cut(calibration, start, start + batch))
 
     path = out_dir / "model.onnx"
-    settings = {
+    settings: dict[str, Any] = {
         "format": "QDQ",
         "calibration": "MinMax",
         "calibration_samples": n,
@@ -59,24 +107,34 @@ def static_int8(
         "activation_type": "QInt8",
         "weight_type": "QInt8",
     }
-    with _in_temp_dir():
-        quantize_static(
-            fp32_path,
-            str(path),
-            Reader(),
-            quant_format=QuantFormat.QDQ,
-            per_channel=True,
-            activation_type=QuantType.QInt8,
-            weight_type=QuantType.QInt8,
-            calibrate_method=CalibrationMethod.MinMax,
-        )
+    try:
+        with _in_temp_dir():
+            quantize_static(
+                source,
+                str(path),
+                Reader(),
+                quant_format=QuantFormat.QDQ,
+                per_channel=True,
+                activation_type=QuantType.QInt8,
+                weight_type=QuantType.QInt8,
+                calibrate_method=CalibrationMethod.MinMax,
+            )
+    except Exception as exc:
+        raise step_failed(STATIC_STEP, exc, STATIC_ADVICE, describe(normalized)) from exc
+    if normalized is not None:
+        settings["onnx_normalization"] = normalized
     return {"path": str(path), "quantization": settings}
 
 
 INT4_BLOCK_SIZE = 32  # smaller blocks keep more quality (see the module docstring)
 
 
-def int4_weight_only(fp32_path: str, out_dir: Path, block_size: int = INT4_BLOCK_SIZE) -> dict:
+def int4_weight_only(
+    source: str,
+    out_dir: Path,
+    block_size: int = INT4_BLOCK_SIZE,
+    normalized: dict[str, Any] | None = None,
+) -> dict:
     """MatMul weights to 4-bit blocks (MatMulNBits); activations stay float32.
 
     The quantizer only handles MatMul with a constant weight, while exporters
@@ -86,27 +144,32 @@ def int4_weight_only(fp32_path: str, out_dir: Path, block_size: int = INT4_BLOCK
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    from bakeoff.transforms import StepFailed
+    from bakeoff.transforms import StepFailed, step_failed
+    from bakeoff.transforms.onnx_normalize import describe
 
-    model = onnx.load(fp32_path)
+    model = onnx.load(source)
     rewritten = _gemm_to_matmul(model)
-    quantizer = MatMulNBitsQuantizer(
-        model,
-        bits=4,
-        block_size=block_size,
-        is_symmetric=True,
-        # Unset accuracy level: MatMulNBits dequantizes to float32 and computes in
-        # float32 (weight-only); level 4 would quantize activations to int8 too.
-        accuracy_level=None,
-        op_types_to_quantize=("MatMul",),
-    )
-    with _in_temp_dir():
-        quantizer.process()
+    try:
+        quantizer = MatMulNBitsQuantizer(
+            model,
+            bits=4,
+            block_size=block_size,
+            is_symmetric=True,
+            # Unset accuracy level: MatMulNBits dequantizes to float32 and computes in
+            # float32 (weight-only); level 4 would quantize activations to int8 too.
+            accuracy_level=None,
+            op_types_to_quantize=("MatMul",),
+        )
+        with _in_temp_dir():
+            quantizer.process()
+    except Exception as exc:
+        raise step_failed(INT4_STEP, exc, INT4_ADVICE, describe(normalized)) from exc
     ops = collections.Counter(n.op_type for n in quantizer.model.model.graph.node)
     if ops["MatMulNBits"] == 0:
         raise StepFailed(
             "INT4 weight-only found no MatMul/Gemm with a constant 2-D weight to quantize "
             f"(graph has {ops['MatMul']} MatMul and {ops['Gemm']} Gemm nodes)"
+            f"{describe(normalized)}. {INT4_ADVICE}"
         )
     path = out_dir / "model.onnx"
     quantizer.model.save_model_to_file(str(path), use_external_data_format=False)
@@ -123,6 +186,8 @@ def int4_weight_only(fp32_path: str, out_dir: Path, block_size: int = INT4_BLOCK
         "float32_matmuls": ops["MatMul"],
         "gemm_rewritten_to_matmul": rewritten,
     }
+    if normalized is not None:
+        settings["onnx_normalization"] = normalized
     return {"path": str(path), "quantization": settings}
 
 
