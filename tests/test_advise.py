@@ -95,6 +95,133 @@ def test_cli_refuses_mxnet_with_exit_2_and_no_traceback(tmp_path: Path) -> None:
     assert "MXNet is retired" in proc.stderr and "Traceback" not in proc.stderr
 
 
+# ---------------------------------------------------------------- any CPU
+
+# The CPUs development and CI machines have had (BAKEOFF_CPU_FLAGS simulates each).
+PROFILES = {
+    "avx2": "avx2,fma,avx",
+    "avx512-vnni-bf16": "avx2,avx512f,avx512bw,avx512_vnni,avx512_bf16",
+    "amx": "avx2,avx512f,avx512_vnni,avx512_bf16,amx_tile,amx_int8,amx_bf16",
+}
+
+
+def _proposed(report: advise.AdviceReport) -> dict[tuple[str, str], advise.Proposal]:
+    return {(p.runtime, p.precision): p for p in report.proposed}
+
+
+@pytest.mark.parametrize("profile", list(PROFILES))
+def test_int8_is_proposed_on_every_x86_profile_with_the_path_it_has(
+    profile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Advice proposes, measurement decides: a CPU flag explains, never removes INT8."""
+    monkeypatch.setenv("BAKEOFF_CPU_FLAGS", PROFILES[profile])
+    report = advise.advise("builtin:minilm", target="server-cpu")
+    assert report.facts.cpu_flags_source == "BAKEOFF_CPU_FLAGS"
+    assert "(simulated by BAKEOFF_CPU_FLAGS)" in report.facts.describe()
+    proposed = _proposed(report)
+    assert proposed[("onnxruntime", "int8")].methods == ("dynamic",)
+    assert "nncf" in proposed[("openvino", "int8")].methods
+    assert ("torch", "int8") in proposed
+    assert report.run_grid() == (
+        ["torch", "torch-compile", "onnxruntime", "openvino"],
+        ["fp32", "int8"],
+    )
+    why = proposed[("onnxruntime", "int8")].reason
+    excluded = {e.what: e.why for e in report.excluded}
+    if profile == "avx2":
+        assert "16-bit multiply-adds" in why and "unproven on this CPU" in why, why
+        assert "measured" in why
+        # BF16 is out of the default grid on cost grounds only, and says how to ask.
+        assert "--precisions fp32,bf16,int8" in excluded["bf16"], excluded
+    else:
+        assert "native INT8 dot products" in why, why
+        assert "bf16" not in excluded
+        assert ("amx_int8" in why) == (profile == "amx")
+    assert "int8" not in excluded
+
+
+def test_an_x86_cpu_without_avx2_leaves_int8_out_and_says_how_to_measure_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BAKEOFF_CPU_FLAGS", "")
+    report = advise.advise("builtin:minilm", target="server-cpu")
+    assert ("onnxruntime", "int8") not in _proposed(report)
+    why = {e.what: e.why for e in report.excluded}["int8"]
+    assert "no AVX2" in why and "--precisions fp32,int8" in why
+
+
+def test_cli_advise_with_simulated_avx2_proposes_int8_as_unproven() -> None:
+    env = {"BAKEOFF_CPU_FLAGS": "avx2"}
+    shown = CliRunner().invoke(app, ["advise", "builtin:minilm", "--json"], env=env)
+    assert shown.exit_code == 0, shown.output
+    doc = json.loads(shown.output)
+    int8 = {p["runtime"]: p for p in doc["proposed"] if p["precision"] == "int8"}
+    assert "dynamic" in int8["onnxruntime"]["methods"] and "nncf" in int8["openvino"]["methods"]
+    for p in int8.values():
+        assert "unproven on this CPU" in p["reason"] and "measured" in p["reason"]
+    assert doc["facts"]["cpu_flags"] == ["avx2"]
+
+
+def test_a_malformed_cpu_flags_override_is_a_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BAKEOFF_CPU_FLAGS", "avx2;rm -rf")
+    with pytest.raises(UserError, match=r"BAKEOFF_CPU_FLAGS.*not a CPU flag name"):
+        advise.advise("builtin:minilm")
+
+
+@pytest.mark.parametrize("profile", list(PROFILES))
+def test_offers_build_what_the_runtime_runs_and_note_what_this_cpu_emulates(
+    profile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A precision without native arithmetic is built with a note; `unavailable` is
+    for what the runtime itself refuses (OpenVINO's hints, ORT's missing bf16 kernels)."""
+    from bakeoff.backends import jax_backend, keras_jax, onnxruntime, openvino, torch_eager
+    from bakeoff.environment import fingerprint
+
+    monkeypatch.setenv("BAKEOFF_CPU_FLAGS", PROFILES[profile])
+    native_bf16 = profile != "avx2"
+    for offer in (
+        torch_eager.offers("bf16", "torch")[0],
+        jax_backend.offers("bf16", "jax")[0],
+        keras_jax.offers("bf16", "keras")[0],
+    ):
+        assert offer.reason is None, offer
+        if native_bf16:
+            assert offer.note is None, offer
+        else:
+            assert offer.note == "bf16 is emulated on this CPU (no avx512_bf16/amx_bf16)"
+    # fp16: native on none of these profiles; torch and ORT run it anyway, noted.
+    for offer in (torch_eager.offers("fp16", "torch")[0], onnxruntime.offers("fp16", "onnx")[0]):
+        assert offer.reason is None and offer.note is not None and "emulated" in offer.note
+    ov_bf16 = openvino.offers("bf16", "onnx")[0]
+    assert (ov_bf16.reason is None) == native_bf16, ov_bf16
+    assert "only on CPUs with native fp16" in str(openvino.offers("fp16", "onnx")[0].reason)
+    assert "no bfloat16 kernels" in str(onnxruntime.offers("bf16", "onnx")[0].reason)
+    int8_notes = {
+        o.note for o in onnxruntime.offers("int8", "onnx") + openvino.offers("int8", "onnx")
+    }
+    if profile == "avx2":
+        assert int8_notes == {
+            "int8 runs through 16-bit multiply-adds on this CPU (AVX2, none of "
+            "avx512_vnni/avx_vnni/amx_int8): it may or may not beat fp32 here"
+        }
+    else:
+        assert int8_notes == {None}
+    cpu = fingerprint()["cpu"]
+    assert cpu["flags_simulated"] == PROFILES[profile]
+    assert "detected_flags" in cpu and "avx2" in cpu["flags"]
+
+
+def test_without_the_override_the_flags_are_this_cpus_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bakeoff import hardware
+    from bakeoff.environment import fingerprint
+
+    monkeypatch.delenv("BAKEOFF_CPU_FLAGS", raising=False)
+    assert hardware.cpu_flags() == hardware.detected_cpu_flags()
+    cpu = fingerprint()["cpu"]
+    assert "flags_simulated" not in cpu
+    assert cpu["flags"] == [f for f in hardware.NOTABLE_FLAGS if f in hardware.detected_cpu_flags()]
+
+
 # ---------------------------------------------------------------- facts and rules
 
 
@@ -356,7 +483,7 @@ def test_advice_picks_the_candidates_of_a_run_and_is_confirmed_in_its_document(
     shown = console.export_text()
     assert "confirmed fake FP32" in shown
     assert doc["settings"]["left_out"] == {"fake-fp32-other": "not for this model"}
-    assert "left out fake-fp32-other: not for this model" in shown
+    assert "Left out (not built" in shown and "fake-fp32-other: not for this model" in shown
     from bakeoff.report.data import load
     from bakeoff.report.html import render
 

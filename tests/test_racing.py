@@ -788,3 +788,51 @@ def test_ci_target_flag_replaces_the_workloads_and_stops_sooner(tmp_path: Path) 
     for c in loose["candidates"]:
         assert c["stopped"].startswith("stopped: every CI within +-30% after"), c["stopped"]
     assert not any("+-30%" in c["stopped"] for c in default["candidates"])
+
+
+def test_a_variant_another_made_unnecessary_is_left_out_not_a_row_and_stays_out_on_resume(
+    tmp_path: Path,
+) -> None:
+    from bakeoff.report.data import load
+    from bakeoff.report.html import render
+    from bakeoff.report.markdown import render as render_md
+
+    why = "fake-fp32 already does what it would"
+    path = _workload(tmp_path, "", f'{{ not_needed = {{ int8 = "{why}" }} }}')
+    grid = 'precisions = ["fp32", "int8"]\nbatch_sizes = [1, 4]'
+    path.write_text(path.read_text().replace("batch_sizes = [1]", grid))
+    store = tmp_path / "s.db"
+    doc = _run(path, store)
+    assert [c["id"] for c in doc["candidates"]] == ["fake-fp32-b1", "fake-fp32-b4"]
+    assert doc["settings"]["left_out"] == {"fake-int8": f"not needed: {why}"}
+    assert not [c for c in doc["candidates"] if c["status"] == "unavailable"]
+    console = Console(record=True, width=200)
+    print_result(doc, console)
+    shown = console.export_text()
+    assert f"fake-int8: not needed: {why}" in shown
+    stored = load(doc["run_id"], store)
+    assert f"<code>fake-int8</code>, not needed: {_html_escape(why)}" in render(stored)
+    assert f"`fake-int8`: not needed: {why}" in render_md(stored)
+    # The stored run knows too: a resume enumerates the same candidates, not the row.
+    with sqlite3.connect(store) as conn:
+        conn.execute("UPDATE runs SET status = 'interrupted'")
+        (left_out,) = conn.execute("SELECT settings FROM runs").fetchone()
+    assert json.loads(left_out)["left_out"] == {"fake-int8": f"not needed: {why}"}
+    resumed = api.resume(doc["run_id"], store).document
+    assert [c["id"] for c in resumed["candidates"]] == ["fake-fp32-b1", "fake-fp32-b4"]
+    assert resumed["settings"]["left_out"] == {"fake-int8": f"not needed: {why}"}
+    # A hand-written candidate is built as asked, needed or not.
+    (tmp_path / "asked").mkdir()
+    asked = _workload(
+        tmp_path / "asked",
+        '[[candidates]]\nlabel = "q"\nruntime = "fake"\nprecision = "int8"\n',
+        f'{{ not_needed = {{ int8 = "{why}" }} }}',
+    )
+    [c] = _run(asked, tmp_path / "s2.db")["candidates"]
+    assert (c["id"], c["status"]) == ("q-b1", "ok"), c["reason"]
+
+
+def _html_escape(text: str) -> str:
+    import html
+
+    return html.escape(text)

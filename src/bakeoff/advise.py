@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bakeoff import hardware
 from bakeoff.errors import UserError
-from bakeoff.hardware import cpu_flags, precision_unsupported
 from bakeoff.workload import PRECISIONS, parse_spec
 
 TARGETS = ("server-cpu", "server-gpu", "edge-intel", "mobile", "browser", "apple")
@@ -55,13 +55,8 @@ _CNN_TYPES = frozenset(
         "regnet", "bit", "mobilevit",
     }
 )  # fmt: skip
-# Interesting CPU flags, in the order they are shown.
-_CPU_FEATURES = (
-    "avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "avx512_bf16", "amx_bf16",
-    "avx512_fp16",
-)  # fmt: skip
-_INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
-_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+_INT8_FLAGS = hardware.NATIVE["int8"]
+_BF16_FLAGS = hardware.NATIVE["bf16"]
 # NVIDIA runtimes (DESIGN.md §6 names) and what each is.
 _NVIDIA_RUNTIMES = {
     "tensorrt": "TensorRT",
@@ -103,6 +98,8 @@ class Facts:
     gpu_source: str
     apple_silicon: bool
     memory_gib: float | None
+    # Where cpu_flags come from: "/proc/cpuinfo", or BAKEOFF_CPU_FLAGS when simulated.
+    cpu_flags_source: str = "/proc/cpuinfo"
 
     def describe(self) -> str:
         params = "unknown" if self.params is None else _count(self.params)
@@ -117,7 +114,13 @@ class Facts:
             f"model: {origin}{self.family}{arch}, kind {self.model_kind}, {params} parameters; "
             f"machine: {self.machine}"
             + (" (Apple Silicon)" if self.apple_silicon else "")
-            + f", CPU flags {', '.join(self.cpu_flags) or 'none notable'}; {gpu}"
+            + f", CPU flags {', '.join(self.cpu_flags) or 'none notable'}"
+            + (
+                f" (simulated by {hardware.FLAGS_VARIABLE})"
+                if self.cpu_flags_source != "/proc/cpuinfo"
+                else ""
+            )
+            + f"; {gpu}"
         )
 
 
@@ -296,12 +299,14 @@ def detect_facts(
     origin: str, kind: str, path: str | None, weights: str | None, factory: str | None
 ) -> Facts:
     gpus, gpu_source = detect_gpus()
-    flags = cpu_flags()
+    flags = hardware.cpu_flags()
+    simulated = hardware.simulated_cpu_flags() is not None
     return Facts(
         workload=origin,
         model_kind=kind,
         machine=platform.machine(),
-        cpu_flags=tuple(f for f in _CPU_FEATURES if f in flags),
+        cpu_flags=tuple(f for f in hardware.NOTABLE_FLAGS if f in flags),
+        cpu_flags_source=hardware.FLAGS_VARIABLE if simulated else "/proc/cpuinfo",
         gpus=gpus,
         gpu_source=gpu_source,
         apple_silicon=is_apple_silicon(),
@@ -771,8 +776,12 @@ def rule_target(ctx: Context) -> list[Advice]:
 
 
 def rule_cpu_int8(ctx: Context) -> list[Advice]:
-    """INT8 on x86 CPUs with VNNI or AMX: about 2-4x over FP32 for matmul-heavy
-    models (Intel's VNNI/AMX guides); without them INT8 is emulated."""
+    """INT8 on every x86 CPU with AVX2. VNNI and AMX give native INT8 dot products
+    (about 2-4x over FP32 for matmul-heavy models, Intel's VNNI/AMX guides); AVX2
+    alone computes them through 16-bit multiply-adds, which may or may not beat
+    FP32 (on one AVX2-only EPYC, ONNX Runtime's dynamic INT8 was 1.9x faster than
+    FP32 at batch 1 while OpenVINO's was slower than its own FP32). So the flags
+    only explain what to expect; the measurement decides."""
     f = ctx.facts
     if ctx.target not in X86_TARGETS or f.family == "llm":
         return []
@@ -787,19 +796,37 @@ def rule_cpu_int8(ctx: Context) -> list[Advice]:
     ]
     if not runtimes:
         return []
-    missing = precision_unsupported("int8")
+    path = hardware.int8_path()
     present = [x for x in f.cpu_flags if x in _INT8_FLAGS]
-    excludes = [("int8", missing)] if missing else []
+    excludes: list[tuple[str, str]] = []
+    if path in ("amx", "vnni"):
+        why = f"this CPU has {', '.join(present)}: native INT8 dot products"
+    elif path == "avx2":
+        why = (
+            f"this CPU has AVX2 but none of {', '.join(_INT8_FLAGS)}: INT8 runs through "
+            "16-bit multiply-adds, which may or may not beat FP32 here; unproven on this "
+            "CPU, so it is measured"
+        )
+    elif path == "other":
+        why = f"INT8 on this {f.machine} CPU runs on its runtimes' own kernels: measured"
+    else:
+        why = ""
+        excludes.append(
+            (
+                "int8",
+                "left out of the default grid: this x86 CPU has no AVX2, and the runtimes' "
+                "INT8 kernels are built for AVX2 and newer, so INT8 is unlikely to pay here; "
+                "to measure it anyway: --precisions fp32,int8",
+            )
+        )
     if f.family == "transformer" and "onnxruntime" in runtimes:
         excludes.append(("onnxruntime-int8-static", ORT_STATIC_TRANSFORMER_WHY))
     return [
         Advice(
             "cpu-int8",
             "INT8 quantization (calibrated on your data)",
-            f"this CPU has {', '.join(present)}: native INT8 dot products"
-            if present
-            else "INT8 on an x86 CPU",
-            proposes=[] if missing else [(r, "int8") for r in runtimes],
+            why or "INT8 on an x86 CPU without AVX2",
+            proposes=[] if path == "none" else [(r, "int8") for r in runtimes],
             excludes=excludes,
             confirm="wins",
         )
@@ -823,7 +850,28 @@ def rule_cpu_bf16(ctx: Context) -> list[Advice]:
     matmuls dominate; at batch 1 the conversions often eat the gain."""
     f = ctx.facts
     present = [x for x in f.cpu_flags if x in _BF16_FLAGS]
-    if ctx.target != "server-cpu" or not present or f.model_kind not in ("torch", "hf"):
+    if ctx.target != "server-cpu" or f.model_kind not in ("torch", "hf"):
+        return []
+    if not present and hardware.is_x86():
+        # Left out on cost grounds only: torch autocast emulates BF16 here (OpenVINO
+        # refuses it, ONNX Runtime's CPU provider has no kernels); asked for, it is built.
+        return [
+            Advice(
+                "cpu-bf16",
+                f"BF16 is left out of the default grid: this CPU has no native BF16 (none "
+                f"of {', '.join(_BF16_FLAGS)})",
+                "without it BF16 is emulated, usually slower than FP32",
+                excludes=[
+                    (
+                        "bf16",
+                        f"left out of the default grid: this CPU has none of "
+                        f"{', '.join(_BF16_FLAGS)}, so BF16 is emulated (usually slower than "
+                        "FP32); to measure it anyway: --precisions fp32,bf16,int8",
+                    )
+                ],
+            )
+        ]
+    if not present:
         return []
     if ctx.goal == "throughput":
         return [
@@ -890,7 +938,8 @@ def rule_training(ctx: Context) -> list[Advice]:
     )
     out: list[Advice] = []
     if fits is not False:
-        precision = "BF16 autocast" if f.gpus or _BF16_FLAGS[0] in f.cpu_flags else "FP16/BF16"
+        native_bf16 = any(x in f.cpu_flags for x in _BF16_FLAGS)
+        precision = "BF16 autocast" if f.gpus or native_bf16 else "FP16/BF16"
         out.append(
             Advice(
                 "train-one-device",

@@ -22,6 +22,7 @@ from bakeoff import advise as advising
 from bakeoff import cache as variant_cache
 from bakeoff import environment
 from bakeoff.backends import Variant
+from bakeoff.batching import CONST_PREFIX, Layout, layout_in
 from bakeoff.candidates import (
     Candidate,
     candidate_document,
@@ -102,7 +103,12 @@ def new_run_id() -> str:
 
 
 def _split(workload: Workload, quick: bool) -> dict[str, np.ndarray]:
-    """Shuffle once (seeded), then cut: quality hold-out | timing pool (+ calibration)."""
+    """Shuffle once (seeded), then cut: quality hold-out | timing pool (+ calibration).
+
+    Each batched input is cut along its own batch axis; constants are stored once
+    (see bakeoff.batching for the file's keys).
+    """
+    layout = Layout.of(workload.source)
     n = workload.n_samples
     order = np.random.default_rng(SPLIT_SEED).permutation(n)
     asked = workload.spec.data.quality_samples if workload.spec.data else None
@@ -110,15 +116,27 @@ def _split(workload: Workload, quick: bool) -> dict[str, np.ndarray]:
     n_quality = max(1, min(wanted, n - 2))
     quality_idx, pool_idx = order[:n_quality], order[n_quality:]
     calib_idx = pool_idx[: min(len(pool_idx), 32 if quick else 128)]
+    splits = {
+        "quality": layout.take(workload.inputs, quality_idx),
+        "pool": layout.take(workload.inputs, pool_idx),
+        "calib": layout.take(workload.inputs, calib_idx),
+    }
+    extra = layout.npz_keys(workload.inputs)
     arrays: dict[str, np.ndarray] = {}
-    for name, arr in workload.inputs.items():
-        arrays[f"quality/{name}"] = arr[quality_idx]
-        arrays[f"pool/{name}"] = arr[pool_idx]
-        arrays[f"calib/{name}"] = arr[calib_idx]
+    # Input order is kept in the file (constants where they stand among the inputs):
+    # readers without the workload (export) take the names from it.
+    for name in workload.inputs:
+        if name in layout.constants:
+            arrays[CONST_PREFIX + name] = extra[CONST_PREFIX + name]
+            continue
+        for split, cut in splits.items():
+            arrays[f"{split}/{name}"] = cut[name]
+    arrays.update({k: v for k, v in extra.items() if not k.startswith(CONST_PREFIX)})
     if workload.source.variable_axes:
         # The same held-out samples at a second shape: variable axes cut to half.
-        for name, arr in workload.inputs.items():
-            alt = arr[quality_idx]
+        for name, alt in splits["quality"].items():
+            if name in layout.constants:
+                continue
             for axis in workload.source.variable_axes.get(name, []):
                 alt = np.take(alt, np.arange(max(1, alt.shape[axis] // 2)), axis=axis)
             arrays[f"{ALT_SPLIT}/{name}"] = alt
@@ -286,6 +304,10 @@ def run(
             left_out = advice.left_out_methods()
             if opts.precisions is None and "precisions" not in search.model_fields_set:
                 precisions = advised_precisions or precisions
+    if resume_record is not None:
+        # Variants the interrupted run found it did not need stay left out.
+        for vid, why in (resume_record["settings"].get("left_out") or {}).items():
+            left_out.setdefault(vid, why)
     batch_sizes = sorted(set(opts.batch_sizes or search.batch_sizes))
     if opts.scenario == "server" and 1 not in batch_sizes:
         batch_sizes = [1, *batch_sizes]  # server queries carry one sample each
@@ -366,6 +388,9 @@ def run(
             # The quality gate, for build steps that tune to it (NNCF accuracy control).
             "metric": workload.spec.quality.metric,
             "max_drop": workload.spec.quality.max_drop,
+            # A grid leaves out a variant another one makes unnecessary; a hand-written
+            # candidate is built as asked.
+            "skip_unneeded": not workload.spec.candidates,
         }
         if resume_record is not None:
             _restore(candidates, resume_record, store)
@@ -457,6 +482,13 @@ def _check_resumable(
         with np.load(stored, allow_pickle=False) as then_data:
             same = set(then_data.files) == set(split) and all(
                 np.array_equal(then_data[k], v) for k, v in split.items()
+            )
+            then_layout = layout_in(then_data)
+        if then_layout != layout_in(split):
+            raise UserError(
+                f"the workload's data.batch_axes or data.constants changed since run {run_id} "
+                f"started (then {dict(then_layout.batch_axes)} and "
+                f"{list(then_layout.constants)}){start_over}"
             )
         if not same:
             raise UserError(f"the workload's data changed since run {run_id} started{start_over}")
@@ -620,7 +652,6 @@ def _run_stages(
         if c.status == "pending":
             variants.setdefault(c.variant.id, c.variant)
     built: dict[str, dict[str, Any] | str] = {}
-    not_needed: set[str] = set()
 
     def build_variant(i: int, vid: str, variant: Variant) -> None:
         nonlocal reused, with_steps, saved_s
@@ -649,19 +680,30 @@ def _run_stages(
                 with_steps += 1
                 reused += use.from_cache
         except WorkerFailed as exc:
-            built[vid] = str(exc) if exc.not_needed else f"build failed: {exc}"
             if exc.not_needed:
-                not_needed.add(vid)
+                _leave_out(vid, str(exc))
+                return
+            built[vid] = f"build failed: {exc}"
             rep.stage(f"{vid}: {built[vid]}")
         for c in candidates:
             if c.variant.id == vid and c.status == "pending":
                 b = built[vid]
                 if isinstance(b, str):
-                    c.set_status("unavailable" if vid in not_needed else "failed", b)
+                    c.set_status("failed", b)
                 else:
                     c.artifact = {k: v for k, v in b.items() if k != "_build_s"}
                     c.build_s = b["_build_s"]
                 save(c)
+        rep.candidates(candidates)
+
+    def _leave_out(vid: str, why: str) -> None:
+        """A variant another one made unnecessary: not a candidate row (nothing is
+        missing), but listed with why beside what the advice left out."""
+        settings.setdefault("left_out", {})[vid] = why
+        gone = [c for c in candidates if c.variant.id == vid]
+        candidates[:] = [c for c in candidates if c.variant.id != vid]
+        store.leave_out(run_id, [c.id for c in gone], settings)
+        rep.stage(f"left out {vid}: {why}")
         rep.candidates(candidates)
 
     build_variant(0, reference_variant.id, reference_variant)
@@ -853,6 +895,8 @@ def _run_stages(
             "quality_samples": len(reference),
             "reference": reference_variant.id,
             "variable_axes": workload.source.variable_axes,
+            "batch_axes": workload.source.batch_axes,
+            "constants": workload.source.constants,
             "constraints": limits,
             "notes": list(workload.notes),
         },

@@ -26,6 +26,9 @@ class Candidate:
     options: dict[str, Any] = field(default_factory=dict)
     status: str = "pending"
     reason: str = ""
+    # What a reader of its figures must know although it runs (e.g. a precision
+    # this CPU emulates): from the backend's offer, shown beside the results.
+    notes: list[str] = field(default_factory=list)
     artifact: dict[str, Any] = field(default_factory=dict)
     build_s: float | None = None
     settings: dict[str, Any] = field(default_factory=dict)
@@ -84,7 +87,7 @@ def enumerate_candidates(
                 if offer.variant.id in left_out:
                     continue
                 for bs in batch_sizes:
-                    c = Candidate(offer.variant, bs)
+                    c = Candidate(offer.variant, bs, notes=[offer.note] if offer.note else [])
                     if not available.available:
                         c.set_status(
                             "unavailable", f"{available.reason}; install: {available.install}"
@@ -132,6 +135,7 @@ def explicit_candidates(
                 )
             else:
                 c = Candidate(chosen.variant, bs, spec.label, dict(spec.options))
+                c.notes = [chosen.note] if chosen.note else []
                 if not available.available:
                     c.set_status("unavailable", f"{available.reason}; install: {available.install}")
                 elif chosen.reason:
@@ -180,6 +184,7 @@ def candidate_document(c: Candidate) -> dict[str, Any]:
         "batch_size": c.batch_size,
         "status": c.status,
         "reason": c.reason,
+        "notes": c.notes,
         "validity": c.validity,
         "validity_reason": c.validity_reason,
         "stopped": c.stopped,

@@ -257,6 +257,13 @@ def env(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
         f"CPU: {cpu['model']} ({cpu['physical_cores']} physical / {cpu['logical_cores']} logical "
         f"cores, flags: {', '.join(cpu['flags']) or 'none notable'})"
     )
+    if "flags_simulated" in cpu:
+        out.print(
+            f"[yellow]CPU flags simulated[/] by BAKEOFF_CPU_FLAGS={cpu['flags_simulated']!r} "
+            f"(the advice follows them; runtimes run on the real CPU: "
+            f"{', '.join(cpu['detected_flags']) or 'none notable'})",
+            highlight=False,
+        )
     gpus = "; ".join(
         f"{g['name']} (driver {g.get('driver')}, {g.get('memory_mb', '?')} MiB)"
         for g in fp["gpu"] or []

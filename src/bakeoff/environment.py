@@ -14,6 +14,7 @@ from typing import Any
 import psutil
 
 import bakeoff
+from bakeoff import hardware
 from bakeoff.backends import BUILTIN_BACKENDS, get_backend
 from bakeoff.backends.gpu import gpu_info
 
@@ -38,29 +39,36 @@ _PACKAGES = (
     "onnxruntime-gpu",
     "tensorrt",
 )
-_CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
 
 
-def _cpu_info() -> dict[str, Any]:
-    model, flags = platform.processor() or "unknown", set()
+def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
             if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
+                return value.strip()
     except OSError:
         pass
+    return platform.processor() or "unknown"
+
+
+def _cpu_info() -> dict[str, Any]:
     freq = psutil.cpu_freq() if hasattr(psutil, "cpu_freq") else None
-    return {
-        "model": model,
+    flags = hardware.cpu_flags()
+    info: dict[str, Any] = {
+        "model": _cpu_model(),
         "logical_cores": psutil.cpu_count(logical=True),
         "physical_cores": psutil.cpu_count(logical=False),
         "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "flags": [f for f in _CPU_FLAGS if f in flags],
+        "flags": [f for f in hardware.NOTABLE_FLAGS if f in flags],
         "frequency_mhz": round(freq.current) if freq else None,
     }
+    if hardware.simulated_cpu_flags() is not None:
+        # The advice and notes followed simulated flags; the runtimes ran on these.
+        detected = hardware.detected_cpu_flags()
+        info["flags_simulated"] = os.environ[hardware.FLAGS_VARIABLE]
+        info["detected_flags"] = [f for f in hardware.NOTABLE_FLAGS if f in detected]
+    return info
 
 
 def default_threads() -> int:

@@ -134,6 +134,19 @@ class Store:
                 ),
             )
 
+    def leave_out(self, run_id: str, candidate_ids: list[str], settings: dict[str, Any]) -> None:
+        """Candidates the run found it does not need (a variant another one made
+        unnecessary) stop being rows; the settings, which say why under `left_out`,
+        replace the stored ones, so a resume leaves them out too."""
+        with self._tx():
+            self.db.executemany(
+                "DELETE FROM candidates WHERE run_id = ? AND candidate_id = ?",
+                [(run_id, cid) for cid in candidate_ids],
+            )
+            self.db.execute(
+                "UPDATE runs SET settings = ? WHERE run_id = ?", (json.dumps(settings), run_id)
+            )
+
     def finish_run(self, run_id: str, status: str, document: dict[str, Any] | None) -> None:
         with self._tx():
             self.db.execute(

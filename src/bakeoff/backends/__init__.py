@@ -71,10 +71,16 @@ class Variant:
 
 @dataclass(frozen=True)
 class Offer:
-    """A variant a backend can build, or the reason it cannot (then `reason` is set)."""
+    """A variant a backend can build, or the reason it cannot (then `reason` is set).
+
+    `note` is what a reader of its figures must know although it runs: a precision
+    this CPU emulates, say (`bakeoff.hardware.emulation_note`). It never stops a
+    variant from being built; only `reason` does, for what the runtime refuses.
+    """
 
     variant: Variant
     reason: str | None = None
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,9 @@ class BuildContext:
     # accuracy-aware INT8); defaults are the workload defaults.
     metric: str = "cosine"
     max_drop: float = 0.01
+    # False for a hand-written candidate: built as asked even where another variant
+    # makes it unnecessary (a grid leaves such a variant out: StepNotNeeded).
+    skip_unneeded: bool = True
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,10 @@ precision: ``latency_ms`` (per call at batch 1), ``per_sample_ms`` (added per
 sample in the batch), ``jitter`` (relative spread), ``error`` (relative error
 added to outputs, to exercise the quality gate), ``wall_ms`` (real sleep per
 call, so a test can interrupt a run in flight), ``model_mb`` (the size it
-reports), ``seed``. A labelled
+reports), ``seed``; ``not_needed`` (a reason, keyed by precision) makes that
+precision's build say another variant made it unnecessary, as NNCF's
+accuracy-aware INT8 does when plain INT8 passes, to test how a run leaves such a
+variant out. A labelled
 candidate's ``options`` override these for that candidate.
 """
 
@@ -42,6 +45,11 @@ def offers(precision: str, model_kind: str) -> list[Offer]:
 
 
 def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
+    from bakeoff.transforms import StepNotNeeded
+
+    why = ctx.source.options.get("not_needed", {}).get(variant.precision)
+    if why and ctx.skip_unneeded:
+        raise StepNotNeeded(f"not needed: {why}")
     return {}
 
 

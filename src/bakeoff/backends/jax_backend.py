@@ -29,7 +29,8 @@ from bakeoff.backends import (
     package_availability,
 )
 from bakeoff.backends.common import check_options
-from bakeoff.hardware import precision_unsupported
+from bakeoff.batching import read_split
+from bakeoff.hardware import emulation_note
 
 RUNTIME = "jax"
 INSTALL = "pip install jax==0.10.2 jaxlib==0.10.2 (or: make frameworks)"
@@ -40,9 +41,7 @@ def availability() -> Availability:
     return package_availability("jaxlib", "jax", INSTALL)
 
 
-def jax_offers(
-    runtime: str, precision: str, model_kind: str, bf16_reason: str | None
-) -> list[Offer]:
+def jax_offers(runtime: str, precision: str, model_kind: str, bf16_note: str | None) -> list[Offer]:
     if model_kind != "jax":
         return [
             Offer(
@@ -53,7 +52,7 @@ def jax_offers(
     if precision == "fp32":
         return [Offer(Variant(runtime, "fp32"))]
     if precision == "bf16":
-        return [Offer(Variant(runtime, "bf16"), bf16_reason)]
+        return [Offer(Variant(runtime, "bf16"), note=bf16_note)]
     if precision == "fp16":
         return [
             Offer(
@@ -72,7 +71,8 @@ def jax_offers(
 
 
 def offers(precision: str, model_kind: str) -> list[Offer]:
-    return jax_offers(RUNTIME, precision, model_kind, precision_unsupported("bf16"))
+    # XLA's CPU backend computes bf16 on any CPU; without native bf16 it emulates it.
+    return jax_offers(RUNTIME, precision, model_kind, emulation_note("bf16"))
 
 
 def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
@@ -103,9 +103,8 @@ def sample_specs(ctx: LoadContext) -> list[tuple[tuple[int, ...], np.dtype]]:
     """Per-input (shape, dtype) of one batch, read from the run's data file."""
     if not ctx.data_path:
         raise RuntimeError("the worker gave no data file: cannot compile for the batch shape")
-    with np.load(ctx.data_path, allow_pickle=False) as z:
-        arrays = [z[f"pool/{n}"] for n in ctx.input_names]
-    return [((ctx.batch_size, *a.shape[1:]), a.dtype) for a in arrays]
+    arrays, layout = read_split(ctx.data_path, "pool", ctx.input_names)
+    return [(layout.batch_shape(n, a.shape, ctx.batch_size), a.dtype) for n, a in arrays.items()]
 
 
 def set_platform(platform: str, threads: int) -> dict[str, Any]:

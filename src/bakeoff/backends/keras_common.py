@@ -29,7 +29,7 @@ from bakeoff.backends import (
     Variant,
     package_availability,
 )
-from bakeoff.hardware import precision_unsupported
+from bakeoff.hardware import emulation_note
 
 INSTALL = "pip install -e '.[frameworks]'  (or: make frameworks)"
 FP16_REASON = (
@@ -54,9 +54,9 @@ def keras_offers(runtime: str, backend: str, precision: str, model_kind: str) ->
     if precision == "fp32":
         return [Offer(Variant(runtime, "fp32"))]
     if precision == "bf16":
-        return [Offer(Variant(runtime, "bf16", "mixed"), precision_unsupported("bf16"))]
+        return [Offer(Variant(runtime, "bf16", "mixed"), note=emulation_note("bf16"))]
     if precision == "int8":
-        return [Offer(Variant(runtime, "int8", "dynamic"))]
+        return [Offer(Variant(runtime, "int8", "dynamic"), note=emulation_note("int8"))]
     if precision == "fp16":
         return [Offer(Variant(runtime, "fp16"), FP16_REASON.format(backend=backend))]
     return [

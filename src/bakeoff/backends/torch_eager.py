@@ -18,7 +18,7 @@ from bakeoff.backends import (
     package_availability,
 )
 from bakeoff.backends.common import check_options
-from bakeoff.hardware import precision_unsupported
+from bakeoff.hardware import emulation_note
 
 RUNTIME = "torch"
 INSTALL = "pip install torch==2.13.0"
@@ -38,15 +38,16 @@ def torch_offers(runtime: str, precision: str, model_kind: str, int8: bool) -> l
     if precision == "fp32":
         return [Offer(Variant(runtime, "fp32"))]
     if precision in AUTOCAST_DTYPES:
-        # Without native arithmetic autocast would emulate the precision slowly.
-        return [Offer(Variant(runtime, precision, "autocast"), precision_unsupported(precision))]
+        # Autocast runs on any CPU; without native arithmetic it emulates the
+        # precision, which the note says and the measurement prices.
+        return [Offer(Variant(runtime, precision, "autocast"), note=emulation_note(precision))]
     if precision == "int4":
         # The int4 kernel takes bf16 activations (see int4_weight_only).
-        bf16 = precision_unsupported("bf16")
-        reason = f"INT4 weight-only computes in bf16, and {bf16}" if bf16 else None
-        return [Offer(Variant(runtime, "int4", "weight-only"), reason)]
+        bf16 = emulation_note("bf16")
+        note = f"INT4 weight-only computes in bf16, and {bf16}" if bf16 else None
+        return [Offer(Variant(runtime, "int4", "weight-only"), note=note)]
     if precision == "int8" and int8:
-        return [Offer(Variant(runtime, "int8", "dynamic"))]
+        return [Offer(Variant(runtime, "int8", "dynamic"), note=emulation_note("int8"))]
     if precision == "int8":
         return [
             Offer(

@@ -393,16 +393,27 @@ def _advice(run: StoredRun) -> str:
     )
     settings = (run.document or {}).get("settings", {})
     source = settings.get("candidates_from", "-")
-    left_out = "".join(
-        f"<p class='note'>Left out: <code>{_e(vid)}</code>, {_e(why)}.</p>"
-        for vid, why in (settings.get("left_out") or {}).items()
-    )
     return (
         f"<p class='note'>Target {_e(advice['target'])}; candidates from: {_e(source)} "
         "(<code>bakeoff advise</code> shows every rule and why).</p>"
         f'<table id="advice"><tr><th>advice</th><th>measured</th><th>why</th></tr>{body}</table>'
-        f"{left_out}"
     )
+
+
+def _left_out_and_notes(run: StoredRun) -> str:
+    """What was not built and why (the advice, or a variant another one made
+    unnecessary), and what to bear in mind about figures that were measured."""
+    settings = (run.document or {}).get("settings") or run.settings
+    left_out = "".join(
+        f"<p class='note'>Left out: <code>{_e(vid)}</code>, {_e(why)}.</p>"
+        for vid, why in (settings.get("left_out") or {}).items()
+    )
+    notes = "".join(
+        f"<p class='note'>Note on <code>{_e(c['id'])}</code>: {_e('; '.join(c['notes']))}.</p>"
+        for c in run.candidates
+        if c.get("notes") and c["status"] in ("ok", "rejected")
+    )
+    return left_out + notes
 
 
 def _scenarios(run: StoredRun) -> str:
@@ -457,6 +468,13 @@ def _environment(run: StoredRun) -> str:
                 + (f", affinity {cpu['affinity']}" if cpu.get("affinity") else ""),
             ),
             ("CPU flags", ", ".join(cpu.get("flags") or []) or "none notable"),
+            (
+                "CPU flags simulated",
+                None
+                if "flags_simulated" not in cpu
+                else f"BAKEOFF_CPU_FLAGS={cpu['flags_simulated']!r} for the advice; the "
+                f"runtimes ran on: {', '.join(cpu.get('detected_flags') or []) or 'none notable'}",
+            ),
             ("frequency", f"{cpu['frequency_mhz']} MHz" if cpu.get("frequency_mhz") else None),
             ("memory", f"{env.get('memory_gb')} GiB"),
             ("GPU / driver", gpu_text),
@@ -588,6 +606,8 @@ def render(run: StoredRun) -> str:
         ("results", "All candidates", _results_table(run)),
         ("not-measured", "Failed, rejected, unavailable and flagged", _not_ok(run)),
     ]
+    if left_out := _left_out_and_notes(run):
+        sections.append(("left-out", "Left out, and notes", left_out))
     advice = _advice(run)
     if advice:
         sections.append(("advice", "Advice, tested", advice))

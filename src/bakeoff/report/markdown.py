@@ -84,6 +84,14 @@ def render(run: StoredRun) -> str:
         lines += ["", "<details><summary>Rejected, failed and unavailable</summary>", ""]
         lines += [f"- `{c['id']}` {c['status']}: {_cell(c['reason'])}" for c in out_of_race]
         lines += ["", "</details>"]
+    left_out = ((run.document or {}).get("settings") or run.settings).get("left_out") or {}
+    if left_out:
+        lines += ["", "Left out (not built):", ""]
+        lines += [f"- `{vid}`: {_cell(why)}" for vid, why in left_out.items()]
+    noted = [c for c in run.candidates if c.get("notes") and c["status"] in ("ok", "rejected")]
+    if noted:
+        lines += ["", "Notes:", ""]
+        lines += [f"- `{c['id']}`: {_cell('; '.join(c['notes']))}" for c in noted]
     env, st = run.environment, run.settings
     cpu = env.get("cpu") or {}
     pkgs = env.get("packages") or {}

@@ -225,6 +225,15 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
             if c.get("constraint_violations")
         },
     )
+    _listing(
+        console,
+        "[bold]Notes[/] (measured as asked; read the figures with this in mind)",
+        {
+            c["id"]: escape("; ".join(c["notes"]))
+            for c in document["candidates"]
+            if c.get("notes") and c["status"] in ("ok", "rejected")
+        },
+    )
     not_ok = [c for c in document["candidates"] if c["status"] not in ("ok",)]
     if not_ok:
         console.print("\n[bold]Not measured or not eligible[/]")
@@ -286,8 +295,14 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
                 continue  # text-only advice: shown by `bakeoff advise` and in the JSON
             mark = marks.get(a.get("confirmed"), "[dim]not measured[/]")
             console.print(f"  {mark} {escape(a['text'])}: {escape(a['why'])}", highlight=False)
-        for vid, why in (document.get("settings", {}).get("left_out") or {}).items():
-            console.print(f"  [dim]left out[/] {escape(vid)}: {escape(why)}", highlight=False)
+    _listing(
+        console,
+        "[bold]Left out[/] (not built: the advice, or another variant, made them unnecessary)",
+        {
+            vid: escape(why)
+            for vid, why in (document.get("settings", {}).get("left_out") or {}).items()
+        },
+    )
     timing = document.get("timing_s")
     if timing:
         console.print(
