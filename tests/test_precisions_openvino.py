@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -333,3 +334,48 @@ def test_accuracy_aware_int8_reverts_layers_until_the_drop_fits(tmp_path: Path) 
         assert "reverted every quantizer to float" in str(exc)
     else:
         raise AssertionError("an INT8 build with no quantizer left must fail")
+
+
+# Run with oneDNN capped to AVX2, as on a CPU without AVX-512 (the cap is read when
+# OpenVINO loads, so in a process of its own).
+_BF16_UNDER_AVX2 = textwrap.dedent(
+    """
+    import sys
+    import openvino as ov
+    model = ov.Core().read_model(sys.argv[1])
+    try:
+        compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "bf16"})
+    except RuntimeError as exc:
+        print("REFUSED", str(exc).splitlines()[0])
+    else:
+        print("APPLIED", compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name())
+    """
+)
+
+
+def test_openvino_runs_no_bf16_on_an_avx2_cpu_so_its_bf16_offer_is_unavailable_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fact behind the offer: with oneDNN capped to AVX2, OpenVINO's CPU plugin
+    either refuses the bf16 hint or runs another precision under it (on an AVX2-only
+    CPU it reads back f32), never bf16; so on such a CPU openvino-bf16 is
+    unavailable, not a candidate measured under the wrong name."""
+    import subprocess
+    import sys
+
+    from bakeoff.backends import openvino as backend
+
+    xml = _write_ir(tmp_path)
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _BF16_UNDER_AVX2, str(xml)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    said = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-2000:]
+    assert said.startswith("REFUSED") or said in ("APPLIED f32", "APPLIED float32"), said
+    monkeypatch.setenv("BAKEOFF_CPU_FLAGS", "avx2")
+    [offer] = backend.offers("bf16", "openvino")
+    assert offer.reason is not None and "only on CPUs with native bf16" in offer.reason
