@@ -161,6 +161,12 @@ def test_a_stateful_model_runs_end_to_end_at_batch_1_and_8(
     assert doc["workload"]["batch_axes"] == {"state": 1}
     assert doc["workload"]["constants"] == ["sr"]
     assert doc["workload"]["samples"] == 48
+    from bakeoff.report.data import load
+    from bakeoff.report.html import render
+
+    page = render(load(doc["run_id"], store_path))
+    assert "<dt>batch axes (not 0)</dt><dd>{&#x27;state&#x27;: 1}</dd>" in page
+    assert "<dt>constant inputs</dt><dd>sr</dd>" in page
     cands = {c["id"]: c for c in doc["candidates"]}
     assert len(cands) == 10, sorted(cands)
     for c in cands.values():

@@ -499,6 +499,8 @@ def _environment(run: StoredRun) -> str:
             ("reference", wl.get("reference")),
             ("input shapes (per sample)", shapes or "not recorded (run folder gone)"),
             ("variable axes", wl.get("variable_axes") or None),
+            ("batch axes (not 0)", wl.get("batch_axes") or None),
+            ("constant inputs", ", ".join(wl.get("constants") or []) or None),
             ("batch sizes", ", ".join(map(str, st.get("batch_sizes") or []))),
             ("runtimes", ", ".join(st.get("runtimes") or [])),
             ("precisions", ", ".join(st.get("precisions") or [])),
