@@ -118,16 +118,21 @@ _MODEL_TABLES = {
 }
 
 
+def _unknown_key_answer(text: str) -> tuple[str, list[str]]:
+    """The error for a workload with one unknown key, and the keys it lists as allowed."""
+    with pytest.raises(UserError) as err:
+        parse_spec(text, "w.toml")
+    msg = str(err.value)
+    return msg, msg.split("(expected one of: ", 1)[1].split(")", 1)[0].split(", ")
+
+
 @pytest.mark.parametrize("kind", list(_MODEL_TABLES))
 def test_misspelled_model_key_of_each_kind_gets_a_hint_and_its_kinds_keys(kind: str) -> None:
     body, meant = _MODEL_TABLES[kind]
     data = "" if kind == "builtin" else '[data]\npath = "d.npz"\n'
     text = f'name = "w"\n[model]\nkind = "{kind}"\n{body}\n{data}'
-    with pytest.raises(UserError) as err:
-        parse_spec(text, "w.toml")
-    msg = str(err.value)
+    msg, listed = _unknown_key_answer(text)
     assert f"did you mean {meant!r}?" in msg, msg
-    listed = msg.split("(expected one of: ", 1)[1].split(")", 1)[0].split(", ")
     assert meant in listed and "kind" in listed, msg
     if kind != "hf":
         assert "num_labels" not in listed, msg  # keys of other kinds are not offered
@@ -146,11 +151,8 @@ def test_misspelled_data_key_gets_a_hint_and_the_keys_of_that_source(
 ) -> None:
     kind = 'kind = "hf"\npath = "folder"' if "text" in source else 'kind = "fake"'
     text = f'name = "w"\n[model]\n{kind}\n[data]\n{source}\nquality_sampels = 8\n'
-    with pytest.raises(UserError) as err:
-        parse_spec(text, "w.toml")
-    msg = str(err.value)
+    msg, listed = _unknown_key_answer(text)
     assert "data.quality_sampels: unknown key; did you mean 'quality_samples'?" in msg, msg
-    listed = msg.split("(expected one of: ", 1)[1].split(")", 1)[0].split(", ")
     assert {"quality_samples", "variable_axes", source.split(" ")[0]} <= set(listed), msg
     assert not set(others) & set(listed), msg
 
@@ -171,11 +173,8 @@ def test_misspelled_data_key_gets_a_hint_and_the_keys_of_that_source(
 )
 def test_misspelled_key_in_every_other_table(table: str, wrong: str, meant: str, also: str) -> None:
     text = f'name = "w"\n[model]\nkind = "fake"\n[data]\npath = "d.npz"\n{table}\n{wrong}\n'
-    with pytest.raises(UserError) as err:
-        parse_spec(text, "w.toml")
-    msg = str(err.value)
+    msg, listed = _unknown_key_answer(text)
     assert f"did you mean {meant!r}?" in msg, msg
-    listed = msg.split("(expected one of: ", 1)[1].split(")", 1)[0].split(", ")
     assert meant in listed and also in listed, msg
 
 

@@ -7,18 +7,13 @@ from typing import Any
 import numpy as np
 
 from bakeoff.backends import BuildContext
-from bakeoff.batching import Layout, read_layout, read_split
+from bakeoff.batching import Layout, read_split
 
 
-def calibration_data(ctx: BuildContext) -> dict[str, np.ndarray]:
+def calibration_data(ctx: BuildContext) -> tuple[dict[str, np.ndarray], Layout]:
     """Calibration split of the workload's own data (never the quality hold-out),
-    constants included; `data_layout` says where its samples are."""
-    return read_split(ctx.data_path, "calib", ctx.input_names)[0]
-
-
-def data_layout(ctx: BuildContext) -> Layout:
-    """Each input's batch axis, and the constants, as the run's data file records them."""
-    return read_layout(ctx.data_path)
+    constants included, with the layout that says where its samples are."""
+    return read_split(ctx.data_path, "calib", ctx.input_names)
 
 
 def example_inputs(ctx: BuildContext, n: int = 2) -> dict[str, np.ndarray]:

@@ -19,7 +19,6 @@ from bakeoff.backends import (
 from bakeoff.backends.common import (
     calibration_data,
     check_options,
-    data_layout,
     example_inputs,
     map_inputs,
 )
@@ -73,7 +72,8 @@ def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
 
     def step(out: Any) -> dict[str, Any]:
         model = load_for_build(ctx.source, ctx.artifacts_dir, BACKEND, example_inputs(ctx))
-        return convert(model, variant.precision, calibration_data(ctx), out, data_layout(ctx))
+        calib, layout = calibration_data(ctx)
+        return convert(model, variant.precision, calib, out, layout)
 
     return cached_step(ctx.artifacts_dir, name, step)
 

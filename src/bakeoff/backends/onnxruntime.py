@@ -18,7 +18,6 @@ from bakeoff.backends import (
 from bakeoff.backends.common import (
     calibration_data,
     check_options,
-    data_layout,
     example_inputs,
     map_inputs,
 )
@@ -110,7 +109,7 @@ def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
             lambda d: dynamic_int8(source, d, normalized),
         )
     else:
-        calib, layout = calibration_data(ctx), data_layout(ctx)
+        calib, layout = calibration_data(ctx)
         step = cached_step(
             ctx.artifacts_dir,
             "ort-int8-static",

@@ -24,7 +24,6 @@ from bakeoff.backends import (
 from bakeoff.backends.common import (
     calibration_data,
     check_options,
-    data_layout,
     example_inputs,
     is_transformer,
     map_inputs,
@@ -128,15 +127,11 @@ def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
         # passes, NNCF would revert nothing and the same model be measured twice
         # (on one AVX2 machine that build took 89 s of a 307 s run, for a variant
         # no faster and no more accurate than the plain one).
+        calib, layout = calibration_data(ctx)
         if ctx.skip_unneeded:
             plain = _plain_int8(ctx, ir)
             drop = conv.calibration_drop(
-                ir["path"],
-                plain["path"],
-                calibration_data(ctx),
-                ctx.metric,
-                ctx.max_drop,
-                layout=data_layout(ctx),
+                ir["path"], plain["path"], calib, ctx.metric, ctx.max_drop, layout=layout
             )
             if drop <= ctx.max_drop:
                 raise StepNotNeeded(
@@ -152,11 +147,11 @@ def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
             lambda d: conv.nncf_int8_accuracy_aware(
                 ir["path"],
                 d,
-                calibration_data(ctx),
+                calib,
                 transformer=is_transformer(ctx),
                 metric=ctx.metric,
                 max_drop=ctx.max_drop,
-                layout=data_layout(ctx),
+                layout=layout,
             ),
         )
     else:
@@ -167,15 +162,12 @@ def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
 def _plain_int8(ctx: BuildContext, ir: dict[str, Any]) -> dict[str, Any]:
     from bakeoff.transforms import openvino_convert as conv
 
+    calib, layout = calibration_data(ctx)
     return cached_step(
         ctx.artifacts_dir,
         "ov-int8-nncf",
         lambda d: conv.nncf_int8(
-            ir["path"],
-            d,
-            calibration_data(ctx),
-            transformer=is_transformer(ctx),
-            layout=data_layout(ctx),
+            ir["path"], d, calib, transformer=is_transformer(ctx), layout=layout
         ),
     )
 
