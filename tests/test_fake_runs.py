@@ -38,6 +38,14 @@ VERDICT_KEYS = {
     "ranking",
     "ties",
     "reason",
+    "standing",
+    "beats_baseline",
+    "headline",
+    "points",
+    "details",
+    "comparisons",
+    "level",
+    "margin",
 }
 
 
@@ -143,7 +151,10 @@ def test_equal_latency_precisions_are_tied(tied: api.RunResult) -> None:
         assert set(v["ranking"]) == ids
         assert len(v["ties"]) == 1
         assert set(v["ties"][0]) == ids
-        assert "Tied" in v["reason"]
+        # the baseline (fp32) and int8 are not separated: no speedup is claimed
+        assert v["standing"] in ("baseline-leads", "baseline-tied")
+        assert v["headline"].startswith(f"No candidate beat the baseline fake-fp32-b{bs}")
+        assert "not separated" in v["points"][0]
     assert tied.exit_code == 0
 
 

@@ -76,7 +76,8 @@ def test_identical_candidates_come_out_tied(tmp_path: Path, seed: int) -> None:
     doc = _run(_workload(tmp_path, _two(same, same)), tmp_path / "s.db")
     v = doc["verdicts"][0]
     assert v["ties"] and sorted(v["ties"][0]) == ["a-b1", "b-b1"], v["reason"]
-    assert "Tied" in v["reason"]
+    assert v["headline"].startswith("No candidate beat the baseline a-b1: ")
+    assert any("not separated" in p for p in v["points"])
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -572,7 +573,8 @@ def test_no_candidate_within_the_constraints_is_no_winner(tmp_path: Path) -> Non
     result = _constrained(tmp_path, "max_model_size_mb = 10\nmax_p99_ms = 1.2")
     [v] = result.document["verdicts"]
     assert v["winner"] is None and result.exit_code == 1
-    assert v["reason"].startswith("No candidate meets the constraints at batch 1")
+    assert v["headline"] == "No candidate meets the constraints."
+    assert v["reason"].startswith("Batch 1 (latency): No candidate meets the constraints.")
     b = v["excluded_by_constraints"]["b-b1"]
     assert b.startswith("p99 1.") and "ms > max_p99_ms = 1.2" in b
 

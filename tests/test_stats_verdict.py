@@ -158,9 +158,10 @@ def test_decide_picks_the_fastest() -> None:
     assert v.speedup is not None
     assert v.speedup.value == pytest.approx(3.0, rel=0.05)
     assert v.speedup.excludes(1.0)
-    assert "ov-int8-b1 has the best p50 latency" in v.reason
-    assert "over the baseline torch-fp32-b1" in v.reason
-    assert "Tied" not in v.reason
+    assert v.standing == "clear" and v.beats_baseline
+    assert v.headline.startswith("ov-int8-b1 is fastest: 2.99× (CI ")
+    assert v.headline.endswith(" over the baseline torch-fp32-b1.")
+    assert v.points == []
     d = v.to_dict()
     assert d["winner"] == "ov-int8-b1"
     assert d["speedup"]["value"] == v.speedup.value
@@ -176,11 +177,37 @@ def test_decide_reports_ties_for_equal_distributions() -> None:
     assert len(v.ties) == 1
     assert sorted(v.ties[0]) == ["ort-fp32-b1", "ort-int8-b1"]
     assert v.ties[0][0] == v.winner
-    assert "Tied" in v.reason
-    assert "does not put the winner more than 2% ahead" in v.reason
+    other = v.ties[0][1]
+    assert v.standing == "leads"
+    assert v.headline.startswith(f"{v.winner} leads, but is not yet separated from {other}; ")
+    assert "over the baseline torch-fp32-b1" in v.headline  # it did beat the baseline
+    assert v.points[0].startswith(f"{other} is not separated from {v.winner}, which measured ")
+    assert "margin" in v.points[0]
     assert "pairs of worker processes" not in v.reason  # not a close call held back
     assert "torch-fp32-b1" not in v.ties[0]  # the clearly slower baseline is not tied
     assert v.ranking[-1] == "torch-fp32-b1"
+
+
+def test_decide_when_every_candidate_is_tied_with_the_baseline() -> None:
+    base = _measured("torch-fp32-b1", _lognormal_ns(57, 15, 30, 1.0))
+    a = _measured("ort-fp32-b1", _lognormal_ns(58, 15, 30, 1.0))
+    b = _measured("ov-fp32-b1", _lognormal_ns(59, 15, 30, 1.0))
+    v = decide(1, "latency", [base, a, b], "torch-fp32-b1")
+    assert v.standing in ("baseline-tied", "baseline-leads") and v.beats_baseline is False
+    assert len(v.ties[0]) == 3
+    if v.standing == "baseline-tied":
+        assert v.headline == (
+            "No candidate beat the baseline torch-fp32-b1: none of the 3 candidates is "
+            f"separated from the leader {v.winner}."
+        )
+    else:
+        assert v.headline.startswith("No candidate beat the baseline torch-fp32-b1: it leads")
+    assert "×" not in v.headline
+    assert len([p for p in v.points if "is not separated from" in p]) == 2
+    assert v.points[-1].startswith("On speed alone nothing here pays for leaving the baseline")
+    d = v.to_dict()
+    assert [c["decision"] for c in d["comparisons"]] != ["faster", "faster"]
+    assert d["level"] == pytest.approx(0.975) and d["margin"] == 0.02
 
 
 def test_decide_when_winner_is_the_baseline() -> None:
@@ -189,7 +216,8 @@ def test_decide_when_winner_is_the_baseline() -> None:
     v = decide(1, "latency", [base, other], "torch-fp32-b1")
     assert v.winner == "torch-fp32-b1"
     assert v.speedup is not None and v.speedup.value == 1.0
-    assert "baseline itself" in v.reason
+    assert v.standing == "baseline-leads"
+    assert v.headline == "The baseline torch-fp32-b1 is fastest: no candidate beat it."
 
 
 def test_decide_without_baseline_gives_no_speedup() -> None:
@@ -201,9 +229,11 @@ def test_decide_without_baseline_gives_no_speedup() -> None:
     assert v.winner == "ort-int8-b1"
     assert v.speedup is None
     assert v.to_dict()["speedup"] is None
-    assert "no speedup" in v.reason
-    assert "torch-fp32-b1" in v.reason
-    assert "out of memory" in v.reason
+    assert v.standing == "no-baseline" and v.beats_baseline is None
+    assert v.headline == (
+        "ort-int8-b1 is fastest; no speedup is given because the baseline torch-fp32-b1 "
+        "is out (failed: out of memory)."
+    )
 
 
 def test_decide_with_nothing_measured() -> None:
@@ -217,9 +247,10 @@ def test_decide_with_nothing_measured() -> None:
     assert v.winner is None
     assert v.ranking == []
     assert v.speedup is None
-    assert "No candidate" in v.reason
-    assert "batch 32" in v.reason
-    assert "boom" in v.reason and "quality gate" in v.reason
+    assert v.standing == "none"
+    assert v.headline == "No candidate completed with acceptable quality."
+    assert v.reason.startswith("Batch 32 (throughput): No candidate completed")
+    assert v.points == ["torch-fp32-b32: failed: boom.", "ort-int8-b32: rejected: quality gate."]
 
 
 def test_verdict_requires_reason_and_ranked_winner() -> None:
@@ -247,7 +278,7 @@ def test_decide_uses_throughput_objective_above_batch_1() -> None:
     v = decide(32, objective, [a, b], "a-b32")
     assert v.objective == "throughput"
     assert v.winner == "b-b32"
-    assert "throughput" in v.reason
+    assert v.reason.startswith("Batch 32 (throughput): b-b32 is fastest")
     assert v.speedup is not None
     assert v.speedup.value == pytest.approx(2.0 / 1.2, rel=0.05)
     # the same records judged on latency go the other way
@@ -327,11 +358,18 @@ def test_a_close_call_on_two_processes_each_is_a_tie_that_says_why() -> None:
     v = decide(1, "latency", [a, b], "a")
     assert v.winner == "b" and v.ties == [["b", "a"]]
     assert v.speedup is not None and v.speedup.lo > 1.02  # the pooled CI alone would call it
-    assert "a close call needs 3 pairs of processes that agree, and 2 had 2+ rounds" in v.reason
-    # its CI does clear the margin, so the verdict must not say it does not
-    assert "does not put the winner" not in v.reason
-    assert "clears the 2% margin but not 10%" in v.reason
-    assert "3 pairs of worker processes each show it" in v.reason
+    # a is the baseline: b is not separated from it, so no speedup is claimed
+    assert v.standing == "baseline-tied" and v.beats_baseline is False
+    assert v.headline == (
+        "No candidate beat the baseline a: the leader b is not yet separated from it."
+    )
+    assert v.points[0].startswith("the baseline a is not separated from b, which measured 1.04× ")
+    assert v.points[0].endswith(
+        "): a gap under 10% counts only when 3 pairs of worker processes each show "
+        "it, and 2 pairs had 2+ rounds."
+    )
+    # its CI does clear the margin, so no sentence may say it does not
+    assert "within the 2% margin" not in v.reason
 
 
 def test_shared_drift_splits_the_machines_spread_from_the_runtimes() -> None:

@@ -7,6 +7,7 @@ CI to exclude 1; otherwise the two are reported as tied, with why.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -33,6 +34,13 @@ class Measured:
 
 @dataclass(frozen=True)
 class Verdict:
+    """Who leads at one batch size, and what that is worth.
+
+    `winner` is the leader: the best point estimate among eligible candidates.
+    Whether it is *separated* from the others and from the baseline is the
+    `standing` (see STANDINGS), and the `headline` says it in one sentence.
+    """
+
     batch_size: int
     objective: str
     winner: str | None
@@ -40,9 +48,16 @@ class Verdict:
     speedup: Interval | None
     ranking: list[str]
     ties: list[list[str]] = field(default_factory=list)
-    reason: str = ""
+    reason: str = ""  # the headline and points in one paragraph, for logs
     # Measured candidates beyond the workload's [constraints]: id -> why; not ranked.
     excluded: dict[str, str] = field(default_factory=dict)
+    standing: str = ""
+    headline: str = ""
+    points: list[str] = field(default_factory=list)
+    details: list[str] = field(default_factory=list)
+    comparisons: list[dict] = field(default_factory=list)
+    level: float | None = None
+    margin: float | None = None
 
     def __post_init__(self) -> None:
         if self.winner is not None and self.winner not in self.ranking:
@@ -50,17 +65,39 @@ class Verdict:
         if not self.reason:
             raise ValueError("a verdict needs a reason in words")
 
+    @property
+    def beats_baseline(self) -> bool | None:
+        """True: the leader is separated from (faster than) the baseline; None: no
+        baseline was measured to say."""
+        if self.standing == "no-baseline" or not self.standing:
+            return None
+        return self.standing in ("clear", "leads")
+
+    def with_caveat(self, caveat: str) -> Verdict:
+        """The same verdict with one more point, read with every figure it gives."""
+        return dataclasses.replace(
+            self, points=[*self.points, caveat], reason=f"{self.reason} {caveat}"
+        )
+
     def to_dict(self) -> dict:
         return {
             "batch_size": self.batch_size,
             "objective": self.objective,
             "winner": self.winner,
             "baseline": self.baseline,
+            "standing": self.standing,
+            "beats_baseline": self.beats_baseline,
+            "headline": self.headline,
+            "points": self.points,
+            "details": self.details,
             "speedup": None
             if self.speedup is None
             else {"value": self.speedup.value, "ci95": [self.speedup.lo, self.speedup.hi]},
             "ranking": self.ranking,
             "ties": self.ties,
+            "comparisons": self.comparisons,
+            "level": self.level,
+            "margin": self.margin,
             "reason": self.reason,
             "excluded_by_constraints": self.excluded,
         }
@@ -194,10 +231,53 @@ def judge(base: Measured, cand: Measured, objective: str, level: float, margin: 
 
 
 def _fmt(iv: Interval) -> str:
-    return f"{iv.value:.2f}x (CI {iv.lo:.2f}-{iv.hi:.2f})"
+    return f"{iv.value:.2f}× (CI {iv.lo:.2f}–{iv.hi:.2f})"
 
 
-def _why_tied(m: Measured, objective: str, min_rounds: int, judged: Judgement) -> str:
+def _names(ids: list[str]) -> str:
+    """ "a", "a and b", "a, b and c"; beyond four, "a, b, c and 3 others"."""
+    if len(ids) > 4:
+        return f"{', '.join(ids[:3])} and {len(ids) - 3} others"
+    return ids[0] if len(ids) == 1 else f"{', '.join(ids[:-1])} and {ids[-1]}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The leader against one other measured candidate: how many times faster the
+    leader is, what was decided, and (when not separated) why, in one line."""
+
+    id: str
+    judged: Judgement
+    level: float
+    pair_ratios: list[float]
+    why_tied: str = ""  # empty when the leader is separated from (faster than) it
+    eligible: bool = True  # False: measured, but beyond the workload's constraints
+
+    def to_dict(self) -> dict:
+        iv = self.judged.ratio
+        return {
+            "id": self.id,
+            "ratio": iv.value,
+            "ci": [iv.lo, iv.hi],
+            "level": self.level,
+            "decision": self.judged.decision,
+            "why": self.why_tied,
+            "process_pair_ratios": self.pair_ratios,
+            "eligible": self.eligible,
+        }
+
+
+def _why_tied(
+    m: Measured, objective: str, min_rounds: int, judged: Judgement, margin: float, pairs: int
+) -> str:
+    """Why the leader is not separated from `m`, as a short clause; `pairs`: how
+    many pairs of processes had enough rounds to be a look of their own."""
+    if judged.needs_processes:
+        return (
+            f"a gap under {CLOSE_CALL:.0%} counts only when {CLOSE_CALL_PROCESSES} pairs of "
+            f"worker processes each show it, and {pairs} pair{'s' if pairs != 1 else ''} had "
+            f"{MIN_PAIR_ROUNDS}+ rounds"
+        )
     if judged.why:
         return judged.why
     rounds = len(m.block_ns)
@@ -206,7 +286,66 @@ def _why_tied(m: Measured, objective: str, min_rounds: int, judged: Judgement) -
         return f"only {rounds} rounds"
     if cv > NOISY_CV:
         return f"round-to-round spread {cv:.0%}"
-    return "the difference is within the noise"
+    if judged.decision == "equivalent":
+        return f"equivalent: the CI lies within the {margin:.0%} margin"
+    return f"the CI reaches within the {margin:.0%} margin"
+
+
+# standing: what the verdict's first sentence says (see `headline`).
+STANDINGS = ("clear", "leads", "baseline-leads", "baseline-tied", "no-baseline", "none")
+
+
+def headline(
+    standing: str,
+    leader: str | None,
+    baseline: str | None,
+    tied: list[str],
+    gain: Interval | None,
+    others: int,
+    baseline_out: str = "",
+    baseline_eligible: bool = True,
+) -> str:
+    """The verdict's first sentence: one a user can act on, which nothing after it
+    contradicts. A leader not separated from the baseline gets no speedup in it.
+
+    `tied`: the candidates not separated from the leader, best first; `others`: how
+    many eligible candidates besides the leader were compared.
+    """
+    if standing == "none" or leader is None:
+        raise ValueError("a verdict without a leader has its own sentence (see decide)")
+    apart = f"not yet separated from {_names(tied)}" if tied else ""
+    if standing == "baseline-leads":
+        if others == 0:
+            return f"Only the baseline {leader} was measured: there is nothing to compare it with."
+        if not tied:
+            return f"The baseline {leader} is fastest: no candidate beat it."
+        return f"No candidate beat the baseline {leader}: it leads, but is {apart}."
+    if standing == "no-baseline":
+        head = f"{leader} is fastest" if not tied else f"{leader} leads, but is {apart}"
+        return (
+            f"{head}; no speedup is given because the baseline {baseline} is out ({baseline_out})."
+        )
+    if standing == "clear":
+        assert gain is not None
+        return f"{leader} is fastest: {_fmt(gain)} over the baseline {baseline}."
+    if standing == "leads":
+        assert gain is not None
+        return f"{leader} leads, but is {apart}; it is {_fmt(gain)} over the baseline {baseline}."
+    # baseline-tied: the leader is not separated from the baseline.
+    if not baseline_eligible:
+        head = f"No candidate within the constraints beat the baseline {baseline} (beyond them)"
+        return f"{head}: {leader} leads the eligible ones" + (f", {apart}." if tied else ".")
+    rest = [t for t in tied if t != baseline]
+    if others > 1 and len(tied) == others:
+        return (
+            f"No candidate beat the baseline {baseline}: none of the {others + 1} candidates "
+            f"is separated from the leader {leader}."
+        )
+    also = f" or from {_names(rest)}" if rest else ""
+    return (
+        f"No candidate beat the baseline {baseline}: the leader {leader} is not yet separated "
+        f"from it{also}."
+    )
 
 
 def decide(
@@ -221,86 +360,148 @@ def decide(
 ) -> Verdict:
     """Rank ok candidates; `not_ok` maps other candidate ids to why they were left out.
 
-    A candidate is tied with the winner unless the winner is faster by more than
-    the equivalence margin with the Bonferroni-corrected CI of the paired ratio.
-    Candidates in `excluded` (beyond the workload's constraints) are measured but
-    neither ranked nor eligible; one may still be the baseline a speedup is over.
+    A candidate is tied with the leader unless the leader is faster by more than
+    the equivalence margin with the Bonferroni-corrected CI of the paired ratio
+    (and, for a close call, in enough pairs of processes: `judge`). Candidates in
+    `excluded` (beyond the workload's constraints) are measured but neither ranked
+    nor eligible; one may still be the baseline a speedup is over.
     """
-    label = "p50 latency" if objective == "latency" else "throughput"
     excluded = excluded or {}
     beyond = "; ".join(f"{k}: {v}" for k, v in excluded.items())
     eligible = [m for m in measured if m.id not in excluded]
+    prefix = f"Batch {batch_size} ({objective}): "
     if not eligible:
         if measured:
-            reason = (
-                f"No candidate meets the constraints at batch {batch_size} (beyond them: {beyond})."
-            )
+            head = "No candidate meets the constraints."
+            points = [f"Beyond them: {beyond}."]
         else:
-            why = "; ".join(f"{k}: {v}" for k, v in (not_ok or {}).items()) or "no candidates"
-            reason = (
-                f"No candidate completed with acceptable quality at batch {batch_size} ({why})."
-            )
+            head = "No candidate completed with acceptable quality."
+            points = [f"{k}: {v}." for k, v in (not_ok or {}).items()] or ["No candidates."]
         return Verdict(
-            batch_size, objective, None, baseline_id, None, [], [], reason, dict(excluded)
+            batch_size,
+            objective,
+            None,
+            baseline_id,
+            None,
+            [],
+            [],
+            prefix + " ".join([head, *points]),
+            dict(excluded),
+            standing="none",
+            headline=head,
+            points=points,
+            margin=margin,
         )
     ranked = sorted(eligible, key=lambda m: score(m, objective), reverse=True)
     winner = ranked[0]
     ranking = [m.id for m in ranked]
-    level = comparison_level(len(ranked))
-    judged = {m.id: judge(m, winner, objective, level, margin) for m in ranked[1:]}
-    vs_winner = {mid: j.ratio for mid, j in judged.items()}
-    tied = [mid for mid, j in judged.items() if j.decision != "faster"]
     by_id = {m.id: m for m in measured}
     base = by_id.get(baseline_id) if baseline_id else None
-    gain = speedup(base, winner, objective) if base is not None else None
-
-    parts = [f"At batch {batch_size}, {winner.id} has the best {label}"]
-    if gain is not None and base is not None and base.id != winner.id:
-        parts[0] += (
-            f": {gain.value:.2f}x (95% CI {gain.lo:.2f}-{gain.hi:.2f}) over the baseline {base.id}."
+    base_eligible = base is not None and base.id not in excluded
+    # The baseline beyond the constraints is compared too, as one more comparison.
+    compared = ranked[1:] + ([base] if base is not None and not base_eligible else [])
+    level = comparison_level(len(compared) + 1)
+    comparisons = []
+    for m in compared:
+        j = judge(m, winner, objective, level, margin)
+        pairs = process_pair_ratios(m, winner, objective)
+        why = (
+            ""
+            if j.decision == "faster"
+            else _why_tied(m, objective, min_rounds, j, margin, len(pairs))
         )
-    elif base is not None:
-        parts[0] += "; it is the baseline itself, so nothing measured beat it."
+        comparisons.append(Comparison(m.id, j, level, pairs, why, m.id not in excluded))
+    tied = [c.id for c in comparisons if c.eligible and c.judged.decision != "faster"]
+    gain = speedup(base, winner, objective) if base is not None else None
+    vs_base = next((c for c in comparisons if base is not None and c.id == base.id), None)
+    if base is None:
+        standing = "no-baseline"
+    elif base.id == winner.id:
+        standing = "baseline-leads"
+    elif vs_base is not None and vs_base.judged.decision == "faster":
+        standing = "leads" if tied else "clear"
     else:
-        why = (not_ok or {}).get(baseline_id or "", "it was not measured")
-        parts[0] += f"; no speedup is given because the baseline {baseline_id} is out ({why})."
-    if tied:
-
-        def detail(ids: list[str]) -> str:
-            why = {t: _why_tied(by_id[t], objective, min_rounds, judged[t]) for t in ids}
-            return ", ".join(f"{t} ({_fmt(vs_winner[t])}; {why[t]})" for t in ids)
-
-        # A close call held back by the process rule has a CI that does clear the
-        # margin, so the CI sentence would be false for it: it gets its own.
-        within = [t for t in tied if not judged[t].why]
-        held = [t for t in tied if judged[t].why]
-        if within:
-            parts.append(
-                f"Tied with {detail(within)}: the {level:.1%} CI of the paired ratio "
-                f"(corrected for {len(ranked) - 1} comparisons) does not put the winner more "
-                f"than {margin:.0%} ahead."
+        standing = "baseline-tied"
+    out_why = (not_ok or {}).get(baseline_id or "", "it was not measured")
+    head = headline(
+        standing,
+        winner.id,
+        baseline_id,
+        tied,
+        gain,
+        len(ranked) - 1,
+        out_why,
+        base_eligible,
+    )
+    points = []
+    leader = winner.id
+    for c in comparisons:
+        if c.eligible and c.why_tied:
+            iv = c.judged.ratio
+            who = "the baseline " + c.id if c.id == baseline_id else c.id
+            points.append(
+                f"{who} is not separated from {leader}, which measured {iv.value:.2f}× as fast "
+                f"(CI {iv.lo:.2f}–{iv.hi:.2f}): {c.why_tied}."
             )
-        if held:
-            parts.append(
-                f"Tied with {detail(held)}: the {level:.1%} CI clears the {margin:.0%} margin "
-                f"but not {CLOSE_CALL:.0%}, and a gap that close counts only when "
-                f"{CLOSE_CALL_PROCESSES} pairs of worker processes each show it."
-            )
-        parts.append("Pick among the tied by memory, cold start or quality.")
+    if tied and standing in ("baseline-leads", "baseline-tied"):
+        points.append(
+            "On speed alone nothing here pays for leaving the baseline; memory, cold start "
+            "or quality may still favour another candidate."
+        )
+    elif tied:
+        points.append(f"Pick among {_names([leader, *tied])} by memory, cold start or quality.")
     if excluded:
-        parts.append(f"Not eligible, beyond the constraints: {beyond}.")
-    ties = [[winner.id, *tied]] if tied else []
+        points.append(f"Not eligible, beyond the constraints: {beyond}.")
+    label = "p50 latency" if objective == "latency" else "throughput"
+    details = [
+        f"Objective: {label}. Each comparison is the paired ratio of the leader over a "
+        f"candidate, with a {level:.1%} CI (Bonferroni-corrected for {len(compared)} "
+        f"comparison{'s' if len(compared) != 1 else ''}) against a {margin:.0%} equivalence "
+        f"margin; a gap whose CI stays under {CLOSE_CALL:.0%} counts only when "
+        f"{CLOSE_CALL_PROCESSES} pairs of worker processes, each with {MIN_PAIR_ROUNDS}+ "
+        "rounds, show it on their own."
+    ]
+    for c in comparisons:
+        iv = c.judged.ratio
+        seen = ", ".join(f"{r:.3f}" for r in c.pair_ratios) or "none with enough rounds"
+        details.append(
+            f"{leader} vs {c.id}{'' if c.eligible else ' (beyond the constraints)'}: "
+            f"{iv.value:.3f}× (CI {iv.lo:.3f}–{iv.hi:.3f}): {c.judged.decision}; "
+            f"per process pair: {seen}."
+        )
+    if gain is not None and base is not None and base.id != leader:
+        details.append(
+            f"{leader} over the baseline {base.id}: {gain.value:.3f}× "
+            f"(95% CI {gain.lo:.3f}–{gain.hi:.3f}, not corrected)."
+        )
+    ties = [[leader, *tied]] if tied else []
     return Verdict(
         batch_size,
         objective,
-        winner.id,
+        leader,
         baseline_id,
         gain,
         ranking,
         ties,
-        " ".join(parts),
+        prefix + " ".join([head, *points]),
         dict(excluded),
+        standing=standing,
+        headline=head,
+        points=points,
+        details=details,
+        comparisons=[c.to_dict() for c in comparisons],
+        level=level,
+        margin=margin,
     )
+
+
+def statement(v: dict) -> tuple[str, list[str], list[str]]:
+    """A verdict's words as every report shows them: the first sentence, the short
+    list (ties and close calls with their reason, constraints, caveats) and the
+    full statistics. Runs stored before verdicts had a headline give their reason."""
+    if not v.get("headline"):
+        return str(v.get("reason", "")), [], []
+    return str(v["headline"]), list(v.get("points") or []), list(v.get("details") or [])
 
 
 # What each [constraints] key limits in a candidate's document: label, unit, value, CI.

@@ -133,3 +133,17 @@ def _input_shapes(data_path: Path) -> dict[str, list[int]]:
     except (OSError, ValueError, KeyError):
         return {}
     return {n: list(layout.sample_shape(n, a.shape)) for n, a in arrays.items()}
+
+
+def leaders(verdicts: list[dict[str, Any]]) -> dict[str, bool]:
+    """Each verdict's leader -> whether it is a winner: separated from every other
+    candidate and from the baseline (a run stored before verdicts had a standing
+    counts its named winner as one)."""
+    out: dict[str, bool] = {}
+    for v in verdicts:
+        if v.get("winner"):
+            standing = v.get("standing")
+            out[v["winner"]] = standing is None or (
+                standing in ("clear", "baseline-leads", "no-baseline") and not v.get("ties")
+            )
+    return out

@@ -7,7 +7,8 @@ from typing import Any
 
 from bakeoff.paths import resume_command
 from bakeoff.report.charts import num
-from bakeoff.report.data import StoredRun, flagged, load, status_label
+from bakeoff.report.data import StoredRun, flagged, leaders, load, status_label
+from bakeoff.verdict import statement
 
 
 def _cell(value: Any) -> str:
@@ -17,6 +18,11 @@ def _cell(value: Any) -> str:
 
 def _ci(ci: list[float] | None) -> str:
     return "" if not ci else f" [{num(ci[0])}–{num(ci[1])}]"
+
+
+def _mark(winner: bool | None) -> str:
+    """★ a winner; ☆ a leader not separated from the others or the baseline."""
+    return "" if winner is None else " ★" if winner else " ☆"
 
 
 def render(run: StoredRun) -> str:
@@ -31,24 +37,18 @@ def render(run: StoredRun) -> str:
             "",
         ]
     lines += ["### Verdict", ""]
+    statistics = []
     for v in run.verdicts:
-        if v["winner"]:
-            sp = v.get("speedup")
-            if v["winner"] == v["baseline"]:
-                gain = " (the baseline: nothing measured beat it)"
-            elif sp:
-                gain = (
-                    f": {sp['value']:.2f}x over `{v['baseline']}` "
-                    f"(95% CI {sp['ci95'][0]:.2f}–{sp['ci95'][1]:.2f})"
-                )
-            else:
-                gain = ""
-            lines.append(f"- **batch {v['batch_size']}** ({v['objective']}): `{v['winner']}`{gain}")
-        else:
-            lines.append(f"- **batch {v['batch_size']}** ({v['objective']}): no winner")
-        if v.get("ties"):
-            lines.append(f"  - tied: {', '.join(f'`{t}`' for t in v['ties'][0][1:])}")
-    winners = {v["winner"] for v in run.verdicts if v["winner"]}
+        head, points, details = statement(v)
+        lines.append(f"- **batch {v['batch_size']}** ({v['objective']}): {_cell(head)}")
+        lines += [f"  - {_cell(p)}" for p in points]
+        if details:
+            statistics += [f"**batch {v['batch_size']}**", ""]
+            statistics += [f"- {_cell(d)}" for d in details] + [""]
+    if statistics:
+        lines += ["", "<details><summary>Statistics behind the verdicts</summary>", ""]
+        lines += [*statistics, "</details>"]
+    led = leaders(run.verdicts)
     lines += [
         "",
         "| candidate | status | quality | p50 ms [95% CI] | samples/s [95% CI] | size MiB |",
@@ -63,7 +63,7 @@ def render(run: StoredRun) -> str:
             "| "
             + " | ".join(
                 [
-                    f"`{c['id']}`" + (" ★" if c["id"] in winners else ""),
+                    f"`{c['id']}`" + _mark(led.get(c["id"])),
                     status_label(c),
                     "–" if not q or q.get("value") is None else f"{q['value']:.4f}",
                     "–" if not lat else num(lat["p50"]) + _ci(lat["ci95"]["p50"]),
@@ -73,6 +73,8 @@ def render(run: StoredRun) -> str:
             )
             + " |"
         )
+    if led:
+        lines += ["", "★ winner; ☆ leads, but not separated from the others (see the verdict)"]
     shaky = flagged(run.candidates)
     if shaky:
         lines += ["", "Flagged (measured, but not to be taken as it is):", ""]

@@ -16,7 +16,8 @@ from rich.text import Text
 
 from bakeoff.candidates import Candidate
 from bakeoff.report.charts import num
-from bakeoff.report.data import flagged, status_label
+from bakeoff.report.data import flagged, leaders, status_label
+from bakeoff.verdict import statement
 
 _STATUS_STYLE = {
     "ok": "green",
@@ -24,6 +25,16 @@ _STATUS_STYLE = {
     "rejected": "yellow",
     "failed": "red",
     "unavailable": "dim",
+}
+
+
+# How the verdict's first sentence is coloured by its standing (verdict.STANDINGS).
+_VERDICT_STYLE = {
+    "clear": "green",
+    "leads": "green",
+    "baseline-leads": "green",
+    "no-baseline": "yellow",
+    "baseline-tied": "yellow",
 }
 
 
@@ -129,11 +140,13 @@ def results_table(document: dict[str, Any]) -> Table:
         ("1st call s", "right"),
     ):
         t.add_column(col, justify=justify)  # type: ignore[arg-type]
-    winners = {v["winner"] for v in document["verdicts"] if v["winner"]}
+    led = leaders(document["verdicts"])
     for c in document["candidates"]:
         lat, thr, q = c["latency_ms"], c["throughput"], c["quality"]
         # escape: a hand-written label is the user's text, not Rich markup
-        name = f"[bold]{escape(c['id'])} *[/]" if c["id"] in winners else escape(c["id"])
+        name = escape(c["id"])
+        if c["id"] in led:
+            name = f"[bold]{name} {'*' if led[c['id']] else '~'}[/]"
         label = status_label(c)
         style = "yellow" if label != c["status"] else _STATUS_STYLE.get(c["status"], "")
         status = f"[{style}]{label}[/]"
@@ -166,7 +179,10 @@ def _listing(console: Console, title: str, lines: dict[str, str]) -> None:
 def print_result(document: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     console.print(results_table(document))
-    console.print("[dim]* winner; ? marks a p99 with too few samples to support it[/]")
+    console.print(
+        "[dim]* winner; ~ leads, but not separated (see the verdict); ? marks a p99 with "
+        "too few samples to support it[/]"
+    )
     in_load = []
     imports: dict[str, list[float]] = {}
     for c in document["candidates"]:
@@ -280,9 +296,14 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
             )
     console.print("\n[bold]Verdict[/]")
     for v in document["verdicts"]:
-        mark = f"[bold green]{v['winner']}[/]" if v["winner"] else "[red]no winner[/]"
-        console.print(f"  batch {v['batch_size']} ({v['objective']}): {mark}")
-        console.print(f"    {escape(v['reason'])}")
+        head, points, _ = statement(v)
+        style = _VERDICT_STYLE.get(v.get("standing") or "clear", "") if v["winner"] else "red"
+        console.print(
+            f"  [bold]batch {v['batch_size']} ({v['objective']}):[/] [{style}]{escape(head)}[/]",
+            highlight=False,
+        )
+        for point in points:
+            console.print(f"    - {escape(point)}", highlight=False)
     advice = document.get("advice")
     if advice:
         source = document.get("settings", {}).get("candidates_from", "-")
