@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from bakeoff import advise, api
+from bakeoff import advise, api, hardware
 from bakeoff.cli import app
 from bakeoff.errors import UserError
 from bakeoff.report.terminal import print_result
@@ -415,7 +415,10 @@ def test_confirmations_on_a_hand_made_result(minilm_facts: advise.Facts) -> None
     assert checked["reference"]["confirmed"] is True
     int8 = checked["cpu-int8"]
     assert int8["confirmed"] is True
-    assert "openvino-int8-nncf-b1 is the winner at batch 1, 4.1x over torch-fp32-b1" in int8["why"]
+    assert int8["why"] == (
+        "measured: openvino-int8-nncf-b1 is fastest at batch 1, 4.10× over the baseline "
+        "torch-fp32-b1"
+    )
     # Advice on where to deploy holds when that runtime wins at any precision.
     openvino = checked["openvino-edge-intel"]
     assert openvino["confirmed"] is True and "openvino-int8-nncf-b1" in openvino["why"]
@@ -489,3 +492,112 @@ def test_advice_picks_the_candidates_of_a_run_and_is_confirmed_in_its_document(
 
     page = render(load(result.run_id, store_path))
     assert "Left out: <code>fake-fp32-other</code>, not for this model." in page
+
+
+# ---------------------------------------------------------------- words true of this machine
+
+
+@pytest.mark.parametrize("vendor", ["intel", "amd", "hygon", None])
+def test_openvino_advice_names_the_cpu_this_is(
+    vendor: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An advice line is true of the detected (or simulated) machine: on AMD no
+    "Intel hardware" claim; on Intel it says so."""
+    if vendor is None:
+        monkeypatch.delenv("BAKEOFF_CPU_VENDOR", raising=False)
+    else:
+        monkeypatch.setenv("BAKEOFF_CPU_VENDOR", vendor)
+    report = advise.advise("builtin:minilm", target="server-cpu")
+    expected = {"intel": "Intel", "amd": "AMD", "hygon": "Hygon"}.get(
+        vendor or "", hardware.detected_cpu_vendor()
+    )
+    assert report.facts.cpu_vendor == expected
+    assert f"{expected} CPU" in report.facts.describe()
+    [ov] = [a for a in report.advice if a.id == "openvino-server-cpu"]
+    said = f"{ov.text}: {ov.reason}"
+    if expected == "Intel":
+        assert ov.text == "OpenVINO on this Intel CPU"
+    else:
+        assert "Intel hardware" not in said and "on this Intel" not in said
+        assert ov.text == f"OpenVINO as a candidate on this {expected} CPU"
+        assert "unproven, so it is measured" in ov.reason
+    # No other line claims a vendor this CPU is not.
+    for a in report.advice:
+        if expected != "Intel":
+            assert "Intel hardware" not in a.text + a.reason, a
+
+
+def test_a_malformed_vendor_override_is_a_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BAKEOFF_CPU_VENDOR", "cyrix")
+    with pytest.raises(UserError, match="BAKEOFF_CPU_VENDOR='cyrix': expected one of amd"):
+        hardware.cpu_vendor()
+
+
+def test_advice_the_run_did_not_measure_says_who_left_it_out(
+    minilm_facts: advise.Facts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    report = advise.advise_facts(minilm_facts, target="server-cpu").to_dict()
+    only_fp32 = {
+        "runtimes": ["torch", "onnxruntime"],
+        "precisions": ["fp32"],
+        "grid_from": {"runtimes": "--runtimes", "precisions": "--precisions"},
+    }
+    doc = {
+        "settings": only_fp32,
+        "candidates": [
+            _candidate("torch-fp32-b1", "torch", "fp32", latency_ms={"p50": 12.0}),
+            _candidate("onnxruntime-fp32-b1", "onnxruntime", "fp32", latency_ms={"p50": 6.0}),
+        ],
+        "verdicts": [_verdict(1, "onnxruntime-fp32-b1", "torch-fp32-b1", 2.0)],
+    }
+    checked = {a["id"]: a for a in advise.confirmations(report, doc)["advice"]}
+    int8 = checked["cpu-int8"]
+    assert int8["confirmed"] is None
+    assert "int8 left out by you (--precisions fp32)" in int8["why"]
+    ov = checked["openvino-server-cpu"]
+    assert ov["confirmed"] is None
+    assert ov["why"] == "openvino left out by you (--runtimes torch,onnxruntime)"
+    # The workload's own [search] and the defaults are named as such.
+    doc["settings"] = {**only_fp32, "grid_from": {"runtimes": "workload", "precisions": "workload"}}
+    checked = {a["id"]: a for a in advise.confirmations(report, doc)["advice"]}
+    assert (
+        "int8 left out by the workload ([search] precisions = fp32)" in checked["cpu-int8"]["why"]
+    )
+    # Advice that left its own proposals out says so, with its reason.
+    monkeypatch.setenv("BAKEOFF_CPU_FLAGS", "")  # an x86 CPU without AVX2
+    no_avx2 = advise.advise("builtin:minilm", target="server-cpu").to_dict()
+    checked = {a["id"]: a for a in advise.confirmations(no_avx2, doc)["advice"]}
+    why = checked["cpu-int8"]["why"]
+    assert why.startswith("left out by the advice: left out of the default grid: this x86 CPU")
+    # A run stored before runs recorded who chose the grid still says what it can.
+    doc["settings"] = {"runtimes": ["torch"], "precisions": ["fp32"]}
+    checked = {a["id"]: a for a in advise.confirmations(report, doc)["advice"]}
+    assert checked["openvino-server-cpu"]["why"] == "openvino was not in the run"
+
+
+def test_a_leader_tied_with_the_baseline_does_not_confirm_that_it_pays(
+    minilm_facts: advise.Facts,
+) -> None:
+    report = advise.advise_facts(minilm_facts, target="server-cpu").to_dict()
+    tied = {
+        **_verdict(32, "openvino-fp32-b32", "torch-fp32-b32", 1.12),
+        "standing": "baseline-tied",
+        "ties": [["openvino-fp32-b32", "torch-fp32-b32"]],
+    }
+    doc = {
+        "settings": {},
+        "candidates": [
+            _candidate("torch-fp32-b32", "torch", "fp32"),
+            _candidate("openvino-fp32-b32", "openvino", "fp32"),
+        ],
+        "verdicts": [tied],
+    }
+    checked = {a["id"]: a for a in advise.confirmations(report, doc)["advice"]}
+    ov = checked["openvino-server-cpu"]
+    assert ov["confirmed"] is False
+    assert ov["why"] == (
+        "measured: openvino-fp32-b32 leads at batch 32, but is not separated from the "
+        "baseline torch-fp32-b32"
+    )
+    assert "1.12" not in ov["why"]
+    assert checked["reference"]["confirmed"] is True

@@ -100,6 +100,8 @@ class Facts:
     memory_gib: float | None
     # Where cpu_flags come from: "/proc/cpuinfo", or BAKEOFF_CPU_FLAGS when simulated.
     cpu_flags_source: str = "/proc/cpuinfo"
+    # Intel, AMD, Hygon, ... or "unknown"; BAKEOFF_CPU_VENDOR may simulate it.
+    cpu_vendor: str = "unknown"
 
     def describe(self) -> str:
         params = "unknown" if self.params is None else _count(self.params)
@@ -114,6 +116,7 @@ class Facts:
             f"model: {origin}{self.family}{arch}, kind {self.model_kind}, {params} parameters; "
             f"machine: {self.machine}"
             + (" (Apple Silicon)" if self.apple_silicon else "")
+            + (f", {self.cpu_vendor} CPU" if self.cpu_vendor != "unknown" else "")
             + f", CPU flags {', '.join(self.cpu_flags) or 'none notable'}"
             + (
                 f" (simulated by {hardware.FLAGS_VARIABLE})"
@@ -307,6 +310,7 @@ def detect_facts(
         machine=platform.machine(),
         cpu_flags=tuple(f for f in hardware.NOTABLE_FLAGS if f in flags),
         cpu_flags_source=hardware.FLAGS_VARIABLE if simulated else "/proc/cpuinfo",
+        cpu_vendor=hardware.cpu_vendor() if hardware.is_x86() else "unknown",
         gpus=gpus,
         gpu_source=gpu_source,
         apple_silicon=is_apple_silicon(),
@@ -681,20 +685,7 @@ def rule_target(ctx: Context) -> list[Advice]:
             )
         )
     if t in X86_TARGETS:
-        why = (
-            "Intel edge devices: OpenVINO is Intel's runtime for their CPUs, GPUs and NPUs"
-            if t == "edge-intel"
-            else "an x86 server CPU: OpenVINO's CPU plugin is tuned for Intel instruction sets"
-        )
-        out.append(
-            Advice(
-                f"openvino-{t}",
-                "OpenVINO on Intel hardware",
-                why,
-                proposes=[("openvino", "fp32")],
-                confirm="runtime-wins",
-            )
-        )
+        out.append(_openvino_advice(t, ctx.facts.cpu_vendor))
     if t == "server-gpu":
         no_gpu = _no_gpu(ctx)
         nvidia = [r for r in _NVIDIA_RUNTIMES if kind in ("torch", "hf") or "torch" not in r]
@@ -773,6 +764,34 @@ def rule_target(ctx: Context) -> list[Advice]:
             )
         )
     return out
+
+
+def _openvino_advice(target: str, vendor: str) -> Advice:
+    """OpenVINO is Intel's toolkit; its CPU plugin (oneDNN underneath) runs on any
+    x86-64 CPU with AVX2. The words name the CPU this is: on AMD it is a candidate
+    like any other, not a runtime built for this machine."""
+    if target == "edge-intel":
+        text, why = (
+            "OpenVINO for the Intel edge device",
+            "the target edge-intel was stated: OpenVINO is Intel's runtime for their CPUs, "
+            "GPUs and NPUs",
+        )
+    elif vendor == "Intel":
+        text, why = (
+            "OpenVINO on this Intel CPU",
+            "an Intel server CPU: OpenVINO's CPU plugin is Intel's own, tuned for their "
+            "instruction sets",
+        )
+    else:
+        cpu = f"{vendor} CPU" if vendor != "unknown" else "CPU (vendor unknown)"
+        text, why = (
+            f"OpenVINO as a candidate on this {cpu}",
+            f"OpenVINO's CPU plugin runs on any x86-64 CPU with AVX2 but is tuned first for "
+            f"Intel's; on this {cpu} whether it pays is unproven, so it is measured",
+        )
+    return Advice(
+        f"openvino-{target}", text, why, proposes=[("openvino", "fp32")], confirm="runtime-wins"
+    )
 
 
 def rule_cpu_int8(ctx: Context) -> list[Advice]:
@@ -1119,7 +1138,106 @@ def _batch1_p50(doc: dict[str, Any], cid: str | None) -> float | None:
     return None if not lat else float(lat["p50"])
 
 
-def _confirm_one(item: dict[str, Any], doc: dict[str, Any]) -> tuple[bool | None, str]:
+def _chosen_by(doc: dict[str, Any], key: str) -> str | None:
+    """Who chose the run's runtimes or precisions, in words; None for a run stored
+    before it recorded that."""
+    settings = doc.get("settings") or {}
+    source = (settings.get("grid_from") or {}).get(key)
+    grid = ",".join(settings.get(key) or [])
+    return {
+        f"--{key}": f"by you (--{key} {grid})",
+        "workload": f"by the workload ([search] {key} = {grid})",
+        "defaults": f"by the defaults ({key} {grid})",
+        "advice": f"by the advice (its grid of {key}: {grid})",
+    }.get(source or "")
+
+
+def not_measured_why(item: dict[str, Any], doc: dict[str, Any], excluded: list[dict]) -> str:
+    """Who left a piece of advice out of the run, and why: the advice itself (an
+    exclusion, with its reason), the workload's hand-written candidates, or the
+    user's, workload's or defaults' choice of runtimes and precisions."""
+    settings = doc.get("settings") or {}
+    proposes = [tuple(p) for p in item.get("proposes") or []]
+    if not proposes:
+        why = "; ".join(str(w) for _, w in item.get("excludes") or [])
+        return f"left out by the advice: {why}" if why else "nothing here to measure"
+    hand_written = (settings.get("grid_from") or {}).get("runtimes") == "candidates"
+    reasons: dict[str, list[str]] = {}  # why -> what it leaves out
+    for runtime, precision in proposes:
+        hit = next(
+            (e for e in excluded if e["what"] in (runtime, precision, f"{runtime}-{precision}")),
+            None,
+        )
+        what = f"{runtime} {precision}"
+        if hit is not None:
+            why = f"left out by the advice: {hit['why']}"
+        elif hand_written:
+            why = "left out by the workload: its [[candidates]] include no {what}"
+        elif runtime not in (settings.get("runtimes") or []):
+            who = _chosen_by(doc, "runtimes")
+            why, what = (
+                (f"{{what}} left out {who}" if who else "{what} was not in the run"),
+                runtime,
+            )
+        elif precision not in (settings.get("precisions") or []):
+            who = _chosen_by(doc, "precisions")
+            why, what = (
+                (f"{{what}} left out {who}" if who else "{what} was not in the run"),
+                precision,
+            )
+        else:
+            why = "no {what} candidate was built"
+        reasons.setdefault(why, [])
+        if what not in reasons[why]:
+            reasons[why].append(what)
+    # replace, not format: an exclusion's reason may hold braces of its own.
+    return "; ".join(why.replace("{what}", " or ".join(w)) for why, w in reasons.items())
+
+
+def _standing(
+    cands: list[dict[str, Any]], verdicts: list[dict[str, Any]]
+) -> tuple[bool, str] | None:
+    """Whether a proposed candidate leads, or is tied with the leader, at some batch
+    size, in words that match the verdict: a leader not separated from the
+    baseline does not confirm advice that something beats the baseline."""
+    ids = {c["id"] for c in cands}
+    against: tuple[bool, str] | None = None
+    for v in verdicts:
+        leader, base, bs = v.get("winner"), v.get("baseline"), v["batch_size"]
+        tied = [t for group in v.get("ties", []) for t in group[1:]]
+        hit = next((t for t in [leader, *tied] if t in ids), None)
+        if hit is None:
+            continue
+        standing = v.get("standing") or "clear"  # a run stored before standings
+        sp = v.get("speedup")
+        if hit == leader and standing == "baseline-tied":
+            against = against or (
+                False,
+                f"measured: {hit} leads at batch {bs}, but is not separated from the "
+                f"baseline {base}",
+            )
+            continue
+        if hit != leader and standing == "baseline-tied" and hit != base:
+            against = against or (
+                False,
+                f"measured: {hit} is tied with the leader {leader} at batch {bs}, and "
+                f"neither is separated from the baseline {base}",
+            )
+            continue
+        if hit != leader:
+            return True, f"measured: {hit} is tied with the leader {leader} at batch {bs}"
+        if base == hit:
+            return True, f"measured: {hit}, the baseline, leads at batch {bs}"
+        gain = f", {sp['value']:.2f}× over the baseline {base}" if sp and base else ""
+        if standing == "leads":
+            return True, f"measured: {hit} leads at batch {bs}{gain}, tied with {', '.join(tied)}"
+        return True, f"measured: {hit} is fastest at batch {bs}{gain}"
+    return against
+
+
+def _confirm_one(
+    item: dict[str, Any], doc: dict[str, Any], excluded: list[dict] | None = None
+) -> tuple[bool | None, str]:
     kind = item.get("confirm")
     if kind is None:
         return None, "nothing a run measures"
@@ -1131,7 +1249,7 @@ def _confirm_one(item: dict[str, Any], doc: dict[str, Any]) -> tuple[bool | None
         if v1 is None or base is None or win is None:
             return None, "no batch-1 baseline and winner were measured"
         saved = base - win
-        said = f"measured: the winner {v1['winner']} saves {_ms(saved)} ms per call"
+        said = f"measured: the leader {v1['winner']} saves {_ms(saved)} ms per call"
         return saved < 0.5, said
     wanted = {tuple(p) for p in item.get("proposes", [])}
     if kind == "runtime-wins":
@@ -1142,35 +1260,21 @@ def _confirm_one(item: dict[str, Any], doc: dict[str, Any]) -> tuple[bool | None
     else:
         cands = [c for c in doc["candidates"] if (c["runtime"], c["precision"]) in wanted]
     if not cands:
-        return None, "not measured in this run"
+        return None, not_measured_why(item, doc, excluded or [])
     ok = [c for c in cands if c["status"] == "ok"]
     if kind == "reference":
         if ok:
             return True, f"measured: {ok[0]['id']} built and ran as the reference"
         c = cands[0]
         return False, f"{c['id']} is {c['status']}: {c['reason']}"
-    winners = {v["winner"]: v for v in verdicts if v.get("winner")}
-    for c in cands:
-        v = winners.get(c["id"])
-        if v is not None:
-            sp = v.get("speedup")
-            gain = f", {sp['value']:.1f}x over {v['baseline']}" if sp and v["baseline"] else ""
-            if v["baseline"] == c["id"]:
-                gain = " (it is the baseline)"
-            return True, f"measured: {c['id']} is the winner at batch {v['batch_size']}{gain}"
-    for v in verdicts:
-        for group in v.get("ties", []):
-            tied = [c["id"] for c in cands if c["id"] in group]
-            if tied:
-                return True, (
-                    f"measured: {tied[0]} is tied with the winner {v['winner']} "
-                    f"at batch {v['batch_size']}"
-                )
+    standing = _standing(cands, verdicts)
+    if standing is not None:
+        return standing
     if ok:
         beaten = ", ".join(
             f"batch {v['batch_size']}: {v['winner']}" for v in verdicts if v.get("winner")
         )
-        return False, f"measured: {ok[0]['id']} is ok but not the winner ({beaten or 'none'})"
+        return False, f"measured: {ok[0]['id']} is ok but not the leader ({beaten or 'none'})"
     rejected = [c for c in cands if c["status"] == "rejected"]
     if rejected:
         c = rejected[0]
@@ -1208,6 +1312,6 @@ def confirmations(report: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]
         )
     checked = []
     for item in items:
-        confirmed, why = _confirm_one(item, doc)
+        confirmed, why = _confirm_one(item, doc, report.get("excluded") or [])
         checked.append({**item, "confirmed": confirmed, "why": why})
     return {**report, "advice": checked}

@@ -290,20 +290,36 @@ def run(
     runtimes = opts.runtimes or search.runtimes
     precisions = opts.precisions or list(search.precisions)
     candidates_from = "flags" if opts.runtimes else "workload"
+    # Who chose the grid's runtimes and precisions: the advice says, for what it did
+    # not measure, whether it left it out itself or the user did.
+    grid_from = {
+        "runtimes": "--runtimes" if opts.runtimes else "workload",
+        "precisions": "--precisions"
+        if opts.precisions
+        else "workload"
+        if "precisions" in search.model_fields_set
+        else "defaults",
+    }
     left_out: dict[str, str] = {}  # variant id: why the advice leaves it out
     if opts.runtimes is None and "runtimes" not in search.model_fields_set:
         # No search given: the advice picks runtimes (and precisions, unless given);
         # the per-kind defaults stay for models the advice has nothing measurable for.
         runtimes, candidates_from = default_runtimes(workload.source.kind), "defaults"
+        grid_from["runtimes"] = "defaults"
         advised_runtimes, advised_precisions = advice.run_grid()
         if workload.spec.candidates:  # hand-written candidates replace any search
             advised_runtimes, candidates_from = [], "workload candidates"
+            grid_from = {"runtimes": "candidates", "precisions": "candidates"}
         advised_runtimes = [r for r in advised_runtimes if r in RUNTIMES]
         if advised_runtimes:
             runtimes, candidates_from = advised_runtimes, "advice"
+            grid_from["runtimes"] = "advice"
             left_out = advice.left_out_methods()
             if opts.precisions is None and "precisions" not in search.model_fields_set:
                 precisions = advised_precisions or precisions
+                grid_from["precisions"] = "advice" if advised_precisions else "defaults"
+    elif workload.spec.candidates:
+        grid_from = {"runtimes": "candidates", "precisions": "candidates"}
     if resume_record is not None:
         # Variants the interrupted run found it did not need stay left out.
         for vid, why in (resume_record["settings"].get("left_out") or {}).items():
@@ -351,6 +367,7 @@ def run(
             "latency_bound_ms": opts.latency_bound_ms,
             "cold_starts": opts.cold_starts,
             "candidates_from": candidates_from,
+            "grid_from": grid_from,
             "left_out": left_out,
             "target": opts.target,
             "explicit_constraints": opts.constraints,
@@ -876,7 +893,7 @@ def _run_stages(
         )
         caveat = busy_caveat(use, same_bs)
         if caveat:
-            decided = dataclasses.replace(decided, reason=f"{decided.reason} {caveat}")
+            decided = decided.with_caveat(caveat)
         verdicts.append(decided)
     measure_s = time.perf_counter() - t_measure
     noise_after = environment.noise_snapshot()

@@ -63,6 +63,10 @@ def _cpu_info() -> dict[str, Any]:
         "flags": [f for f in hardware.NOTABLE_FLAGS if f in flags],
         "frequency_mhz": round(freq.current) if freq else None,
     }
+    info["vendor"] = hardware.cpu_vendor()
+    if hardware.VENDOR_VARIABLE in os.environ:
+        info["vendor_simulated"] = os.environ[hardware.VENDOR_VARIABLE]
+        info["detected_vendor"] = hardware.detected_cpu_vendor()
     if hardware.simulated_cpu_flags() is not None:
         # The advice and notes followed simulated flags; the runtimes ran on these.
         detected = hardware.detected_cpu_flags()

@@ -9,7 +9,9 @@ for, with a note that it is emulated (`emulation_note`).
 /proc/cpuinfo names, e.g. ``avx2`` or ``avx2,avx512f,avx512_vnni,avx512_bf16``),
 so the advice and every rule here can be tried for any CPU on any machine. The
 runtimes themselves still run on the real CPU; the environment fingerprint
-records both sets of flags when the override is set.
+records both sets of flags when the override is set. `BAKEOFF_CPU_VENDOR`
+(intel, amd or hygon) replaces the detected vendor the same way, for the
+advice's wording.
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ from pathlib import Path
 from bakeoff.errors import UserError
 
 FLAGS_VARIABLE = "BAKEOFF_CPU_FLAGS"
+# Replaces the vendor read from /proc/cpuinfo, for the advice's wording ("intel", "amd").
+VENDOR_VARIABLE = "BAKEOFF_CPU_VENDOR"
+
+# /proc/cpuinfo's vendor_id -> the name the advice uses.
+VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD", "HygonGenuine": "Hygon"}
 
 # The flags bakeoff's advice and notes read, in the order they are shown.
 NOTABLE_FLAGS = (
@@ -59,6 +66,32 @@ def detected_cpu_flags() -> frozenset[str]:
     except OSError:
         pass
     return frozenset()
+
+
+@functools.cache
+def detected_cpu_vendor() -> str:
+    """Intel, AMD, Hygon, another vendor_id as it is, or "unknown" (not x86, or no
+    /proc/cpuinfo)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "vendor_id":
+                return VENDORS.get(value.strip(), value.strip() or "unknown")
+    except OSError:
+        pass
+    return "unknown"
+
+
+def cpu_vendor() -> str:
+    """The vendor every piece of advice names: `BAKEOFF_CPU_VENDOR` where set
+    (read on every call, like the flags), else the detected one."""
+    raw = os.environ.get(VENDOR_VARIABLE)
+    if raw is None:
+        return detected_cpu_vendor()
+    names = {v.lower(): v for v in VENDORS.values()}
+    if raw.strip().lower() not in names:
+        raise UserError(f"{VENDOR_VARIABLE}={raw!r}: expected one of {', '.join(sorted(names))}")
+    return names[raw.strip().lower()]
 
 
 def simulated_cpu_flags() -> frozenset[str] | None:
