@@ -1,6 +1,6 @@
 """Test isolation: nothing may be written outside temp dirs.
 
-Keras, Ray, OpenVINO, ONNX Runtime and the Hugging Face stack like to write
+Keras, Ray, OpenVINO, ONNX Runtime, matplotlib and the Hugging Face stack like to write
 under ~ ; HOME and the cache locations point into a session temp dir, and
 workers inherit the same environment.
 """
@@ -23,6 +23,7 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(home / "inductor")
     os.environ["KERAS_HOME"] = str(home / ".keras")
+    os.environ["MPLCONFIGDIR"] = str(home / "matplotlib")  # its font cache (the report's charts)
 
 
 @pytest.fixture

@@ -56,7 +56,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         )
     )
     store = root / "store" / "bakeoff.db"
-    result = api.run(str(wl), api.RunOptions(quick=True, store=store, budget_s=4))
+    with pytest.MonkeyPatch.context() as mp:
+        # As on an AMD machine, whatever this one is: the advice must say nothing
+        # about Intel hardware (see test_advice_in_the_report_is_true_of_this_machine).
+        mp.setenv("BAKEOFF_CPU_VENDOR", "amd")
+        result = api.run(str(wl), api.RunOptions(quick=True, store=store, budget_s=4))
     return {"root": root, "store": store, "run_id": result.run_id, "doc": result.document}
 
 
@@ -123,9 +127,9 @@ def test_default_output_name_markdown_and_unknown_run(run: dict[str, Any], tmp_p
     text = path.read_text()
     doc = run["doc"]
     for v in doc["verdicts"]:
-        assert f"`{v['winner']}`" in text
-        sp = v["speedup"]
-        assert f"(95% CI {sp['ci95'][0]:.2f}–{sp['ci95'][1]:.2f})" in text
+        assert f"- **batch {v['batch_size']}** ({v['objective']}): {v['headline']}" in text
+        for point in v["points"]:
+            assert f"  - {point}" in text
     ok = [c for c in doc["candidates"] if c["status"] == "ok"]
     assert sum(line.startswith("| `") for line in text.splitlines()) == len(ok)
     for c in doc["candidates"]:
@@ -235,10 +239,11 @@ class DevTools:
 
 
 # For each chart: its size on screen, how many marks it has, and whether the
-# browser hit-tests its first mark there once scrolled into view (laid out and painted).
+# browser hit-tests its first mark there once scrolled into view (laid out and painted);
+# for the quality charts, whether a Pareto front line is drawn and what the caption says.
 _CHARTS_JS = """
 Array.from(document.querySelectorAll('svg.chart')).map(svg => {
-  const marks = svg.querySelectorAll('circle.point, g.box, rect.bar');
+  const marks = svg.querySelectorAll('g.point, g.box, g.bar');
   let hit = false;
   if (marks.length) {
     marks[0].scrollIntoView({block: 'center'});
@@ -247,10 +252,35 @@ Array.from(document.querySelectorAll('svg.chart')).map(svg => {
     hit = el !== null && (el === marks[0] || marks[0].contains(el) || el.closest('svg') === svg);
   }
   const box = svg.getBoundingClientRect();
+  const next = svg.nextElementSibling;
   return {id: svg.id, width: box.width, height: box.height, marks: marks.length, hit: hit,
-          front: svg.querySelectorAll('.winner-ring').length};
+          front: svg.querySelectorAll('.winner-ring').length,
+          pareto: svg.querySelectorAll('.pareto-front').length,
+          titled: Array.from(marks).every(m => m.querySelector(':scope > title') !== null),
+          caption: next && next.matches('p.note') ? next.textContent : ''};
 })
 """
+
+# Every <text> of every chart that the browser lays out past its SVG's box (1 px
+# tolerance): a label the SVG's edge cuts off.
+_TEXT_OUTSIDE_JS = """
+Array.from(document.querySelectorAll('svg.chart')).flatMap(svg => {
+  const box = svg.getBoundingClientRect();
+  return Array.from(svg.querySelectorAll('text')).filter(t => {
+    const r = t.getBoundingClientRect();
+    return r.left < box.left - 1 || r.right > box.right + 1 ||
+           r.top < box.top - 1 || r.bottom > box.bottom + 1;
+  }).map(t => ({chart: svg.id, text: t.textContent}));
+})
+"""
+
+# A page whose one chart has a label past its right edge: the check above must see it.
+_CLIPPED_PAGE = (
+    "<!DOCTYPE html><html><body>"
+    '<svg class="chart" id="chart-clipped" width="200" height="100" viewBox="0 0 200 100">'
+    '<text x="10" y="30" font-size="11">inside</text>'
+    '<text x="150" y="60" font-size="11">past the right edge</text></svg></body></html>'
+)
 
 
 @pytest.mark.browser
@@ -273,10 +303,16 @@ def test_report_renders_in_headless_chromium(run: dict[str, Any], tmp_path: Path
         )["sessionId"]
         for domain in ("Runtime", "Log", "Network", "Page"):
             chrome.call(f"{domain}.enable")
-        chrome.events.clear()  # what about:blank did before the report is not the report's
+        clipped = tmp_path / "clipped.html"
+        clipped.write_text(_CLIPPED_PAGE)
+        chrome.call("Page.navigate", url=clipped.as_uri())
+        chrome.wait_for("Page.loadEventFired")
+        cut_off = chrome.evaluate(_TEXT_OUTSIDE_JS)
+        chrome.events.clear()  # what came before the report is not the report's
         chrome.call("Page.navigate", url=url)
         chrome.wait_for("Page.loadEventFired")
         charts = chrome.evaluate(_CHARTS_JS)
+        outside = chrome.evaluate(_TEXT_OUTSIDE_JS)
         height = chrome.evaluate("document.documentElement.scrollHeight")
         chrome.call(
             "Emulation.setDeviceMetricsOverride",
@@ -306,44 +342,58 @@ def test_report_renders_in_headless_chromium(run: dict[str, Any], tmp_path: Path
     ]
     assert requests == [url]  # the page itself, and nothing else
 
+    assert cut_off == [{"chart": "chart-clipped", "text": "past the right edge"}]
+    assert outside == []  # no label of the report runs past its chart
+
     by_id = {c["id"]: c for c in charts}
     doc = run["doc"]
     for bs in (1, 8):
         ok = [c for c in doc["candidates"] if c["batch_size"] == bs and c["status"] == "ok"]
         assert by_id[f"chart-quality-speed-b{bs}"]["marks"] == len(ok)
         assert by_id[f"chart-quality-speed-b{bs}"]["front"] == 1  # the winner, ringed
+        # A front line where the caption speaks of one, and none where it says so.
+        quality = by_id[f"chart-quality-speed-b{bs}"]
+        assert quality["pareto"] == ("Dashed step line" in quality["caption"]), quality
+        assert quality["pareto"] or "no front line to draw" in quality["caption"], quality
         assert by_id[f"chart-latency-b{bs}"]["marks"] == len(ok)
     ok_all = [c for c in doc["candidates"] if c["status"] == "ok"]
     assert by_id["chart-throughput"]["marks"] == len(ok_all)
     assert by_id["chart-memory"]["marks"] == len(ok_all)
     for chart in charts:
         assert chart["width"] > 300 and chart["height"] > 100, chart
-        assert chart["marks"] > 0 and chart["hit"], chart
+        assert chart["marks"] > 0 and chart["hit"] and chart["titled"], chart
     png = (out_dir / "report.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 20_000
 
 
 def test_a_winning_baseline_is_not_called_faster_than_itself() -> None:
+    import numpy as np
+
     from bakeoff.report.data import StoredRun
     from bakeoff.report.markdown import render
+    from bakeoff.verdict import Measured, decide
 
-    verdict = {
-        "batch_size": 1,
-        "objective": "latency",
-        "winner": "torch-fp32-b1",
-        "baseline": "torch-fp32-b1",
-        "speedup": {"value": 1.0, "ci95": [1.0, 1.0]},
-        "ties": [["torch-fp32-b1", "onnxruntime-fp32-b1"]],
-        "reason": "tied",
-    }
+    def timed(cid: str, seed: int) -> Measured:
+        ns = (1e6 * np.random.default_rng(seed).lognormal(0, 0.05, (12, 30))).astype(np.int64)
+        return Measured(cid, ns, ns.sum(axis=1), 1)
+
+    v = decide(1, "latency", [timed("torch-fp32-b1", 1), timed("onnxruntime-fp32-b1", 2)], "")
+    verdict = decide(
+        1, "latency", [timed("torch-fp32-b1", 1), timed("onnxruntime-fp32-b1", 2)], v.winner
+    ).to_dict()
+    assert verdict["standing"] == "baseline-leads"
     doc = {"workload": {"name": "w"}, "verdicts": [verdict], "candidates": []}
     run = StoredRun(
         {"run_id": "r", "status": "done", "document": doc, "environment": {}, "settings": {}}
     )
     text = render(run)
-    assert "`torch-fp32-b1` (the baseline: nothing measured beat it)" in text
-    assert "x over" not in text
-    assert "tied: `onnxruntime-fp32-b1`" in text
+    assert f"(latency): No candidate beat the baseline {v.winner}: it leads" in text
+    [line] = [ln for ln in text.splitlines() if ln.startswith("- **batch 1**")]
+    assert "×" not in line and "over the baseline" not in text  # no speedup claimed
+    # A run stored before verdicts had a headline shows its reason as it was.
+    old = {k: verdict[k] for k in ("batch_size", "objective", "winner", "baseline", "ties")}
+    doc["verdicts"] = [{**old, "reason": "At batch 1, x has the best p50 latency."}]
+    assert "(latency): At batch 1, x has the best p50 latency." in render(run)
 
 
 def test_a_noisy_result_is_flagged_in_every_report(run: dict[str, Any]) -> None:
@@ -397,3 +447,33 @@ def test_an_unfinished_run_is_reported_as_unfinished(run: dict[str, Any]) -> Non
     command = f"bakeoff run --resume {rid} --store {run['store']}"
     assert f"<code>{command}</code> finishes it" in html.render(elsewhere)
     assert f"`{command}` finishes it" in markdown.render(elsewhere)
+
+
+def test_advice_in_the_report_is_true_of_this_machine(run: dict[str, Any]) -> None:
+    """Run with a simulated AMD vendor: no "Intel hardware" claim anywhere, and every
+    piece of advice the run did not measure says who left it out and why."""
+    from rich.console import Console
+
+    from bakeoff.report import html
+    from bakeoff.report.data import load
+    from bakeoff.report.terminal import print_result
+
+    doc = run["doc"]
+    assert doc["environment"]["cpu"]["vendor"] == "AMD"
+    assert doc["environment"]["cpu"]["vendor_simulated"] == "amd"
+    page = html.render(load(run["run_id"], run["store"]))
+    console = Console(record=True, width=300)
+    print_result(doc, console)
+    shown = console.export_text()
+    for text in (page, shown, json.dumps(doc)):
+        assert "Intel hardware" not in text and "this Intel CPU" not in text
+    assert "OpenVINO as a candidate on this AMD CPU" in page
+    advice = [a for a in doc["advice"]["advice"] if a.get("confirm")]
+    unmeasured = [a for a in advice if a["confirmed"] is None]
+    assert unmeasured  # the hand-written candidates leave OpenVINO and INT8 out
+    who = ("by the advice", "by you", "by the workload", "by the defaults", "could not be")
+    for a in unmeasured:
+        assert any(w in a["why"] for w in who), a
+        assert f"<td>{html._e(a['why'])}</td>" in page
+    ov = next(a for a in advice if a["id"] == "openvino-server-cpu")
+    assert ov["why"] == "left out by the workload: its [[candidates]] include no openvino fp32"

@@ -18,7 +18,8 @@ import numpy as np
 from bakeoff.paths import resume_command
 from bakeoff.report import charts
 from bakeoff.report.charts import num
-from bakeoff.report.data import StoredRun, flagged, load, status_label
+from bakeoff.report.data import StoredRun, flagged, leaders, load, status_label
+from bakeoff.verdict import statement
 
 _CSS = """
 body { font-family: sans-serif; margin: 24px auto; max-width: 1100px; color: #222; }
@@ -31,6 +32,9 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .unavailable { color: #777; } .flagged { color: #a66a00; font-weight: bold; }
 .verdict { background: #f4f8f4; border-left: 4px solid #2ca02c; padding: 8px 12px; margin: 8px 0; }
 .verdict.none { background: #fbf1f1; border-left-color: #c62828; }
+.verdict.open { background: #fdf8ec; border-left-color: #a66a00; }
+.verdict p.headline { margin: 0 0 4px 0; } .verdict ul { margin: 4px 0; }
+.verdict details { font-size: 13px; color: #555; }
 .card { display: grid; grid-template-columns: repeat(2, 1fr); gap: 12px; }
 .card section { border: 1px solid #ddd; padding: 8px 12px; }
 .card h3 { margin-top: 0; }
@@ -38,7 +42,8 @@ dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margi
      font-size: 13px; }
 dt { color: #555; } dd { margin: 0; }
 .note { color: #555; font-size: 13px; }
-svg.chart { display: block; margin: 8px 0; border: 1px solid #eee; }
+svg.chart { display: block; margin: 8px 0; border: 1px solid #eee; max-width: 100%;
+            height: auto; }
 """
 
 _SPEED_LABEL = {"latency": "p50 latency (ms, lower is better)", "throughput": "samples/s"}
@@ -103,25 +108,25 @@ def _verdicts(run: StoredRun) -> str:
         )
     out = []
     for v in run.verdicts:
-        head = f"Batch {v['batch_size']} ({v['objective']}): "
-        if v["winner"]:
-            sp = v.get("speedup")
-            gain = ""
-            if v["winner"] == v["baseline"]:
-                gain = " (the baseline: nothing measured beat it)"
-            elif sp:
-                gain = (
-                    f", {sp['value']:.2f}x over {v['baseline']} "
-                    f"(95% CI {sp['ci95'][0]:.2f}–{sp['ci95'][1]:.2f})"
-                )
-            head += f"<strong>{_e(v['winner'])}</strong>{_e(gain)}"
-            cls = "verdict"
-        else:
-            head += "<strong>no winner</strong>"
-            cls = "verdict none"
+        head, points, details = statement(v)
+        standing = v.get("standing") or ("clear" if v["winner"] else "none")
+        cls = "verdict" + {"none": " none", "baseline-tied": " open", "no-baseline": " open"}.get(
+            standing, ""
+        )
+        items = "".join(f"<li>{_e(p)}</li>" for p in points)
+        stats = "".join(f"<li>{_e(d)}</li>" for d in details)
         out.append(
-            f'<div class="{cls}" data-batch="{v["batch_size"]}"><div>{head}</div>'
-            f"<p>{_e(v['reason'])}</p></div>"
+            f'<div class="{cls}" data-batch="{v["batch_size"]}" data-standing="{_e(standing)}">'
+            f'<p class="headline"><strong>Batch {v["batch_size"]} ({_e(v["objective"])}):</strong> '
+            f"{_e(head)}</p>"
+            + (f'<ul class="points">{items}</ul>' if items else "")
+            + (
+                "<details><summary>Statistics behind this verdict</summary>"
+                f"<ul>{stats}</ul></details>"
+                if stats
+                else ""
+            )
+            + "</div>"
         )
     return "".join(out)
 
@@ -146,11 +151,12 @@ def _speed(c: dict[str, Any], objective: str) -> tuple[float, tuple[float, float
 
 
 def pareto(points: list[tuple[str, float, float]], lower_x: bool, lower_y: bool) -> set[str]:
-    """Ids of the points no other point beats on both axes (ties on one axis allowed)."""
+    """Ids of the points no other point beats on both axes (ties on one axis allowed).
+
+    Give it quality already on the chart's grid (charts.snap): a cosine of
+    0.99999994 against 1.0 is float noise, and must not keep a slower FP32
+    variant on the front."""
     sx, sy = (1 if lower_x else -1), (1 if lower_y else -1)
-    # Quality to 6 decimals: a cosine of 0.99999994 against 1.0 is float noise, and
-    # must not keep a slower FP32 variant on the front.
-    points = [(pid, x, round(y, 6)) for pid, x, y in points]
     front = set()
     for pid, x, y in points:
         dominated = any(
@@ -162,7 +168,8 @@ def pareto(points: list[tuple[str, float, float]], lower_x: bool, lower_y: bool)
 
 
 def _quality_speed(run: StoredRun) -> str:
-    winners = {v["winner"] for v in run.verdicts if v["winner"]}
+    led = leaders(run.verdicts)
+    gate = (run.document or {}).get("workload") or {}
     out = []
     for bs in _batch_sizes(run):
         objective = run.objective(bs)
@@ -177,17 +184,32 @@ def _quality_speed(run: StoredRun) -> str:
             out.append(f"<p class='note'>Batch {bs}: no candidate has both quality and speed.</p>")
             continue
         metric = rows[0][0]["quality"]["metric"]
+        max_drop = rows[0][0]["quality"].get("max_drop", gate.get("max_drop"))
+        resolution = charts.quality_resolution(metric, max_drop, [q for _, q, _ in rows])
+        # Quality as drawn, and as the front is computed: on a grid the gate's own
+        # resolution cannot tell apart, so float noise is not a difference.
+        drawn = {c["id"]: charts.snap(q, resolution) for c, q, _ in rows}
+        lower_x = objective == "latency"
         front = pareto(
-            [(c["id"], sp[0], q) for c, q, sp in rows],
-            lower_x=objective == "latency",
-            lower_y=metric == "max_abs",
+            [(c["id"], sp[0], drawn[c["id"]]) for c, _, sp in rows],
+            lower_x=lower_x,
+            lower_y=charts.lower_is_better(metric),
         )
         points = [
             charts.Point(
-                c["id"], sp[0], q, sp[1], c["id"] in winners, c["id"] in front, _color(run, c)
+                c["id"],
+                sp[0],
+                drawn[c["id"]],
+                sp[1],
+                c["id"] in led,
+                c["id"] in front,
+                _color(run, c),
+                y_measured=q,
+                winner_word="winner" if led.get(c["id"]) else "leads, not separated",
             )
             for c, q, sp in rows
         ]
+        better = "lower" if charts.lower_is_better(metric) else "higher"
         out.append(f"<h3>Batch {bs}</h3>")
         out.append(
             charts.scatter(
@@ -195,12 +217,44 @@ def _quality_speed(run: StoredRun) -> str:
                 f"Quality against {objective} at batch {bs}",
                 points,
                 _SPEED_LABEL[objective],
-                f"{metric} ({'lower' if metric == 'max_abs' else 'higher'} is better)",
+                f"{metric} ({better} is better)",
+                resolution=resolution,
+                lower_x=lower_x,
+                metric=metric,
             )
         )
+        faster = "faster" if lower_x else "higher in throughput"
+        if len(front) > 1:
+            front_text = (
+                f"Dashed step line: the Pareto front, joining the {len(front)} candidates "
+                f"(outlined) for which no other candidate is both {faster} and at least as good."
+            )
+        elif len(set(drawn.values())) == 1:
+            front_text = (
+                f"Every candidate has the same {metric} here, so only the "
+                f"{'fastest' if lower_x else 'highest-throughput'} one, {next(iter(front))}, "
+                "is on the Pareto front (outlined): there is no front line to draw."
+            )
+        else:
+            front_text = (
+                f"Only {next(iter(front))} is on the Pareto front (outlined): it is both the "
+                f"{'fastest' if lower_x else 'highest-throughput'} candidate and the best on "
+                f"{metric}, so there is no front line to draw."
+            )
+        source = (
+            f"the gate's max drop, {resolution:g}"
+            if resolution == max_drop
+            else f"{resolution:g}, a thousandth of the metric's scale: the gate has no max drop"
+        )
+        scale = (
+            f"Quality is drawn on a grid of {resolution / 100:g} (a hundredth of {source}) "
+            f"and its axis spans at least {resolution:g}: values closer than the grid, such "
+            "as float noise (0.99999994 against 1.0), are drawn as one."
+        )
         out.append(
-            "<p class='note'>Dashed line: the Pareto front (no other candidate is both faster "
-            "and at least as good). Ringed: the winner. Horizontal bars: 95% CIs.</p>"
+            f"<p class='note'>{_e(front_text)} Ringed: the leader (see the verdict for whether "
+            f"it is separated). Horizontal bars: 95% CIs. "
+            f"{_e(scale)}</p>"
         )
     return "".join(out)
 
@@ -313,7 +367,8 @@ def _sizes(run: StoredRun) -> str:
 
 
 def _results_table(run: StoredRun) -> str:
-    winners = {v["winner"] for v in run.verdicts if v["winner"]}
+    led = leaders(run.verdicts)
+    marks = {True: " <strong>★ winner</strong>", False: " <strong>☆ leads</strong> (not separated)"}
     head = (
         "candidate",
         "status",
@@ -331,7 +386,7 @@ def _results_table(run: StoredRun) -> str:
     for c in run.candidates:
         lat, thr, q = c.get("latency_ms"), c.get("throughput"), c.get("quality")
         cells = [
-            _e(c["id"]) + (" <strong>★ winner</strong>" if c["id"] in winners else ""),
+            _e(c["id"]) + (marks[led[c["id"]]] if c["id"] in led else ""),
             _status(c),
             "–" if not q or q.get("value") is None else f"{q['value']:.4f}",
             "–" if not lat else _e(num(lat["p50"]) + _ci(lat["ci95"]["p50"])),
