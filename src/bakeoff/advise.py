@@ -843,7 +843,7 @@ def rule_cpu_int8(ctx: Context) -> list[Advice]:
     return [
         Advice(
             "cpu-int8",
-            "INT8 quantization (calibrated on your data)",
+            "INT8 quantization (dynamic, or static calibrated on your data)",
             why or "INT8 on an x86 CPU without AVX2",
             proposes=[] if path == "none" else [(r, "int8") for r in runtimes],
             excludes=excludes,
