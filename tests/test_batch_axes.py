@@ -21,7 +21,7 @@ import pytest
 from bakeoff import api
 from bakeoff.batching import Layout, layout_in, read_split, split_names
 from bakeoff.errors import UserError
-from bakeoff.workload import load_workload
+from bakeoff.loader import load_workload
 
 LAYERS, HIDDEN, SAMPLES = 2, 16, 32
 

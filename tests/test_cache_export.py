@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from bakeoff import api, cache
+from bakeoff.source import ModelSource
 from bakeoff.transforms import StepFailed, cached_step
-from bakeoff.workload import ModelSource
 from tiny_mlp import TINY_MLP
 
 MODEL_MODULE = TINY_MLP

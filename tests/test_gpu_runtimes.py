@@ -48,7 +48,7 @@ def test_nvidia_smi_answers_are_read_into_gpu_facts(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(gpu.shutil, "which", lambda name: "/usr/bin/" + name)
     monkeypatch.setattr(gpu.subprocess, "run", fake_run)
-    gpu.gpu_info.cache_clear()
+    gpu.probe.cache_clear()
     try:
         info = gpu.gpu_info()
         assert info == [
@@ -60,7 +60,7 @@ def test_nvidia_smi_answers_are_read_into_gpu_facts(monkeypatch: pytest.MonkeyPa
         answers["--query-compute-apps=pid,used_memory"] = "No running processes found\n"
         assert gpu.process_gpu_memory_mb() is None
     finally:
-        gpu.gpu_info.cache_clear()
+        gpu.probe.cache_clear()
 
 
 @pytest.mark.skipif(NO_CUDA is None, reason="this machine has a CUDA device")

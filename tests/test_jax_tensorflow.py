@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from bakeoff.errors import UserError
-from bakeoff.workload import load_workload
+from bakeoff.loader import load_workload
 
 JAX_FUNCTION = textwrap.dedent(
     """

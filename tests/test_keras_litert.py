@@ -194,7 +194,7 @@ CHILD = textwrap.dedent(
     """
     import sys
     from bakeoff.keras_models import load_keras_model, set_keras_backend
-    from bakeoff.workload import ModelSource
+    from bakeoff.source import ModelSource
 
     keras = set_keras_backend("jax")
     model = keras.Sequential(
@@ -250,7 +250,7 @@ SIZE_CHILD = textwrap.dedent(
     from bakeoff.backends import LoadContext, Variant, get_backend
     from bakeoff.keras_models import set_keras_backend
     from bakeoff.sizes import artifact_bytes, model_bytes
-    from bakeoff.workload import ModelSource
+    from bakeoff.source import ModelSource
 
     keras = set_keras_backend("jax")
     model = keras.Sequential(

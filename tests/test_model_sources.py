@@ -15,8 +15,10 @@ import pytest
 from bakeoff import api
 from bakeoff.backends import Variant
 from bakeoff.errors import UserError
+from bakeoff.loader import load_workload
 from bakeoff.models import build_torch_model, read_state_dict
-from bakeoff.workload import ModelSource, load_workload, parse_spec
+from bakeoff.source import ModelSource
+from bakeoff.workload import parse_spec
 
 ARCH_MODULE = textwrap.dedent(
     """

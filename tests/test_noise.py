@@ -1,4 +1,4 @@
-"""Noise during a run (rule 10): CPU that other processes take while candidates
+"""Noise during a run (docs/method.md rule 10): CPU that other processes take while candidates
 are measured is recorded per batch size and, past a gate, flags the results."""
 
 from __future__ import annotations

@@ -149,8 +149,8 @@ def test_direct_torch_conversion_matches_torch(tmp_path: Path, store_path: Path)
 def test_direct_conversion_failure_names_the_operator(tmp_path: Path) -> None:
     from bakeoff.backends import BuildContext, Variant
     from bakeoff.backends import openvino as backend
+    from bakeoff.source import ModelSource
     from bakeoff.transforms import StepFailed
-    from bakeoff.workload import ModelSource
 
     (tmp_path / "tiny_model.py").write_text(MODEL_MODULE)
     np.savez(
@@ -199,7 +199,7 @@ def test_openvino_ir_builds_and_loads_without_onnx(tmp_path: Path) -> None:
     """The backend on kind "openvino" directly: every precision from the user's IR."""
     from bakeoff.backends import BuildContext, LoadContext, Variant
     from bakeoff.backends import openvino as backend
-    from bakeoff.workload import ModelSource
+    from bakeoff.source import ModelSource
 
     xml = _write_ir(tmp_path)
     rng = np.random.default_rng(0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bakeoff.quality import Quality, evaluate
+from bakeoff.judge.quality import Quality, evaluate
 
 
 def _ref(n: int = 40, k: int = 5, seed: int = 0) -> np.ndarray:
@@ -176,10 +176,10 @@ def test_passed_honours_max_drop() -> None:
     assert Quality("max_abs", 0.0, 0.0, 0.0, max_drop=0.0).passed
 
 
-def test_describe_and_to_dict() -> None:
+def test_describe_and_to_json() -> None:
     q = Quality("cosine", 0.95, 1.0, 0.05, max_drop=0.01, worst=0.5)
     assert "exceeds max_drop 0.01" in q.describe()
-    d = q.to_dict()
+    d = q.to_json()
     assert d == {
         "metric": "cosine",
         "value": 0.95,

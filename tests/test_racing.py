@@ -176,7 +176,7 @@ def test_unknown_method_is_unavailable_with_the_offered_methods(tmp_path: Path) 
 
 def test_duplicate_labels_are_a_spec_error(tmp_path: Path) -> None:
     from bakeoff.errors import UserError
-    from bakeoff.workload import load_workload
+    from bakeoff.loader import load_workload
 
     path = _workload(tmp_path, _two("{}", "{}").replace('label = "b"', 'label = "a"'))
     with pytest.raises(UserError, match="unique"):

@@ -369,9 +369,9 @@ def test_report_renders_in_headless_chromium(run: dict[str, Any], tmp_path: Path
 def test_a_winning_baseline_is_not_called_faster_than_itself() -> None:
     import numpy as np
 
+    from bakeoff.judge.verdict import Measured, decide
     from bakeoff.report.data import StoredRun
     from bakeoff.report.markdown import render
-    from bakeoff.verdict import Measured, decide
 
     def timed(cid: str, seed: int) -> Measured:
         ns = (1e6 * np.random.default_rng(seed).lognormal(0, 0.05, (12, 30))).astype(np.int64)

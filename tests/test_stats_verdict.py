@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bakeoff.measure import stats
-from bakeoff.verdict import Measured, Verdict, decide, objective_for
+from bakeoff.judge import stats
+from bakeoff.judge.verdict import Measured, Verdict, decide, objective_for
 
 
 def _lognormal_ns(seed: int, rounds: int, calls: int, median_ms: float, sigma: float = 0.1):
@@ -286,7 +286,7 @@ def test_decide_uses_throughput_objective_above_batch_1() -> None:
 
 
 def test_process_effect_widens_the_paired_ci_when_rounds_name_their_process() -> None:
-    from bakeoff.measure import stats as st
+    from bakeoff.judge import stats as st
 
     rng = np.random.default_rng(1)
     rounds = 20
@@ -316,7 +316,7 @@ def _by_process(
 
 
 def test_a_close_call_needs_three_process_pairs_that_agree() -> None:
-    from bakeoff.verdict import CLOSE_CALL_PROCESSES, judge
+    from bakeoff.judge.verdict import CLOSE_CALL_PROCESSES, judge
 
     assert CLOSE_CALL_PROCESSES == 3
     two = [0] * 5 + [1, 0, 1, 0]

@@ -17,10 +17,10 @@ import pytest
 from rich.console import Console
 
 from bakeoff import api
+from bakeoff.judge.verdict import CLOSE_CALL, headline
 from bakeoff.report import html, markdown
 from bakeoff.report.data import load
 from bakeoff.report.terminal import print_result
-from bakeoff.verdict import CLOSE_CALL, headline
 from test_racing import _workload
 
 
@@ -103,7 +103,7 @@ def test_a_close_call_over_the_baseline_is_not_given_a_speedup_headline(
 def test_every_standing_has_its_own_first_sentence() -> None:
     """The sentence per case: clear winner, winner tied with others, leader tied with
     the baseline, all tied, the baseline fastest, no baseline."""
-    from bakeoff.measure.stats import Interval
+    from bakeoff.judge.stats import Interval
 
     gain = Interval(1.38, 1.23, 1.45)
     clear = headline("clear", "x", "base", [], gain, 2)
@@ -150,7 +150,7 @@ def test_every_standing_has_its_own_first_sentence() -> None:
 
 
 def test_statement_reads_a_run_stored_before_verdicts_had_a_headline() -> None:
-    from bakeoff.verdict import statement
+    from bakeoff.judge.verdict import statement
 
     assert statement({"reason": "At batch 1, x has the best p50 latency."}) == (
         "At batch 1, x has the best p50 latency.",

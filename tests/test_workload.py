@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from bakeoff.errors import UserError
-from bakeoff.workload import load_workload, parse_spec
+from bakeoff.loader import load_workload
+from bakeoff.workload import parse_spec
 
 FAKE_MODEL = '[model]\nkind = "fake"\n'
 

@@ -15,18 +15,16 @@ confirmed it: advice is a hypothesis, the run is the test.
 
 from __future__ import annotations
 
-import functools
 import json
 import platform
-import shutil
 import struct
-import subprocess
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bakeoff import hardware
+from bakeoff.backends import REFERENCES, gpu
 from bakeoff.errors import UserError
 from bakeoff.workload import PRECISIONS, parse_spec
 
@@ -57,7 +55,7 @@ _CNN_TYPES = frozenset(
 )  # fmt: skip
 _INT8_FLAGS = hardware.NATIVE["int8"]
 _BF16_FLAGS = hardware.NATIVE["bf16"]
-# NVIDIA runtimes (DESIGN.md §6 names) and what each is.
+# NVIDIA runtimes (docs/method.md §6 names) and what each is.
 _NVIDIA_RUNTIMES = {
     "tensorrt": "TensorRT",
     "onnxruntime-tensorrt": "ONNX Runtime with the TensorRT execution provider",
@@ -138,30 +136,15 @@ def _mib(m: int | None) -> str:
     return "memory unknown" if m is None else f"{m / 1024:.0f} GiB"
 
 
-@functools.cache
 def detect_gpus() -> tuple[tuple[Gpu, ...], str]:
-    """NVIDIA GPUs from nvidia-smi (with memory), else from the kernel driver alone."""
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            out = subprocess.run(
-                [smi, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-                capture_output=True,
-                text=True,
-                timeout=15,
-                check=True,
-            ).stdout
-        except (OSError, subprocess.SubprocessError) as exc:
-            return (), f"nvidia-smi failed: {exc}"
-        gpus = []
-        for line in out.splitlines():
-            name, _, mem = line.rpartition(",")
-            if name.strip():
-                gpus.append(Gpu(name.strip(), int(mem) if mem.strip().isdigit() else None))
-        return tuple(gpus), "nvidia-smi"
-    if Path("/proc/driver/nvidia/version").exists():
-        return (Gpu("NVIDIA GPU", None),), "/proc/driver/nvidia/version (no nvidia-smi)"
-    return (), "no /proc/driver/nvidia/version, no nvidia-smi"
+    """NVIDIA GPUs (with memory where nvidia-smi says it) and where they were read: the
+    one probe that the fingerprint and the CUDA runtimes read too."""
+    found = gpu.probe()  # no framework: nvidia-smi or /proc only
+    gpus = tuple(
+        Gpu(g["name"], g["memory_mb"] if isinstance(g.get("memory_mb"), int) else None)
+        for g in found.gpus
+    )
+    return gpus, found.source
 
 
 def is_apple_silicon() -> bool:
@@ -439,22 +422,12 @@ def _no_gpu(ctx: Context) -> str | None:
     return f"no NVIDIA GPU on this machine ({ctx.facts.gpu_source})"
 
 
-_REFERENCE = {
-    "hf": ("torch", "Hugging Face transformers + PyTorch"),
-    "torch": ("torch", "PyTorch eager"),
-    "onnx": ("onnxruntime", "ONNX Runtime"),
-    "openvino": ("openvino", "OpenVINO"),
-    "keras": ("keras-tensorflow", "Keras 3 on its TensorFlow backend"),
-    "jax": ("jax", "JAX"),
-    "savedmodel": ("tensorflow", "TensorFlow"),
-}
-
-
 def rule_reference(ctx: Context) -> list[Advice]:
     """The FP32 reference in the model's own framework: every other variant is
-    checked against it (bakeoff's quality gate; DESIGN.md §1 step 3)."""
+    checked against it (bakeoff's quality gate; docs/method.md §1 step 3)."""
     kind = ctx.facts.model_kind
-    if kind not in _REFERENCE:
+    reference = REFERENCES.get(kind)
+    if reference is None or not reference.advised:
         return [
             Advice(
                 "reference",
@@ -462,7 +435,7 @@ def rule_reference(ctx: Context) -> list[Advice]:
                 "the fake runtime exists for bakeoff's own tests",
             )
         ]
-    runtime, what = _REFERENCE[kind]
+    runtime, what = reference.runtime, reference.what
     pre = "a pretrained " if ctx.facts.pretrained else ""
     return [
         Advice(
@@ -1071,7 +1044,8 @@ def advise_facts(
     chosen = target or default_target(facts)
     ctx = Context(facts, chosen, goal, train, baseline_ms)
     # A kind without a reference (the fake runtime) gets no advice beyond saying so.
-    rules = RULES if facts.model_kind in _REFERENCE else (rule_reference,)
+    reference = REFERENCES.get(facts.model_kind)
+    rules = RULES if reference is not None and reference.advised else (rule_reference,)
     advice = [a for rule in rules for a in rule(ctx)]
     proposed, excluded = collect(advice, facts.model_kind)
     source = "stated" if target else "detected"

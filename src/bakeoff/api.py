@@ -21,7 +21,7 @@ import bakeoff
 from bakeoff import advise as advising
 from bakeoff import cache as variant_cache
 from bakeoff import environment
-from bakeoff.backends import Variant
+from bakeoff.backends import Variant, reference_variant, runtime_names
 from bakeoff.batching import CONST_PREFIX, Layout, layout_in
 from bakeoff.candidates import (
     Candidate,
@@ -30,22 +30,16 @@ from bakeoff.candidates import (
     explicit_candidates,
 )
 from bakeoff.errors import BakeoffError, UserError
+from bakeoff.judge.verdict import Measured, Verdict, constraint_violations, decide, objective_for
+from bakeoff.loader import load_workload
+from bakeoff.measure.jobs import BuildJob, JobBase, LoadSpec, ReferenceJob
 from bakeoff.measure.process import WorkerFailed, run_job
 from bakeoff.measure.scheduler import GroupContext, MeasureSettings, measure_group, set_validity
 from bakeoff.measure.worker import ALT_SPLIT, alt_outputs_path
-from bakeoff.paths import DEFAULT_STORE, resume_command
-from bakeoff.quality import Quality
+from bakeoff.paths import DEFAULT_STORE, RunFolder, resume_command
 from bakeoff.report import NullReporter, Reporter
 from bakeoff.store import Store
-from bakeoff.verdict import Measured, Verdict, constraint_violations, decide, objective_for
-from bakeoff.workload import (
-    PRECISIONS,
-    RUNTIMES,
-    ConstraintsSpec,
-    Workload,
-    default_runtimes,
-    load_workload,
-)
+from bakeoff.workload import PRECISIONS, ConstraintsSpec, Workload, default_runtimes
 
 SCENARIOS = ("latency", "server", "offline")
 
@@ -79,6 +73,46 @@ class RunOptions:
     target: str | None = None
     # Limits a winner must meet (max_p99_ms ...), each replacing the workload's own.
     constraints: dict[str, float] | None = None
+
+    def to_settings(self) -> dict[str, Any]:
+        """What a run's stored settings keep of its options: all a resume needs to
+        run the same way again (see `_STORED`)."""
+        return {key: getattr(self, name) for key, name in _STORED.items()}
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: dict[str, Any],
+        store: str | Path = DEFAULT_STORE,
+        json_path: str | Path | None = None,
+    ) -> RunOptions:
+        """The options `to_settings` stored, for a run kept in `store`; what runs stored
+        before an option was stored lack runs with its default."""
+        default = cls()
+        stored = {name: settings.get(key, getattr(default, name)) for key, name in _STORED.items()}
+        return cls(**stored, store=store, json_path=json_path)
+
+
+# RunOptions fields under their keys in a run's stored settings. Not stored: where
+# the run is kept and its JSON written (a resume is told), build_timeout_s and
+# fixed_seconds (a resume runs with their defaults).
+_STORED = {
+    "batch_sizes": "batch_sizes",
+    "threads": "threads",
+    "quick": "quick",
+    "budget_s": "budget_s",
+    "trial_timeout_s": "trial_timeout_s",
+    "seed": "seed",
+    "explicit_runtimes": "runtimes",
+    "explicit_precisions": "precisions",
+    "margin": "margin",
+    "ci_target": "ci_target",
+    "scenario": "scenario",
+    "latency_bound_ms": "latency_bound_ms",
+    "cold_starts": "cold_starts",
+    "target": "target",
+    "explicit_constraints": "constraints",
+}
 
 
 @dataclass
@@ -146,19 +180,7 @@ def _split(workload: Workload, quick: bool) -> dict[str, np.ndarray]:
 
 
 def _reference_variant(kind: str) -> Variant:
-    if kind == "onnx":
-        return Variant("onnxruntime", "fp32")
-    if kind == "openvino":  # an OpenVINO IR runs on OpenVINO only
-        return Variant("openvino", "fp32")
-    if kind == "fake":
-        return Variant("fake", "fp32")
-    if kind == "keras":  # Keras' own backend for a saved Keras model
-        return Variant("keras-tensorflow", "fp32")
-    if kind == "jax":
-        return Variant("jax", "fp32")
-    if kind == "savedmodel":
-        return Variant("tensorflow", "fp32")
-    return Variant("torch", "fp32")
+    return reference_variant(kind)  # one map of kind -> reference, shared with the advice
 
 
 def _measure_settings(opts: RunOptions, threads: int, n_groups: int) -> MeasureSettings:
@@ -230,7 +252,7 @@ def run(
     """
     opts = opts or RunOptions()
     rep = reporter or NullReporter()
-    _check_choices(opts.runtimes, RUNTIMES, "--runtimes")
+    _check_choices(opts.runtimes, runtime_names(), "--runtimes")
     if opts.precisions == ["all"]:
         opts = dataclasses.replace(opts, precisions=list(PRECISIONS))
     _check_choices(opts.precisions, PRECISIONS, "--precisions")
@@ -310,7 +332,8 @@ def run(
         if workload.spec.candidates:  # hand-written candidates replace any search
             advised_runtimes, candidates_from = [], "workload candidates"
             grid_from = {"runtimes": "candidates", "precisions": "candidates"}
-        advised_runtimes = [r for r in advised_runtimes if r in RUNTIMES]
+        known = runtime_names()
+        advised_runtimes = [r for r in advised_runtimes if r in known]
         if advised_runtimes:
             runtimes, candidates_from = advised_runtimes, "advice"
             grid_from["runtimes"] = "advice"
@@ -332,19 +355,28 @@ def run(
     # Absolute: build steps change directory (quantizers litter the working one).
     store_path = Path(opts.store).resolve()
     run_id = new_run_id() if resume_record is None else resume_record["run_id"]
-    run_dir = store_path.parent / "runs" / run_id
-    lock = _hold_run_lock(run_dir, run_id)  # before the store is touched
+    folder = RunFolder.of(store_path, run_id)
+    lock = _hold_run_lock(folder, run_id)  # before the store is touched
     store = Store(store_path)
     status = "failed"
     try:
-        (run_dir / "artifacts").mkdir(parents=True, exist_ok=resume_record is not None)
-        data_path = run_dir / "data.npz"
+        folder.artifacts.mkdir(parents=True, exist_ok=resume_record is not None)
+        data_path = folder.data
         split = _split(workload, opts.quick)
         if resume_record is None or not data_path.exists():
             np.savez(data_path, **split)  # type: ignore[arg-type]
         labels = split.get("quality_labels")
         input_names = list(workload.inputs)
         env = environment.fingerprint()
+        # A resume runs with these options again: the flags as given, with the batch
+        # sizes, threads, margin and CI target this run settled on.
+        settled = dataclasses.replace(
+            opts,
+            batch_sizes=batch_sizes,
+            threads=threads,
+            margin=search.margin,
+            ci_target=search.ci_target,
+        )
         settings = {
             "workload_ref": _workload_ref(workload_ref),
             "quality": {
@@ -353,24 +385,10 @@ def run(
             },
             "runtimes": runtimes,
             "precisions": precisions,
-            "batch_sizes": batch_sizes,
-            "threads": threads,
-            "quick": opts.quick,
-            "budget_s": opts.budget_s,
-            "trial_timeout_s": opts.trial_timeout_s,
-            "seed": opts.seed,
-            "explicit_runtimes": opts.runtimes,
-            "explicit_precisions": opts.precisions,
-            "margin": search.margin,
-            "ci_target": search.ci_target,
-            "scenario": opts.scenario,
-            "latency_bound_ms": opts.latency_bound_ms,
-            "cold_starts": opts.cold_starts,
+            **settled.to_settings(),
             "candidates_from": candidates_from,
             "grid_from": grid_from,
             "left_out": left_out,
-            "target": opts.target,
-            "explicit_constraints": opts.constraints,
         }
         if workload.spec.candidates:
             candidates = explicit_candidates(
@@ -388,7 +406,7 @@ def run(
             store.start_run(run_id, workload.origin, env, settings)
         else:
             try:
-                _check_resumable(resume_record, workload, env, candidates, run_dir, split)
+                _check_resumable(resume_record, workload, env, candidates, folder, split)
             except UserError:
                 status = resume_record["status"]  # refused: the run stays as it was
                 raise
@@ -397,18 +415,18 @@ def run(
         rep.stage(f"run {run_id}; if it is interrupted, `{resume_command(run_id, opts.store)}`")
         for vid, why in left_out.items():
             rep.stage(f"left out {vid}: {why}")
-        job_base = {
-            "source": workload.source.__dict__,
-            "data_path": str(data_path),
-            "input_names": input_names,
-            "artifacts_dir": str(run_dir / "artifacts"),
+        job_base = JobBase(
+            source=workload.source,
+            data_path=str(data_path),
+            input_names=tuple(input_names),
+            artifacts_dir=str(folder.artifacts),
             # The quality gate, for build steps that tune to it (NNCF accuracy control).
-            "metric": workload.spec.quality.metric,
-            "max_drop": workload.spec.quality.max_drop,
+            metric=workload.spec.quality.metric,
+            max_drop=workload.spec.quality.max_drop,
             # A grid leaves out a variant another one makes unnecessary; a hand-written
             # candidate is built as asked.
-            "skip_unneeded": not workload.spec.candidates,
-        }
+            skip_unneeded=not workload.spec.candidates,
+        )
         if resume_record is not None:
             _restore(candidates, resume_record, store)
         rep.candidates(candidates)
@@ -418,7 +436,7 @@ def run(
             rep,
             store,
             run_id,
-            run_dir,
+            folder,
             job_base,
             candidates,
             threads,
@@ -445,14 +463,14 @@ def run(
         lock.close()
 
 
-def _hold_run_lock(run_dir: Path, run_id: str) -> IO[str]:
+def _hold_run_lock(folder: RunFolder, run_id: str) -> IO[str]:
     """One process at a time per run: a resume while the run still runs elsewhere
     would measure its rounds twice. The lock goes with its process, even on SIGKILL
     (workers do not inherit the file)."""
     import fcntl
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    f = open(run_dir / "run.lock", "a+")  # noqa: SIM115 (held until the run ends)
+    folder.path.mkdir(parents=True, exist_ok=True)
+    f = open(folder.lock, "a+")  # noqa: SIM115 (held until the run ends)
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -477,7 +495,7 @@ def _check_resumable(
     workload: Workload,
     env: dict[str, Any],
     candidates: list[Candidate],
-    run_dir: Path,
+    folder: RunFolder,
     split: dict[str, np.ndarray],
 ) -> None:
     """Refuse to resume when what the stored rounds were measured with has changed:
@@ -494,7 +512,7 @@ def _check_resumable(
             + (f" (no longer: {', '.join(gone)})" if gone else "")
             + start_over
         )
-    stored = run_dir / "data.npz"
+    stored = folder.data
     if stored.exists():
         with np.load(stored, allow_pickle=False) as then_data:
             same = set(then_data.files) == set(split) and all(
@@ -530,7 +548,7 @@ def _check_resumable(
             "its rounds were measured with the old versions; reinstall those to resume, "
             "or start a new run"
         )
-    built_with = variant_cache.run_model_hash(run_dir / "artifacts")
+    built_with = variant_cache.run_model_hash(folder.artifacts)
     if built_with is not None:
         model = variant_cache.model_hash(workload.source)
         if model["hash"] != built_with:
@@ -541,45 +559,21 @@ def _check_resumable(
 
 
 def _restore(candidates: list[Candidate], record: dict[str, Any], store: Store) -> None:
-    """Put back what a killed run finished: final candidates whole, rounds of the rest."""
+    """Put back what a killed run finished: final candidates whole, as their stored
+    documents say, and the measured rounds of every candidate (from its trials)."""
     docs = {d["id"]: d for d in record["candidates"]}
-    for c in candidates:
+    for i, c in enumerate(candidates):
         doc = docs.get(c.id)
         if doc is None:
             continue
+        if doc["status"] in FINAL and c.status != "unavailable":
+            c = candidates[i] = Candidate.from_json(doc)
+        else:
+            c.settings = dict(doc.get("settings") or {})
         rounds = store.rounds(record["run_id"], c.id)
         c.rounds_ns = [lat for _, lat, _, _ in rounds]
         c.block_ns = [block for _, _, block, _ in rounds]
         c.round_slots = [process for _, _, _, process in rounds]
-        c.settings = dict(doc.get("settings") or {})
-        if doc["status"] not in FINAL or c.status == "unavailable":
-            continue
-        c.status, c.reason = doc["status"], doc["reason"]
-        q = doc.get("quality")
-        if q is not None:
-            c.quality = Quality(
-                q["metric"],
-                q["value"],
-                q["reference"],
-                q["drop"],
-                q["max_drop"],
-                q.get("worst"),
-                q.get("non_finite", 0),
-            )
-        cold = doc.get("cold_start_s") or {}
-        c.build_s, c.load_s, c.first_call_s = (
-            cold.get("build"),
-            cold.get("load"),
-            cold.get("first_call"),
-        )
-        c.peak_rss_mb = doc.get("peak_rss_mb")
-        size_mb = doc.get("model_size_mb")
-        c.model_bytes = None if size_mb is None else round(size_mb * 2**20)
-        c.stopped = doc.get("stopped", "")
-        c.validity = doc.get("validity", c.validity)
-        c.validity_reason = doc.get("validity_reason", c.validity_reason)
-        if doc.get("exporter"):
-            c.artifact = {"exporter": doc["exporter"]}
 
 
 def resume(
@@ -591,35 +585,14 @@ def resume(
     """Finish an interrupted or killed run without repeating completed trials."""
     if not Path(store).exists():
         raise UserError(f"no store at {store} (pass --store)")
-    s = Store(store)
-    try:
+    with Store(store) as s:
         record = s.run(run_id)
-    finally:
-        s.close()
     if record["status"] == "done":
         raise UserError(f"run {record['run_id']} already finished; see `bakeoff show`")
     st = record["settings"]
     if "workload_ref" not in st:
         raise UserError(f"run {record['run_id']} was stored without what is needed to resume it")
-    opts = RunOptions(
-        runtimes=st.get("explicit_runtimes"),
-        precisions=st.get("explicit_precisions"),
-        batch_sizes=st["batch_sizes"],
-        budget_s=st.get("budget_s"),
-        trial_timeout_s=st.get("trial_timeout_s", 300.0),
-        quick=st.get("quick", False),
-        store=store,
-        json_path=json_path,
-        threads=st.get("threads"),
-        seed=st.get("seed", 0),
-        margin=st.get("margin"),
-        ci_target=st.get("ci_target"),
-        scenario=st.get("scenario", "latency"),
-        latency_bound_ms=st.get("latency_bound_ms", 100.0),
-        cold_starts=st.get("cold_starts", 1),
-        target=st.get("target"),
-        constraints=st.get("explicit_constraints"),
-    )
+    opts = RunOptions.from_settings(st, store=store, json_path=json_path)
     return run(st["workload_ref"], opts, reporter, resume_record=record)
 
 
@@ -629,8 +602,8 @@ def _run_stages(
     rep: Reporter,
     store: Store,
     run_id: str,
-    run_dir: Path,
-    job_base: dict[str, Any],
+    folder: RunFolder,
+    job_base: JobBase,
     candidates: list[Candidate],
     threads: int,
     labels: np.ndarray | None,
@@ -648,15 +621,15 @@ def _run_stages(
 
     # ---- build every distinct variant once, each in its own process
     t_build = time.perf_counter()
-    artifacts_dir = run_dir / "artifacts"
+    artifacts_dir = folder.artifacts
     # The run's base key for the variant cache: model files, calibration data and
     # library versions hashed once here; each build step adds its own name.
     rep.stage(
         variant_cache.prepare_run(
             artifacts_dir,
             workload.source,
-            Path(job_base["data_path"]),
-            list(job_base["input_names"]),
+            Path(job_base.data_path),
+            list(job_base.input_names),
             env.get("packages", {}),
         )
     )
@@ -677,9 +650,9 @@ def _run_stages(
         mark = variant_cache.events_offset(artifacts_dir)
         try:
             reply = run_job(
-                {**job_base, "kind": "build", "variant": variant.__dict__, "threads": threads},
+                BuildJob(base=job_base, variant=variant, threads=threads),
                 threads,
-                run_dir / "logs" / f"build-{vid}.log",
+                folder.log(f"build-{vid}"),
                 opts.build_timeout_s,
             )
             # Which of its steps were built, reused in this run or taken from the cache.
@@ -733,20 +706,21 @@ def _run_stages(
         raise BakeoffError(
             f"the FP32 reference {reference_variant.id} could not be built: {ref_art}"
         )
-    ref_path = run_dir / "reference.npy"
+    ref_path = folder.reference
     try:
         run_job(
-            {
-                **job_base,
-                "kind": "reference",
-                "variant": reference_variant.__dict__,
-                "artifact": {k: v for k, v in ref_art.items() if k != "_build_s"},
-                "batch_size": batch_sizes[0],
-                "threads": threads,
-                "outputs_path": str(ref_path),
-            },
+            ReferenceJob(
+                base=job_base,
+                load=LoadSpec(
+                    variant=reference_variant,
+                    artifact={k: v for k, v in ref_art.items() if k != "_build_s"},
+                    batch_size=batch_sizes[0],
+                    threads=threads,
+                ),
+                outputs_path=str(ref_path),
+            ),
             threads,
-            run_dir / "logs" / "reference.log",
+            folder.log("reference"),
             opts.trial_timeout_s,
         )
     except WorkerFailed as exc:
@@ -792,7 +766,7 @@ def _run_stages(
     ms = _measure_settings(opts, threads, len(batch_sizes))
     ctx = GroupContext(
         job_base=job_base,
-        run_dir=run_dir,
+        run_dir=folder.path,
         reference=reference,
         reference_alt=reference_alt,
         labels=labels,
@@ -1018,18 +992,12 @@ def _json_default(obj: Any) -> Any:
 def list_runs(store: str | Path = DEFAULT_STORE, limit: int = 50) -> list[dict[str, Any]]:
     if not Path(store).exists():
         return []
-    s = Store(store)
-    try:
+    with Store(store) as s:
         return s.runs(limit)
-    finally:
-        s.close()
 
 
 def show_run(run_id: str, store: str | Path = DEFAULT_STORE) -> dict[str, Any]:
     if not Path(store).exists():
         raise UserError(f"no store at {store} (run `bakeoff run` first, or pass --store)")
-    s = Store(store)
-    try:
+    with Store(store) as s:
         return s.run(run_id)
-    finally:
-        s.close()

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bakeoff.workload import ModelSource
+    from bakeoff.source import ModelSource
 
 FORMAT = 1
 KEY_FILE = "cache_key.json"  # in a run's artifacts folder: the run's base key
@@ -120,7 +120,7 @@ def _module_files(source: ModelSource) -> list[tuple[str, Path]]:
     the workload's folder (local helpers the factory imports)."""
     import inspect
 
-    from bakeoff.workload import import_factory
+    from bakeoff.source import import_factory
 
     assert source.factory is not None
     module_name = source.factory.partition(":")[0]

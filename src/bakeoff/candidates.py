@@ -1,7 +1,9 @@
 """Candidates: runtime x precision (x method) x batch size, and their results.
 
 A `Candidate` is the orchestrator's mutable record while a run is in flight;
-`candidate_document` turns it into the JSON the store and `--json` carry.
+`candidate_document` turns it into the JSON the store and `--json` carry
+(`Candidate.to_json` plus the figures computed from its rounds), and
+`Candidate.from_json` reads it back.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from bakeoff.backends import Variant, get_backend
-from bakeoff.measure import stats
-from bakeoff.quality import Quality
+from bakeoff.judge import stats
+from bakeoff.judge.quality import Quality
 
 STATUSES = ("pending", "ok", "rejected", "failed", "unavailable")
 
@@ -66,6 +68,83 @@ class Candidate:
     def samples(self) -> np.ndarray:
         """(rounds, calls) matrix of latencies in ns."""
         return np.asarray(self.rounds_ns, dtype=np.int64)
+
+    def to_json(self) -> dict[str, Any]:
+        """What the candidate document records of the candidate itself; `from_json`
+        reads it back. Not in it: the measured rounds and warm-up calls (the store
+        keeps them as trials), the artifact beyond its exporter and cache use, and
+        the figures computed from the rounds (`candidate_document` adds those)."""
+        second, size = self.quality_alt, self.model_bytes
+        return {
+            "id": self.id,
+            "runtime": self.variant.runtime,
+            "precision": self.variant.precision,
+            "method": self.variant.method,
+            "label": self.label,
+            "options": self.options,
+            "batch_size": self.batch_size,
+            "status": self.status,
+            "reason": self.reason,
+            "notes": self.notes,
+            "validity": self.validity,
+            "validity_reason": self.validity_reason,
+            "stopped": self.stopped,
+            "constraint_violations": self.constraint_violations,
+            "server": self.server,
+            "offline": self.offline,
+            "quality": None if self.quality is None else self.quality.to_json(),
+            "quality_second_shape": None if second is None else second.to_json(),
+            "peak_rss_mb": None if self.peak_rss_mb is None else round(self.peak_rss_mb, 1),
+            "model_size_mb": None if size is None else round(size / 2**20, 3),
+            "cold_start_s": _cold_start(self),
+            "exporter": self.artifact.get("exporter"),
+            # True: every build step came from the variant cache; None: nothing to build.
+            "cache_hit": self.artifact.get("cache_hit"),
+            "settings": self.settings,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Candidate:
+        """A candidate from its document (`to_json`, or a whole `candidate_document`:
+        the figures and the id are computed, not read). Keys a document older than
+        them lacks take their defaults."""
+        cold = doc.get("cold_start_s") or {}
+        quality, second = doc.get("quality"), doc.get("quality_second_shape")
+        size_mb = doc.get("model_size_mb")
+        # Repeated cold starts: each process's figures; the first is the measuring one.
+        repeats = {
+            key: list(cold[f"{key}_samples"])
+            for key in ("load", "first_call", "import")
+            if f"{key}_samples" in cold
+        }
+        return cls(
+            Variant(doc["runtime"], doc["precision"], doc.get("method")),
+            int(doc["batch_size"]),
+            label=doc.get("label"),
+            options=dict(doc.get("options") or {}),
+            status=doc["status"],
+            reason=doc.get("reason", ""),
+            notes=list(doc.get("notes") or []),
+            artifact={k: doc[k] for k in ("exporter", "cache_hit") if doc.get(k) is not None},
+            build_s=cold.get("build"),
+            settings=dict(doc.get("settings") or {}),
+            quality=None if quality is None else Quality.from_json(quality),
+            quality_alt=None if second is None else Quality.from_json(second),
+            load_s=repeats["load"][0] if "load" in repeats else cold.get("load"),
+            first_call_s=repeats["first_call"][0]
+            if "first_call" in repeats
+            else cold.get("first_call"),
+            peak_rss_mb=doc.get("peak_rss_mb"),
+            model_bytes=None if size_mb is None else round(size_mb * 2**20),
+            stopped=doc.get("stopped", ""),
+            constraint_violations=list(doc.get("constraint_violations") or []),
+            validity=doc.get("validity", "invalid"),
+            validity_reason=doc.get("validity_reason", "not measured"),
+            server=doc.get("server"),
+            offline=doc.get("offline"),
+            cold_starts=repeats,
+            cold_start_error=cold.get("error", ""),
+        )
 
 
 def enumerate_candidates(
@@ -174,35 +253,15 @@ def _ci_pair(iv: stats.Interval) -> list[float]:
 
 
 def candidate_document(c: Candidate) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "id": c.id,
-        "runtime": c.variant.runtime,
-        "precision": c.variant.precision,
-        "method": c.variant.method,
-        "label": c.label,
-        "options": c.options,
-        "batch_size": c.batch_size,
-        "status": c.status,
-        "reason": c.reason,
-        "notes": c.notes,
-        "validity": c.validity,
-        "validity_reason": c.validity_reason,
-        "stopped": c.stopped,
-        "constraint_violations": c.constraint_violations,
-        "server": c.server,
-        "offline": c.offline,
-        "quality": None if c.quality is None else c.quality.to_dict(),
-        "quality_second_shape": None if c.quality_alt is None else c.quality_alt.to_dict(),
-        "latency_ms": None,
-        "throughput": None,
-        "peak_rss_mb": None if c.peak_rss_mb is None else round(c.peak_rss_mb, 1),
-        "model_size_mb": None if c.model_bytes is None else round(c.model_bytes / 2**20, 3),
-        "cold_start_s": _cold_start(c),
-        "exporter": c.artifact.get("exporter"),
-        # True: every build step came from the variant cache; None: nothing to build.
-        "cache_hit": c.artifact.get("cache_hit"),
-        "settings": c.settings,
-    }
+    """The candidate in the result document: `Candidate.to_json`, with its latency and
+    throughput figures (None until it has measured rounds) after its quality."""
+    state = c.to_json()
+    keys = list(state)
+    at = keys.index("peak_rss_mb")
+    doc: dict[str, Any] = {k: state[k] for k in keys[:at]}
+    doc["latency_ms"] = None
+    doc["throughput"] = None
+    doc.update({k: state[k] for k in keys[at:]})
     samples = c.samples()
     if c.rounds_ns and samples.size:
         slots = np.asarray(c.round_slots, dtype=np.int64) if c.round_slots else None

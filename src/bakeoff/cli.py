@@ -277,7 +277,10 @@ def env(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
         why = "" if r["available"] else f"{r['reason']}; install: {r['install']}"
         # escape: install hints hold extras like jax[cuda13] that Rich would take for markup
         avail = "yes" if r["available"] else "[red]no[/]"
-        t.add_row(r["runtime"], avail, escape(r["version"] or "-"), escape(why))
+        name = escape(r["runtime"])
+        if r.get("origin", "built-in") != "built-in":  # registered by another package
+            name += f"\n[dim]{escape(r['origin'])}[/]"
+        t.add_row(name, avail, escape(r["version"] or "-"), escape(why))
     out.print(t)
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bakeoff import verdict
+from bakeoff.judge import verdict
 from bakeoff.report.charts import num
 from bakeoff.report.data import StoredRun, load
 

@@ -1,4 +1,4 @@
-"""The hardware/software fingerprint stored with every run (rule 13)."""
+"""The hardware/software fingerprint stored with every run (docs/method.md rule 13)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import psutil
 
 import bakeoff
 from bakeoff import hardware
-from bakeoff.backends import BUILTIN_BACKENDS, get_backend
+from bakeoff.backends import get_backend, runtime_names, runtime_origin
 from bakeoff.backends.gpu import gpu_info
 
 _PACKAGES = (
@@ -93,8 +93,10 @@ def versions() -> dict[str, str | None]:
 
 
 def runtimes() -> list[dict[str, Any]]:
+    """Every runtime of the registry (built-in and registered through an entry point),
+    with whether it can run here; `origin` says where a registered one comes from."""
     rows = []
-    for name in BUILTIN_BACKENDS:
+    for name in runtime_names():
         a = get_backend(name).availability()
         rows.append(
             {
@@ -103,6 +105,7 @@ def runtimes() -> list[dict[str, Any]]:
                 "version": a.version,
                 "reason": a.reason,
                 "install": a.install,
+                "origin": runtime_origin(name),
             }
         )
     return rows
@@ -125,7 +128,7 @@ def fingerprint() -> dict[str, Any]:
 
 
 def noise_snapshot(sample_s: float = 0.2) -> dict[str, Any]:
-    """Load, CPU frequency and other busy processes right now (rule 10).
+    """Load, CPU frequency and other busy processes right now (docs/method.md rule 10).
 
     Taken before and after measuring, so a reader can tell a quiet machine from
     one where something else was running.
@@ -187,7 +190,7 @@ def other_cpu(start: CpuSample, end: CpuSample) -> dict[str, float]:
     """Cores' worth of CPU that anything but bakeoff used between two samples.
 
     Measuring is meant to have the machine to itself; a build, a browser tab or
-    a noisy neighbour on the host shows up here (rule 10: noise during a run,
+    a noisy neighbour on the host shows up here (docs/method.md rule 10: noise during a run,
     not only before and after it). A child that ended between the samples is
     counted as other, so the figure errs towards "busy".
     """

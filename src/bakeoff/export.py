@@ -39,10 +39,11 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.backends.common import map_inputs
 from bakeoff.batching import Layout, read_split, split_names
 from bakeoff.cache import sha256_file
 from bakeoff.errors import UserError
+from bakeoff.paths import RunFolder
+from bakeoff.tensors import map_inputs
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -86,10 +87,10 @@ def export(
             f"candidate {cand['id']}: bakeoff export writes {', '.join(EXPORTABLE)} "
             f"candidates, not {runtime}"
         )
-    run_dir = store_path.resolve().parent / "runs" / run_id
-    data_path = run_dir / "data.npz"
+    run = RunFolder.of(store_path, run_id)
+    data_path = run.data
     if not data_path.exists():
-        raise UserError(f"run {run_id}: its folder {run_dir} is gone (data.npz is missing)")
+        raise UserError(f"run {run_id}: its folder {run.path} is gone (data.npz is missing)")
     with np.load(data_path, allow_pickle=False) as z:
         names = split_names(z.files, "quality")
     examples, layout = read_split(data_path, "quality", names)
@@ -99,9 +100,9 @@ def export(
     tmp.mkdir()
     try:
         if runtime in ("torch", "torch-compile"):
-            artifact = _torch_program(record, cand, run_dir, examples, layout, tmp)
+            artifact = _torch_program(record, cand, run, examples, layout, tmp)
         else:
-            artifact = _copy_artifact(cand, run_dir, tmp)
+            artifact = _copy_artifact(cand, run, tmp)
         files = {
             p.relative_to(tmp).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
             for p in sorted(tmp.rglob("*"))
@@ -152,10 +153,10 @@ def _variant_id(cand: dict[str, Any]) -> str:
     return "-".join(parts)
 
 
-def _artifact_of(cand: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+def _artifact_of(cand: dict[str, Any], run: RunFolder) -> dict[str, Any]:
     from bakeoff.cache import VARIANTS_FILE
 
-    path = run_dir / "artifacts" / VARIANTS_FILE
+    path = run.artifacts / VARIANTS_FILE
     try:
         variants = json.loads(path.read_text())
     except FileNotFoundError:
@@ -169,14 +170,14 @@ def _artifact_of(cand: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     return dict(variants[vid])
 
 
-def _check_measured(src: Path, run_dir: Path) -> bool:
+def _check_measured(src: Path, run: RunFolder) -> bool:
     """The run folder's file must still be the file that was measured; False when
     nothing was recorded to check it against (the user's own ONNX or IR file)."""
     from bakeoff.cache import ORIGIN_FILE
 
     if not src.is_file():
-        raise UserError(f"artifact {src} is missing (was the run folder {run_dir} cleaned up?)")
-    artifacts = (run_dir / "artifacts").resolve()
+        raise UserError(f"artifact {src} is missing (was the run folder {run.path} cleaned up?)")
+    artifacts = run.artifacts.resolve()
     try:
         rel = src.resolve().relative_to(artifacts)
     except ValueError:
@@ -193,15 +194,15 @@ def _check_measured(src: Path, run_dir: Path) -> bool:
     return True
 
 
-def _copy_artifact(cand: dict[str, Any], run_dir: Path, dest: Path) -> dict[str, Any]:
+def _copy_artifact(cand: dict[str, Any], run: RunFolder, dest: Path) -> dict[str, Any]:
     """The measured file(s): the model file renamed model.onnx / model.xml, an IR's
     weights as model.bin, ONNX external data under the names the graph gives them."""
     from bakeoff.sizes import artifact_files
 
-    artifact = _artifact_of(cand, run_dir)
+    artifact = _artifact_of(cand, run)
     src = Path(artifact["path"])
     if not src.is_file():
-        raise UserError(f"artifact {src} is missing (was the run folder {run_dir} cleaned up?)")
+        raise UserError(f"artifact {src} is missing (was the run folder {run.path} cleaned up?)")
     main = _MAIN_FILE[cand["runtime"]]
     verified = True
     for f in artifact_files(src):
@@ -211,7 +212,7 @@ def _copy_artifact(cand: dict[str, Any], run_dir: Path, dest: Path) -> dict[str,
             name = "model.bin"
         else:
             name = f.relative_to(src.parent).as_posix()
-        verified = _check_measured(f, run_dir) and verified
+        verified = _check_measured(f, run) and verified
         (dest / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(f, dest / name)
     return {
@@ -226,7 +227,7 @@ def _copy_artifact(cand: dict[str, Any], run_dir: Path, dest: Path) -> dict[str,
 def _torch_program(
     record: dict[str, Any],
     cand: dict[str, Any],
-    run_dir: Path,
+    run: RunFolder,
     examples: dict[str, np.ndarray],
     layout: Layout,
     dest: Path,
@@ -244,14 +245,14 @@ def _torch_program(
 
     from bakeoff import cache
     from bakeoff.backends import LoadContext, Variant, torch_eager
+    from bakeoff.loader import load_workload
     from bakeoff.models import first_output
-    from bakeoff.workload import load_workload
 
     ref = record["settings"].get("workload_ref")
     if not ref:
         raise UserError(f"run {record['run_id']} does not say which workload it ran")
     source = load_workload(ref).source
-    key_file = run_dir / "artifacts" / cache.KEY_FILE
+    key_file = run.artifacts / cache.KEY_FILE
     verified = False
     if key_file.exists():
         measured = json.loads(key_file.read_text())["components"]["model"]
@@ -487,7 +488,7 @@ def load(path: str | Path) -> Predictor:
 def _load_onnxruntime(folder: Path, manifest: dict[str, Any]) -> Callable[..., np.ndarray]:
     import onnxruntime as ort
 
-    from bakeoff.backends.onnxruntime import NUMPY_TYPES
+    from bakeoff.tensors import ONNX_NUMPY_TYPES
 
     cfg = manifest["load"]
     levels = {
@@ -508,7 +509,7 @@ def _load_onnxruntime(folder: Path, manifest: dict[str, Any]) -> Callable[..., n
     session = ort.InferenceSession(
         str(folder / manifest["file"]), opts, providers=["CPUExecutionProvider"]
     )
-    model_inputs = [(i.name, NUMPY_TYPES.get(i.type)) for i in session.get_inputs()]
+    model_inputs = [(i.name, ONNX_NUMPY_TYPES.get(i.type)) for i in session.get_inputs()]
 
     def run(inputs: dict[str, np.ndarray]) -> np.ndarray:
         return np.asarray(session.run(None, map_inputs(inputs, model_inputs))[0])

@@ -31,7 +31,9 @@ VENDOR_VARIABLE = "BAKEOFF_CPU_VENDOR"
 # /proc/cpuinfo's vendor_id -> the name the advice uses.
 VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD", "HygonGenuine": "Hygon"}
 
-# The flags bakeoff's advice and notes read, in the order they are shown.
+# The one table of CPU flags (this and NATIVE below): the advice, the notes, the
+# fingerprint and `bakeoff env` read it. The flags shown, in the order they are shown;
+# every flag of NATIVE is among them.
 NOTABLE_FLAGS = (
     "avx2",
     "avx512f",
@@ -156,8 +158,9 @@ def int8_path() -> str:
     if not is_x86():
         return "other"
     flags = cpu_flags()
-    if "amx_int8" in flags:
+    native = set(NATIVE["int8"]) & flags  # AMX-INT8, else a VNNI flavour
+    if "amx_int8" in native:
         return "amx"
-    if flags & {"avx512_vnni", "avx_vnni"}:
+    if native:
         return "vnni"
     return "avx2" if "avx2" in flags else "none"

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from bakeoff.workload import ModelSource
+from bakeoff.source import ModelSource
 
 KERAS_BACKENDS = ("jax", "tensorflow", "torch")
 # Keras' mixed precision policy for bf16 variants: bf16 compute, float32 variables.
@@ -76,7 +76,7 @@ def load_keras_model(source: ModelSource, backend: str, weights: str | None = No
             raise
     if source.factory is None:
         raise ValueError('kind = "keras" needs path = "model.keras" or factory = "module:callable"')
-    from bakeoff.workload import import_factory
+    from bakeoff.source import import_factory
 
     make = import_factory(source.factory, source.base_dir, "model", "model.factory")
     model = make()

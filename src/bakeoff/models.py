@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.errors import UserError
-from bakeoff.workload import PICKLE_SUFFIXES, ModelSource, import_factory
+from bakeoff.source import PICKLE_SUFFIXES, ModelSource, import_factory
 
 # The seed of every weight a Hugging Face folder lacks (an untrained head): each
 # worker process rebuilds the model, and all of them must build the same one.

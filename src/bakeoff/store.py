@@ -55,6 +55,8 @@ CREATE INDEX IF NOT EXISTS trials_by_candidate ON trials (run_id, candidate_id);
 
 
 class Store:
+    """One open connection to a store; `with Store(path) as s:` closes it after."""
+
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -88,6 +90,12 @@ class Store:
 
     def close(self) -> None:
         self.db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ------------------------------------------------------------ writes
 

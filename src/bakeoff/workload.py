@@ -1,22 +1,19 @@
-"""Workload specs: a TOML file validated with pydantic, or a built-in workload.
+"""Workload specs: a TOML file validated with pydantic.
 
 A spec says what model, what data, how quality is judged and what to search.
-`load_workload` turns a spec into a `Workload`: the spec plus the data arrays,
-ready for the orchestrator. Every mistake in a spec becomes a `UserError` that
-names the file, the key and what was expected.
+`workload_from_spec` turns a spec into a `Workload`: the spec plus the data
+arrays, ready for the orchestrator (`bakeoff.loader.load_workload` reads a
+reference, built-in or file). Every mistake in a spec becomes a `UserError`
+that names the file, the key and what was expected.
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib
-import sys
 import tomllib
 import typing
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,30 +30,13 @@ from pydantic import (
     model_validator,
 )
 
+from bakeoff.backends import is_runtime, runtime_names
 from bakeoff.batching import Layout
 from bakeoff.errors import UserError
+from bakeoff.source import PICKLE_SUFFIXES, ModelSource, import_factory, on_path
 
-RUNTIMES = (
-    "torch",
-    "torch-compile",
-    "onnxruntime",
-    "openvino",
-    "fake",
-    "keras-jax",
-    "keras-tensorflow",
-    "keras-torch",
-    "litert",
-    "jax",
-    "tensorflow",
-    "tvm",
-    "torch-cuda",
-    "torch-compile-cuda",
-    "onnxruntime-cuda",
-    "onnxruntime-tensorrt",
-    "tensorrt",
-    "openvino-gpu",
-    "jax-cuda",
-)
+# Runtime names are checked against the one registry, `bakeoff.backends.runtime_names`
+# (the built-ins and what the `bakeoff.backends` entry points register).
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "int4")
 DEFAULT_RUNTIMES = ["torch", "torch-compile", "onnxruntime", "openvino"]
 # Model kinds whose default candidates differ from DEFAULT_RUNTIMES (used when
@@ -92,7 +72,6 @@ DEFAULT_HF_TASK: HfTask = "feature-extraction"
 # Checkpoint formats model.weights accepts. safetensors holds tensors only; the
 # pickle-based ones are read with torch.load(weights_only=True) and nothing else.
 SAFETENSORS_SUFFIXES = (".safetensors",)
-PICKLE_SUFFIXES = (".pt", ".pth", ".bin")
 DEFAULT_MAX_LENGTH = 128
 # kind = "jax" parameter files: numpy arrays (read with allow_pickle=False) or Flax msgpack.
 JAX_PARAMS_SUFFIXES = (".npz", ".msgpack")
@@ -110,10 +89,11 @@ MXNET_RETIRED = (
 
 
 def _check_runtime(name: str) -> None:
-    if name not in RUNTIMES:
-        hint = difflib.get_close_matches(name, RUNTIMES, n=1)
+    if not is_runtime(name):
+        known = runtime_names()
+        hint = difflib.get_close_matches(name, known, n=1)
         more = f" (did you mean {hint[0]!r}?)" if hint else ""
-        raise ValueError(f"unknown runtime {name!r}{more}; expected one of {', '.join(RUNTIMES)}")
+        raise ValueError(f"unknown runtime {name!r}{more}; expected one of {', '.join(known)}")
 
 
 # Keras model files other than Keras 3's own .keras zip, and why each is refused.
@@ -383,27 +363,6 @@ class WorkloadSpec(_Strict):
 
 
 @dataclass(frozen=True)
-class ModelSource:
-    """Everything a worker process needs to rebuild the model; plain and picklable."""
-
-    kind: str
-    factory: str | None
-    path: str | None
-    base_dir: str | None
-    options: dict[str, Any] = field(default_factory=dict)
-    task: str | None = None  # hf: feature-extraction | sequence-classification
-    num_labels: int | None = None  # hf sequence-classification without a trained head
-    weights: str | None = None  # torch: a state_dict file; jax: the params file (absolute)
-    # input name -> axes (besides batch) that vary: exported dynamic, checked at two sizes
-    variable_axes: dict[str, list[int]] = field(default_factory=dict)
-    function: str | None = None  # jax: "module:fn"; its params file is `weights`
-    # input name -> its batch axis where that is not 0 (exported dynamic like the batch)
-    batch_axes: dict[str, int] = field(default_factory=dict)
-    # inputs with no batch axis, fed unchanged to every call (exported static)
-    constants: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
 class Workload:
     """A validated spec plus its data. Samples are on each input's batch axis
     (`source.batch_axes`, else axis 0); `source.constants` have none."""
@@ -522,61 +481,6 @@ def parse_spec(text: str, origin: str) -> WorkloadSpec:
         return WorkloadSpec.model_validate(raw)
     except ValidationError as exc:
         raise UserError(_format_validation_error(origin, exc, WorkloadSpec, raw)) from None
-
-
-@contextmanager
-def _on_path(base_dir: str | None) -> Iterator[None]:
-    """User factories are looked up next to the workload file."""
-    if base_dir is None:
-        yield
-        return
-    sys.path.insert(0, base_dir)
-    try:
-        yield
-    finally:
-        with suppress(ValueError):
-            sys.path.remove(base_dir)
-
-
-def _forget_foreign_module(module_name: str, base_dir: str | None) -> None:
-    """A module of the same name imported from elsewhere (another workload's folder,
-    or a standard module the user's file shadows) must not stand in for this one."""
-    if base_dir is None:
-        return
-    top = module_name.split(".")[0]
-    local = Path(base_dir, top + ".py").exists() or Path(base_dir, top, "__init__.py").exists()
-    loaded = sys.modules.get(top)
-    if not local or loaded is None:
-        return
-    origin = getattr(loaded, "__file__", None) or ""
-    if not Path(origin).resolve().is_relative_to(Path(base_dir).resolve()):
-        for name in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
-            del sys.modules[name]
-
-
-def import_factory(ref: str, base_dir: str | None, origin: str, key: str) -> Callable[..., Any]:
-    """Import "module:callable"; a failure is a UserError naming the key."""
-    module_name, _, attr = ref.partition(":")
-    _forget_foreign_module(module_name, base_dir)
-    with _on_path(base_dir):
-        try:
-            module = importlib.import_module(module_name)
-        except Exception as exc:  # the user's module may raise anything on import
-            where = f" (looked next to the workload, in {base_dir})" if base_dir else ""
-            raise UserError(
-                f"{origin}: {key} = {ref!r}: cannot import module {module_name!r}{where}: "
-                f"{type(exc).__name__}: {exc}"
-            ) from None
-    obj: Any = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise UserError(
-                f"{origin}: {key} = {ref!r}: module {module_name!r} has no attribute {attr!r}"
-            )
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise UserError(f"{origin}: {key} = {ref!r}: {attr!r} is not callable")
-    return obj
 
 
 def _check_variable_axes(
@@ -749,39 +653,6 @@ def _load_data_file(path: Path, origin: str) -> Any:
             )
         raise UserError(f"{origin}: data.path = {str(path)!r}: {exc}{hint}") from None
     raise UserError(f"{origin}: data.path = {str(path)!r}: expected a .npz or .npy file")
-
-
-def load_workload(ref: str | None) -> Workload:
-    """Load `builtin:NAME` or a workload TOML path, with its data."""
-    ref = ref or "builtin:minilm"
-    if ref.startswith("builtin:"):
-        from bakeoff.builtins import load_builtin
-
-        return load_builtin(ref.removeprefix("builtin:"))
-    path = Path(ref)
-    if not path.is_file():
-        raise UserError(
-            f"{ref}: no such workload file (give a .toml path or builtin:minilm / builtin:digits)"
-        )
-    spec = parse_spec(path.read_text(encoding="utf-8"), str(path))
-    base_dir = str(path.resolve().parent)
-    return workload_from_spec(spec, origin=str(path), base_dir=base_dir)
-
-
-def _from_builtin(spec: WorkloadSpec, origin: str) -> Workload:
-    """A TOML that names a built-in model: the user's [quality] and [search] win."""
-    from bakeoff.builtins import load_builtin
-
-    assert spec.model.name is not None
-    base = load_builtin(spec.model.name)
-    if spec.data is not None:
-        raise UserError(f"{origin}: [data] cannot be given with model.kind = 'builtin'")
-    updates: dict[str, Any] = {"name": spec.name, "description": spec.description}
-    for key in ("quality", "search", "candidates"):
-        if key in spec.model_fields_set:
-            updates[key] = getattr(spec, key)
-    merged = base.spec.model_copy(update=updates)
-    return Workload(merged, origin, base.source, base.inputs, base.labels, base.notes)
 
 
 def _resolve(base_dir: str | None, name: str) -> Path:
@@ -978,7 +849,7 @@ def _check_jax_model(model: ModelSpec, base_dir: str | None, origin: str) -> str
 
     assert model.function is not None and model.params is not None
     module_name = model.function.partition(":")[0]
-    with _on_path(base_dir):
+    with on_path(base_dir):
         try:
             found = importlib.util.find_spec(module_name) is not None
         except (ImportError, ValueError):
@@ -1003,8 +874,10 @@ def _check_jax_model(model: ModelSpec, base_dir: str | None, origin: str) -> str
 
 
 def workload_from_spec(spec: WorkloadSpec, origin: str, base_dir: str | None) -> Workload:
+    """A spec of the user's own model, with its data (a spec naming a built-in model
+    is merged with it by `bakeoff.loader`)."""
     if spec.model.kind == "builtin":
-        return _from_builtin(spec, origin)
+        raise ValueError("a built-in model's spec is loaded by bakeoff.loader.load_workload")
     assert spec.data is not None
     model_path = _check_model_path(spec.model, base_dir, origin)
     if spec.model.kind == "torch" and spec.model.factory:
@@ -1019,7 +892,7 @@ def workload_from_spec(spec: WorkloadSpec, origin: str, base_dir: str | None) ->
         hf_config, notes = _check_hf_folder(spec.model, model_path, origin)
     if spec.data.factory:
         make = import_factory(spec.data.factory, base_dir, origin, "data.factory")
-        with _on_path(base_dir):
+        with on_path(base_dir):
             try:
                 raw = make()
             except Exception as exc:

@@ -2,7 +2,7 @@
 
 A backend is a module with these names (see `Backend`):
 
-- ``RUNTIME``: its name, spelled as in DESIGN.md §6.
+- ``RUNTIME``: its name, spelled as in docs/method.md §6.
 - ``availability()``: whether the runtime is installed, without importing it.
 - ``offers(precision, model_kind)``: the methods it can build for a precision,
   or the reason it cannot.
@@ -11,7 +11,11 @@ A backend is a module with these names (see `Backend`):
 
 Heavy imports happen inside ``build`` and ``load`` only. Built-in backends are
 the literal list below; third parties register a module through the
-``bakeoff.backends`` entry-point group.
+``bakeoff.backends`` entry-point group (``mine = mypkg.mine``). The two together are
+the one registry of runtimes (`runtime_names`, `get_backend`) that workload
+validation, the command line, `bakeoff env` and the advice read. A registered
+module is imported only when its backend is asked for, and one that cannot be used
+is unavailable with why (`RegisteredBackend`), never a crash.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
-from bakeoff.workload import ModelSource
+from bakeoff.source import ModelSource
+
+ENTRY_POINT_GROUP = "bakeoff.backends"
 
 BUILTIN_BACKENDS: dict[str, str] = {
     "torch": "bakeoff.backends.torch_eager",
@@ -148,13 +154,153 @@ class Backend(Protocol):
     def load(self, variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> Runner: ...
 
 
+# What a registered module must define to be a backend (the names of `Backend`).
+_FUNCTIONS = ("availability", "offers", "build", "load")
+
+
+def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    """Registered backends by runtime name, read from installed metadata (nothing is
+    imported; a few ms, so not cached: a path added later is seen). A built-in name
+    cannot be taken over; of two distributions with one name, the first on sys.path
+    wins, as for an import."""
+    found: dict[str, importlib.metadata.EntryPoint] = {}
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name not in BUILTIN_BACKENDS:
+            found.setdefault(ep.name, ep)
+    return found
+
+
+def runtime_names() -> tuple[str, ...]:
+    """Every runtime bakeoff knows: the built-ins in their order, then the registered
+    ones by name."""
+    return (*BUILTIN_BACKENDS, *sorted(_entry_points()))
+
+
+def is_runtime(name: str) -> bool:
+    return name in BUILTIN_BACKENDS or name in _entry_points()
+
+
+def runtime_origin(name: str) -> str:
+    """Where a runtime comes from: "built-in", or the entry point (and distribution)."""
+    if name in BUILTIN_BACKENDS:
+        return "built-in"
+    ep = _entry_points().get(name)
+    if ep is None:
+        raise KeyError(name)
+    return _origin(ep)
+
+
+def _origin(ep: importlib.metadata.EntryPoint) -> str:
+    """The module an entry point names and its distribution: "mypkg.mine from mypkg 0.1"."""
+    dist = ep.dist
+    return f"{ep.value} from {dist.name} {dist.version}" if dist is not None else ep.value
+
+
+class RegisteredBackend:
+    """A backend registered through the entry-point group, imported when asked for.
+
+    One whose module cannot be imported, lacks a function of the interface, names
+    another RUNTIME, or raises while saying whether it is available or what it
+    offers is unavailable with that error: `bakeoff env` lists it and a run marks
+    its candidates unavailable instead of stopping. Its build and load run in the
+    worker processes, where any failure is the candidate's.
+    """
+
+    def __init__(self, ep: importlib.metadata.EntryPoint) -> None:
+        self.RUNTIME = ep.name
+        self.origin = _origin(ep)
+        registers = f"{ep.name} = {ep.value}"
+        self.install = (
+            f"fix or uninstall {ep.dist.name}, whose entry point is {registers}"
+            if ep.dist is not None
+            else f"fix the entry point {registers}"
+        )
+        self.module: Any = None
+        self.error: str | None = None
+        self._where = ep.value
+        try:
+            module = ep.load()
+        except Exception as exc:  # a third party's module may raise anything on import
+            self.error = f"{ep.value} cannot be loaded: {type(exc).__name__}: {exc}"
+            return
+        missing = [n for n in _FUNCTIONS if not callable(getattr(module, n, None))]
+        if missing:
+            self.error = f"{ep.value} is not a backend: it has no {', '.join(missing)}"
+        elif getattr(module, "RUNTIME", None) != ep.name:
+            self.error = (
+                f"{ep.value} says RUNTIME = {getattr(module, 'RUNTIME', None)!r}, "
+                f"not {ep.name!r} as its entry point"
+            )
+        else:
+            self.module = module
+
+    def availability(self) -> Availability:
+        if self.error is not None:
+            return Availability(False, None, self.error, self.install)
+        try:
+            return cast(Availability, self.module.availability())
+        except Exception as exc:
+            why = f"{self._where}.availability() raised {type(exc).__name__}: {exc}"
+            return Availability(False, None, why, self.install)
+
+    def offers(self, precision: str, model_kind: str) -> list[Offer]:
+        why = self.error
+        if why is None:
+            try:
+                return list(self.module.offers(precision, model_kind))
+            except Exception as exc:
+                why = f"{self._where}.offers() raised {type(exc).__name__}: {exc}"
+        return [Offer(Variant(self.RUNTIME, precision), why)]
+
+    def build(self, variant: Variant, ctx: BuildContext) -> dict[str, Any]:
+        return cast(dict[str, Any], self._usable().build(variant, ctx))
+
+    def load(self, variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> Runner:
+        return cast(Runner, self._usable().load(variant, artifact, ctx))
+
+    def _usable(self) -> Any:
+        if self.error is not None:
+            raise RuntimeError(self.error)
+        return self.module
+
+
 def get_backend(runtime: str) -> Backend:
+    """The backend of a runtime in `runtime_names`; KeyError for any other name."""
     if runtime in BUILTIN_BACKENDS:
         return cast(Backend, importlib.import_module(BUILTIN_BACKENDS[runtime]))
-    for ep in importlib.metadata.entry_points(group="bakeoff.backends"):
-        if ep.name == runtime:
-            return cast(Backend, ep.load())
-    raise KeyError(runtime)
+    ep = _entry_points().get(runtime)
+    if ep is None:
+        raise KeyError(runtime)
+    return RegisteredBackend(ep)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A model kind's reference: its own framework at FP32, which every other variant's
+    quality is checked against and whose speed is the baseline (docs/method.md §1
+    step 3). `what` is how the advice names it; `advised` is False for the fake
+    kind, which exists for bakeoff's own tests and gets no advice."""
+
+    runtime: str
+    what: str
+    advised: bool = True
+
+
+REFERENCES: dict[str, Reference] = {
+    "hf": Reference("torch", "Hugging Face transformers + PyTorch"),
+    "torch": Reference("torch", "PyTorch eager"),
+    "onnx": Reference("onnxruntime", "ONNX Runtime"),
+    "openvino": Reference("openvino", "OpenVINO"),  # an OpenVINO IR runs on OpenVINO only
+    "keras": Reference("keras-tensorflow", "Keras 3 on its TensorFlow backend"),
+    "jax": Reference("jax", "JAX"),
+    "savedmodel": Reference("tensorflow", "TensorFlow"),
+    "fake": Reference("fake", "the fake runtime", advised=False),
+}
+
+
+def reference_variant(model_kind: str) -> Variant:
+    """The FP32 reference variant of a model kind (PyTorch eager for any other kind)."""
+    return Variant(REFERENCES.get(model_kind, REFERENCES["torch"]).runtime, "fp32")
 
 
 def package_availability(dist: str, module: str, install: str) -> Availability:

@@ -22,24 +22,6 @@ def example_inputs(ctx: BuildContext, n: int = 2) -> dict[str, np.ndarray]:
     return layout.contiguous(layout.cut(arrays, 0, n))
 
 
-def map_inputs(
-    batch: dict[str, np.ndarray], model_inputs: list[tuple[str, Any]]
-) -> dict[str, np.ndarray]:
-    """Match data arrays to a graph's inputs by name, else by position; cast dtypes."""
-    names = [name for name, _ in model_inputs]
-    if set(names) <= set(batch):
-        arrays = [batch[n] for n in names]
-    elif len(batch) == len(names):
-        arrays = list(batch.values())
-    else:
-        raise ValueError(f"model inputs {names} do not match data arrays {list(batch)}")
-    return {
-        # np.asarray, not np.ascontiguousarray: that makes a 0-d constant 1-d.
-        name: np.asarray(arr, dtype=dtype, order="C") if dtype is not None else arr
-        for (name, dtype), arr in zip(model_inputs, arrays, strict=True)
-    }
-
-
 def is_transformer(ctx: BuildContext) -> bool:
     return ctx.source.kind == "hf" or "attention_mask" in ctx.input_names
 

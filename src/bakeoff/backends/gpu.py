@@ -2,8 +2,9 @@
 the GPU model and driver for the fingerprint, and a PyTorch runner that synchronizes
 the device before `run` returns and reads back the device memory peak.
 
-Every check here is cheap (a file under /proc, or one `nvidia-smi` call): `bakeoff env` and
-candidate enumeration run it in the main process, where no framework may be imported.
+Every check here is cheap (a file under /proc, or one `nvidia-smi` call, made once per
+process: `probe`): `bakeoff env`, candidate enumeration and the advice run it in the main
+process, where no framework may be imported.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import functools
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,32 +24,53 @@ NVIDIA_PROC = Path("/proc/driver/nvidia/version")
 TORCH_CUDA_INSTALL = "a CUDA build of PyTorch: pip install --force-reinstall torch==2.13.0"
 
 
-def _nvidia_smi(query: str) -> list[list[str]] | None:
-    """Rows of `nvidia-smi --query-...=... --format=csv`, or None when it cannot answer."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", query, "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
+def _query(query: str) -> list[list[str]]:
+    """Rows of `nvidia-smi --query-...=... --format=csv`; raises when it cannot answer."""
+    out = subprocess.run(
+        ["nvidia-smi", query, "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=True,
+    ).stdout
     return [[p.strip() for p in line.split(",")] for line in out.strip().splitlines()]
 
 
+def _nvidia_smi(query: str) -> list[list[str]] | None:
+    """`_query`'s rows, or None when nvidia-smi cannot answer."""
+    try:
+        return _query(query)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+@dataclass(frozen=True)
+class GpuProbe:
+    """What the one look for NVIDIA GPUs found: the fingerprint (`gpu_info`), the CUDA
+    runtimes' availability (`no_cuda_reason`) and the advice all read it."""
+
+    gpus: tuple[dict[str, Any], ...]  # name, driver, memory_mb, compute_capability
+    source: str  # where they were read ("nvidia-smi"), or why none was found
+
+
 @functools.cache
-def gpu_info() -> list[dict[str, Any]]:
-    """One entry per NVIDIA GPU (name, driver, memory), or [] when there is none."""
-    if not NVIDIA_PROC.exists() and shutil.which("nvidia-smi") is None:
-        return []
+def probe() -> GpuProbe:
+    """nvidia-smi where it is on PATH, else the kernel driver's file alone."""
     if shutil.which("nvidia-smi") is None:
+        if not NVIDIA_PROC.exists():
+            return GpuProbe((), f"{NVIDIA_PROC} is missing and nvidia-smi is not on PATH")
         # The kernel driver is loaded but the tool is missing: say what we can.
-        first = NVIDIA_PROC.read_text().splitlines()[0] if NVIDIA_PROC.exists() else ""
-        return [{"name": "NVIDIA GPU (nvidia-smi not on PATH)", "driver": first.strip()}]
-    rows = _nvidia_smi("--query-gpu=name,driver_version,memory.total,compute_cap") or []
-    return [
+        try:
+            first = NVIDIA_PROC.read_text().splitlines()[0].strip()
+        except (OSError, IndexError):
+            first = ""
+        gpu = {"name": "NVIDIA GPU (nvidia-smi not on PATH)", "driver": first}
+        return GpuProbe((gpu,), f"{NVIDIA_PROC} (no nvidia-smi)")
+    try:
+        rows = _query("--query-gpu=name,driver_version,memory.total,compute_cap")
+    except (OSError, subprocess.SubprocessError) as exc:
+        return GpuProbe((), f"nvidia-smi failed: {exc}")
+    gpus = tuple(
         {
             "name": parts[0],
             "driver": parts[1],
@@ -56,17 +79,19 @@ def gpu_info() -> list[dict[str, Any]]:
         }
         for parts in rows
         if len(parts) >= 3
-    ]
+    )
+    return GpuProbe(gpus, "nvidia-smi" if gpus else "nvidia-smi lists no GPU")
+
+
+def gpu_info() -> list[dict[str, Any]]:
+    """One entry per NVIDIA GPU (name, driver, memory), or [] when there is none."""
+    return [dict(g) for g in probe().gpus]
 
 
 def no_cuda_reason() -> str | None:
     """None when an NVIDIA GPU with its driver is present, else why not."""
-    if gpu_info():
-        return None
-    return (
-        "no CUDA device: no NVIDIA driver (/proc/driver/nvidia/version is missing) and "
-        "nvidia-smi is not on PATH"
-    )
+    found = probe()
+    return None if found.gpus else f"no CUDA device: {found.source}"
 
 
 def cuda_availability(dist: str, module: str, install: str) -> Availability:

@@ -166,7 +166,7 @@ class JaxRunner:
 
 
 def load_jax(variant: Variant, ctx: LoadContext, platform: str) -> JaxRunner:
-    from bakeoff.workload import import_factory
+    from bakeoff.source import import_factory
 
     check_options(ctx.options, OPTIONS, variant.runtime)
     settings = set_platform(platform, ctx.threads)

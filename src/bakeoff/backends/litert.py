@@ -20,10 +20,10 @@ from bakeoff.backends.common import (
     calibration_data,
     check_options,
     example_inputs,
-    map_inputs,
 )
 from bakeoff.batching import Layout
 from bakeoff.hardware import emulation_note
+from bakeoff.tensors import map_inputs
 from bakeoff.transforms import cached_step
 
 RUNTIME = "litert"

@@ -19,24 +19,14 @@ from bakeoff.backends.common import (
     calibration_data,
     check_options,
     example_inputs,
-    map_inputs,
 )
 from bakeoff.hardware import emulation_note
+from bakeoff.tensors import ONNX_NUMPY_TYPES, map_inputs
 from bakeoff.transforms import cached_step
 
 RUNTIME = "onnxruntime"
 OPTIONS = {"threads", "graph_optimization_level", "allow_spinning"}
 INSTALL = "pip install onnxruntime==1.32.0"
-NUMPY_TYPES = {
-    "tensor(float)": np.float32,
-    "tensor(double)": np.float64,
-    "tensor(float16)": np.float16,
-    "tensor(int64)": np.int64,
-    "tensor(int32)": np.int32,
-    "tensor(bool)": np.bool_,
-    "tensor(uint8)": np.uint8,
-    "tensor(int8)": np.int8,
-}
 
 
 def availability() -> Availability:
@@ -122,7 +112,7 @@ class OrtRunner:
     def __init__(self, session: Any, settings: dict[str, Any]) -> None:
         self.session = session
         self.settings = settings
-        self.inputs = [(i.name, NUMPY_TYPES.get(i.type)) for i in session.get_inputs()]
+        self.inputs = [(i.name, ONNX_NUMPY_TYPES.get(i.type)) for i in session.get_inputs()]
 
     def prepare(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return map_inputs(batch, self.inputs)

@@ -16,7 +16,8 @@ import numpy as np
 
 from bakeoff.backends import Availability, BuildContext, LoadContext, Offer, Variant, gpu
 from bakeoff.backends import onnxruntime as ort_cpu
-from bakeoff.backends.common import check_options, map_inputs
+from bakeoff.backends.common import check_options
+from bakeoff.tensors import ONNX_NUMPY_TYPES, map_inputs
 
 RUNTIME = "onnxruntime-cuda"
 INSTALL = "pip uninstall -y onnxruntime && pip install onnxruntime-gpu==1.31.1"
@@ -51,7 +52,7 @@ def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
 class OrtGpuRunner:
     def __init__(self, session: Any, settings: dict[str, Any]) -> None:
         self.session, self._settings = session, settings
-        self.inputs = [(i.name, ort_cpu.NUMPY_TYPES.get(i.type)) for i in session.get_inputs()]
+        self.inputs = [(i.name, ONNX_NUMPY_TYPES.get(i.type)) for i in session.get_inputs()]
 
     @property
     def settings(self) -> dict[str, Any]:

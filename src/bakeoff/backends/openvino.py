@@ -26,9 +26,9 @@ from bakeoff.backends.common import (
     check_options,
     example_inputs,
     is_transformer,
-    map_inputs,
 )
 from bakeoff.hardware import NATIVE, emulation_note, is_x86, native_flags
+from bakeoff.tensors import map_inputs
 from bakeoff.transforms import StepFailed, StepNotNeeded, cached_step
 from bakeoff.transforms.openvino_convert import input_types
 

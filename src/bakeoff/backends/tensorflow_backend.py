@@ -22,8 +22,9 @@ from bakeoff.backends import (
     Variant,
     package_availability,
 )
-from bakeoff.backends.common import check_options, map_inputs
+from bakeoff.backends.common import check_options
 from bakeoff.batching import read_split
+from bakeoff.tensors import map_inputs
 
 RUNTIME = "tensorflow"
 INSTALL = "pip install tensorflow-cpu==2.21.0 (or: make frameworks)"

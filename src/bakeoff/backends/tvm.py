@@ -24,8 +24,9 @@ from bakeoff.backends import (
     Variant,
     package_availability,
 )
-from bakeoff.backends.common import check_options, example_inputs, map_inputs
+from bakeoff.backends.common import check_options, example_inputs
 from bakeoff.batching import read_split
+from bakeoff.tensors import map_inputs
 
 RUNTIME = "tvm"
 INSTALL = "pip install apache-tvm==0.27.0.post1"

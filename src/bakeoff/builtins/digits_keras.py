@@ -20,12 +20,7 @@ import numpy as np
 
 from bakeoff.errors import BakeoffError
 from bakeoff.paths import cache_dir
-from bakeoff.workload import (
-    KERAS_DEFAULT_RUNTIMES,
-    Workload,
-    WorkloadSpec,
-    workload_from_spec,
-)
+from bakeoff.workload import KERAS_DEFAULT_RUNTIMES, Workload, WorkloadSpec, workload_from_spec
 
 SEED = 0
 EPOCHS = 30

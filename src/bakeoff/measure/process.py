@@ -19,6 +19,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from bakeoff.measure.jobs import ColdStartJob, Command, Job, JobError, LoadJob, Measure, Timed
+
 THREAD_VARIABLES = (
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
@@ -37,7 +39,7 @@ class WorkerFailed(Exception):
 
 
 def worker_env(threads: int) -> dict[str, str]:
-    """The same explicit thread settings for every runtime (rule 2)."""
+    """The same explicit thread settings for every runtime (docs/method.md rule 2)."""
     env = dict(os.environ)
     for name in THREAD_VARIABLES:
         env[name] = str(threads)
@@ -80,21 +82,21 @@ def _log_tail(path: Path, lines: int = 3) -> str:
 # The worker removes the folder named in PRIVATE_CACHE_VARIABLE when it ends, as
 # the orchestrator does when it closes the worker: if the orchestrator is killed,
 # its workers see the socket close and exit, and nothing is left in /tmp.
-TIMED_JOBS = ("measure", "coldstart")
+TIMED_JOBS = (LoadJob, ColdStartJob)
 COMPILE_CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 PRIVATE_CACHE_VARIABLE = "BAKEOFF_WORKER_COMPILE_CACHE"
 
 
 class WorkerProcess:
-    """One worker process with a JSON message channel."""
+    """One worker process with a JSON message channel: a typed job, then commands."""
 
-    def __init__(self, job: dict[str, Any], threads: int, log_path: Path) -> None:
+    def __init__(self, job: Job, threads: int, log_path: Path) -> None:
         parent_sock, child_sock = socket.socketpair()
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         env = worker_env(threads)
         self.compile_cache: Path | None = None
-        if job.get("kind") in TIMED_JOBS:
+        if isinstance(job, TIMED_JOBS):
             self.compile_cache = Path(tempfile.mkdtemp(prefix="bakeoff-compile-cache-"))
             for name in COMPILE_CACHE_VARIABLES:
                 env[name] = str(self.compile_cache / name.lower())
@@ -118,7 +120,7 @@ class WorkerProcess:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         child_sock.close()
         self.conn = Connection(parent_sock.detach())
-        self._send(job)
+        self._send(job.to_json())
 
     def _send(self, msg: dict[str, Any]) -> None:
         try:
@@ -151,9 +153,17 @@ class WorkerProcess:
             )
         return msg
 
-    def request(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
-        self._send(msg)
+    def request(self, cmd: Command, timeout: float) -> dict[str, Any]:
+        self._send(cmd.to_json())
         return self.reply(timeout)
+
+    def measure(self, cmd: Measure, timeout: float) -> Timed:
+        """One timed block: its calls' ns and the whole block's."""
+        reply = self.request(cmd, timeout)
+        try:
+            return Timed.from_json(reply)
+        except JobError as exc:
+            raise WorkerFailed(f"the worker's reply to measure: {exc}") from None
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -167,7 +177,7 @@ class WorkerProcess:
             shutil.rmtree(self.compile_cache, ignore_errors=True)
 
 
-def run_job(job: dict[str, Any], threads: int, log_path: Path, timeout: float) -> dict[str, Any]:
+def run_job(job: Job, threads: int, log_path: Path, timeout: float) -> dict[str, Any]:
     """A one-shot job (build, reference) in its own process."""
     worker = WorkerProcess(job, threads, log_path)
     try:

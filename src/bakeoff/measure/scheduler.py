@@ -25,12 +25,23 @@ from typing import Any
 import numpy as np
 import psutil
 
-from bakeoff import environment, verdict
+from bakeoff import environment
 from bakeoff.candidates import Candidate, candidate_document
-from bakeoff.measure import stats
+from bakeoff.judge import stats, verdict
+from bakeoff.judge.quality import evaluate
+from bakeoff.measure.jobs import (
+    ColdStartJob,
+    Exit,
+    JobBase,
+    LoadJob,
+    LoadSpec,
+    Measure,
+    Offline,
+    Server,
+    Warmup,
+)
 from bakeoff.measure.process import WorkerFailed, WorkerProcess, run_job
 from bakeoff.measure.worker import alt_outputs_path
-from bakeoff.quality import evaluate
 
 
 @dataclass(frozen=True)
@@ -65,7 +76,7 @@ class MeasureSettings:
 
 @dataclass(frozen=True)
 class GroupContext:
-    job_base: dict[str, Any]  # source, data_path, input_names
+    job_base: JobBase  # source, data_path, input_names, the quality gate
     run_dir: Path
     reference: np.ndarray
     labels: np.ndarray | None
@@ -89,25 +100,30 @@ def _threads(c: Candidate, s: MeasureSettings) -> int:
     return int(c.options.get("threads", s.threads))
 
 
-def _job(c: Candidate, ctx: GroupContext, s: MeasureSettings, kind: str) -> dict[str, Any]:
+def _load_spec(
+    c: Candidate, s: MeasureSettings, threads: int | None = None, streams: int = 1
+) -> LoadSpec:
+    return LoadSpec(
+        variant=c.variant,
+        artifact=c.artifact,
+        batch_size=c.batch_size,
+        threads=_threads(c, s) if threads is None else threads,
+        options=c.options,
+        candidate_id=c.id,
+        streams=streams,
+    )
+
+
+def _cpus(s: MeasureSettings) -> tuple[int, ...] | None:
+    return tuple(s.cpus) if s.cpus else None
+
+
+def _load_job(c: Candidate, ctx: GroupContext, s: MeasureSettings) -> LoadJob:
     outputs_path = ctx.run_dir / "outputs" / f"{c.id}.npy"
     outputs_path.parent.mkdir(parents=True, exist_ok=True)
-    return {
-        **ctx.job_base,
-        "kind": kind,
-        "variant": {
-            "runtime": c.variant.runtime,
-            "precision": c.variant.precision,
-            "method": c.variant.method,
-        },
-        "artifact": c.artifact,
-        "batch_size": c.batch_size,
-        "threads": _threads(c, s),
-        "cpus": s.cpus,
-        "outputs_path": str(outputs_path),
-        "options": c.options,
-        "candidate_id": c.id,
-    }
+    return LoadJob(
+        base=ctx.job_base, load=_load_spec(c, s), outputs_path=str(outputs_path), cpus=_cpus(s)
+    )
 
 
 # What the scheduler adds to a candidate's settings at warm-up (and a resumed run reuses).
@@ -115,8 +131,8 @@ MEASURING_SETTINGS = ("calls_per_round", "settle_calls")
 
 
 def _load(c: Candidate, ctx: GroupContext, s: MeasureSettings) -> WorkerProcess | None:
-    job = _job(c, ctx, s, "measure")
-    outputs_path = Path(job["outputs_path"])
+    job = _load_job(c, ctx, s)
+    outputs_path = Path(job.outputs_path)
     worker = None
     try:
         worker = WorkerProcess(job, _threads(c, s), ctx.run_dir / "logs" / f"{c.id}.log")
@@ -282,7 +298,7 @@ def _exit(c: Candidate, processes: list[tuple[int, WorkerProcess]], s: MeasureSe
     peaks = []
     for _, worker in processes:
         try:
-            peaks.append(worker.request({"cmd": "exit"}, s.trial_timeout_s)["peak_rss_mb"])
+            peaks.append(worker.request(Exit(), s.trial_timeout_s)["peak_rss_mb"])
         except WorkerFailed as exc:
             _fail(c, None, f"failed while exiting: {exc}")
             return
@@ -342,10 +358,7 @@ def _another_process(
     reason = probe.reason
     if w is not None:
         try:
-            w.request(
-                {"cmd": "warmup", "seconds": s.warmup_s, "min_calls": s.warmup_calls},
-                s.trial_timeout_s,
-            )
+            w.request(Warmup(seconds=s.warmup_s, min_calls=s.warmup_calls), s.trial_timeout_s)
         except WorkerFailed as exc:
             w.close()
             w, reason = None, str(exc)
@@ -378,16 +391,15 @@ def _server(
     budget = s.trial_timeout_s + s.server_steps * (3 * s.server_duration_s + 10)
     try:
         reply = procs[c.id].first.request(
-            {
-                "cmd": "server",
-                "single_stream_s": single,
-                "bound_ms": s.server_bound_ms,
-                "duration_s": s.server_duration_s,
-                "min_queries": 64,
-                "steps": s.server_steps,
-                "out_dir": str(ctx.run_dir / "loadgen" / c.id),
-                "seed": s.seed,
-            },
+            Server(
+                single_stream_s=single,
+                bound_ms=s.server_bound_ms,
+                duration_s=s.server_duration_s,
+                min_queries=64,
+                steps=s.server_steps,
+                out_dir=str(ctx.run_dir / "loadgen" / c.id),
+                seed=s.seed,
+            ),
             budget,
         )
     except WorkerFailed as exc:
@@ -431,35 +443,34 @@ def _offline(
         per_stream = max(1, total_threads // streams)
         notify(f"{c.id}: offline scenario, {streams} stream(s) x {per_stream} thread(s)", c)
         measured = [t["samples_per_s"] for t in sweep if t.get("samples_per_s")]
-        cmd = {
-            "cmd": "offline",
-            "concurrency": streams,
+        cmd = Offline(
+            concurrency=streams,
             # LoadGen issues expected rate x duration samples, so a guess far above
             # the real rate runs for far longer than duration_s. More streams seldom
             # scale linearly (shared cores, the GIL around small calls), so after the
             # first step the guess is the best rate measured so far, not streams x it.
-            "expected_sps": max(measured) if measured else c.batch_size / max(per_call_s, 1e-6),
-            "duration_s": s.offline_duration_s,
-            "out_dir": str(ctx.run_dir / "loadgen" / f"{c.id}-offline-{streams}"),
-            "seed": s.seed,
-        }
+            expected_sps=max(measured) if measured else c.batch_size / max(per_call_s, 1e-6),
+            duration_s=s.offline_duration_s,
+            out_dir=str(ctx.run_dir / "loadgen" / f"{c.id}-offline-{streams}"),
+            seed=s.seed,
+        )
         budget = s.trial_timeout_s + 4 * s.offline_duration_s + 10
         worker: WorkerProcess | None = None
         try:
             if streams == 1:
                 reply = procs[c.id].first.request(cmd, budget)
             else:
-                job = {
-                    **_job(c, ctx, s, "measure"),
-                    "threads": per_stream,
-                    "streams": streams,
-                    "outputs_path": str(ctx.run_dir / "outputs" / f"{c.id}-x{streams}.npy"),
-                }
+                job = LoadJob(
+                    base=ctx.job_base,
+                    load=_load_spec(c, s, threads=per_stream, streams=streams),
+                    outputs_path=str(ctx.run_dir / "outputs" / f"{c.id}-x{streams}.npy"),
+                    cpus=_cpus(s),
+                )
                 worker = WorkerProcess(
                     job, per_stream, ctx.run_dir / "logs" / f"{c.id}-offline-{streams}.log"
                 )
                 applied = worker.reply(s.trial_timeout_s)["settings"]
-                outputs = np.load(job["outputs_path"], allow_pickle=False)
+                outputs = np.load(job.outputs_path, allow_pickle=False)
                 quality = evaluate(ctx.metric, outputs, ctx.reference, ctx.labels, ctx.max_drop)
                 if not quality.passed:
                     raise WorkerFailed(f"quality gate with {streams} streams: {quality.describe()}")
@@ -501,7 +512,7 @@ def set_validity(
     machine: dict[str, Any] | None = None,
     others: list[Candidate] | None = None,
 ) -> None:
-    """valid | noisy | invalid, with the reason (DESIGN.md §3 rule 10).
+    """valid | noisy | invalid, with the reason (docs/method.md §3 rule 10).
 
     `machine` is what other processes used during the rounds (`machine_use`):
     over its gate the results are noisy. Under it, a wide spread that `others`
@@ -622,8 +633,7 @@ def measure_group(
             notify(f"warming up {cid}", c)
             try:
                 reply = procs[cid].first.request(
-                    {"cmd": "warmup", "seconds": s.warmup_s, "min_calls": s.warmup_calls},
-                    s.trial_timeout_s,
+                    Warmup(seconds=s.warmup_s, min_calls=s.warmup_calls), s.trial_timeout_s
                 )
             except WorkerFailed as exc:
                 _fail(c, None, f"warm-up failed: {exc}")
@@ -631,7 +641,7 @@ def measure_group(
                 continue
             c.warmup_ns = reply["latency_ns"]
             record(c, -1, "warmup", c.warmup_ns, None, 0)
-            # A fixed call count per round, reused for every round (rule 4); a
+            # A fixed call count per round, reused for every round (docs/method.md rule 4); a
             # resumed candidate keeps the count its stored rounds were made with.
             typical = float(np.median(c.warmup_ns[len(c.warmup_ns) // 2 :]))
             if c.rounds_ns and "calls_per_round" in c.settings:
@@ -666,18 +676,17 @@ def measure_group(
                     continue
                 slot, worker = procs[cid].turn(r)
                 try:
-                    reply = worker.request(
-                        {"cmd": "measure", "calls": calls[cid], "settle": settle[cid]},
-                        s.trial_timeout_s,
+                    timed = worker.measure(
+                        Measure(calls=calls[cid], settle=settle[cid]), s.trial_timeout_s
                     )
                 except WorkerFailed as exc:
                     _fail(c, None, f"failed in round {r + 1}: {exc}")
                     procs.pop(cid).close()
                     continue
-                c.rounds_ns.append(reply["latency_ns"])
-                c.block_ns.append(reply["block_ns"])
+                c.rounds_ns.append(timed.latency_ns)
+                c.block_ns.append(timed.block_ns)
                 c.round_slots.append(slot)
-                record(c, r, "measure", reply["latency_ns"], reply["block_ns"], slot)
+                record(c, r, "measure", timed.latency_ns, timed.block_ns, slot)
                 measured_here += 1
             if measured_here:  # a round measured before an interruption is no sample
                 rounds_cpu.append(environment.other_cpu(cpu_at_start, environment.cpu_sample()))
@@ -761,7 +770,7 @@ BUSY_GATE_CORES = 0.25
 
 
 def machine_use(rounds_cpu: list[dict[str, float]], s: MeasureSettings) -> dict[str, Any] | None:
-    """What other processes used of the machine during a group's rounds (rule 10)."""
+    """What other processes used of the machine during a group's rounds (docs/method.md rule 10)."""
     if not rounds_cpu:
         return None
     seconds = sum(r["seconds"] for r in rounds_cpu)
@@ -793,7 +802,7 @@ def _repeat_cold_start(c: Candidate, ctx: GroupContext, s: MeasureSettings, noti
         notify(f"{c.id}: cold start {i + 2} of {s.cold_starts}", None)
         try:
             reply = run_job(
-                _job(c, ctx, s, "coldstart"),
+                ColdStartJob(base=ctx.job_base, load=_load_spec(c, s), cpus=_cpus(s)),
                 _threads(c, s),
                 ctx.run_dir / "logs" / f"{c.id}-cold{i + 2}.log",
                 s.trial_timeout_s,

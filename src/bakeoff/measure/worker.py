@@ -5,14 +5,10 @@ Messages both ways are JSON (never pickle). The parent sets thread variables in
 the environment before this process starts, so they hold before numpy or any
 runtime is imported.
 
-Jobs (the first message):
-- ``build``: run a backend's build step; reply with the artifact.
-- ``reference``: run a variant on the quality inputs and save its outputs.
-- ``coldstart``: load a variant and time its first call, nothing else.
-- ``measure``: load the variant, time the first call, save outputs on the
-  quality inputs (the same loaded variant that is timed: rule 12), then
-  answer ``warmup`` / ``measure`` / ``server`` / ``offline`` / ``exit``
-  commands until told to stop.
+The first message is a job, the ones after a `LoadJob` commands: the typed
+messages of `bakeoff.measure.jobs`, which says what each one asks. A message
+this worker cannot read is answered with an error that names what is wrong;
+after a bad command the worker goes on answering commands.
 """
 
 from __future__ import annotations
@@ -31,24 +27,45 @@ import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 import numpy as np
 
-from bakeoff.backends import BuildContext, LoadContext, Runner, Variant, get_backend
+from bakeoff.backends import BuildContext, LoadContext, Runner, get_backend
 from bakeoff.batching import Layout, has_split, read_split
+from bakeoff.measure.jobs import (
+    BuildJob,
+    ColdStartJob,
+    Exit,
+    JobBase,
+    JobError,
+    LoadJob,
+    LoadSpec,
+    Measure,
+    Offline,
+    ReferenceJob,
+    Server,
+    Timed,
+    Warmup,
+    command_from_json,
+    job_from_json,
+)
 from bakeoff.measure.process import PRIVATE_CACHE_VARIABLE
 from bakeoff.sizes import model_bytes
 from bakeoff.transforms import StepFailed, StepNotNeeded
-from bakeoff.workload import ModelSource
 
 
 def send(conn: Connection, msg: dict[str, Any]) -> None:
     conn.send_bytes(json.dumps(msg).encode())
 
 
-def recv(conn: Connection) -> dict[str, Any]:
-    return dict(json.loads(conn.recv_bytes()))
+def recv(conn: Connection) -> Any:
+    """The next message, parsed but not yet checked (`bakeoff.measure.jobs` does)."""
+    data = conn.recv_bytes()
+    try:
+        return json.loads(data)
+    except ValueError as exc:  # not JSON, or not UTF-8
+        raise JobError(f"a message that is not JSON ({exc})") from None
 
 
 def timed_calls(
@@ -68,14 +85,6 @@ def timed_calls(
         run(x)
         latencies[i] = clock() - t0
     return latencies, clock() - block_start
-
-
-def _source(job: dict[str, Any]) -> ModelSource:
-    return ModelSource(**job["source"])
-
-
-def _variant(job: dict[str, Any]) -> Variant:
-    return Variant(**job["variant"])
 
 
 def _batches(
@@ -121,12 +130,12 @@ def alt_outputs_path(outputs_path: str | Path) -> Path:
     return path.with_name(path.stem + ".alt.npy")
 
 
-def _save_quality_outputs(runner: Runner, job: dict[str, Any]) -> None:
-    names, batch_size = job["input_names"], job["batch_size"]
-    quality, layout = read_split(job["data_path"], "quality", names)
-    np.save(job["outputs_path"], _outputs(runner, quality, layout, batch_size))
-    if has_split(job["data_path"], ALT_SPLIT, names):
-        alt, _ = read_split(job["data_path"], ALT_SPLIT, names)
+def _save_quality_outputs(runner: Runner, job: ReferenceJob | LoadJob) -> None:
+    data_path, names, batch_size = job.base.data_path, job.base.input_names, job.load.batch_size
+    quality, layout = read_split(data_path, "quality", names)
+    np.save(job.outputs_path, _outputs(runner, quality, layout, batch_size))
+    if has_split(data_path, ALT_SPLIT, names):
+        alt, _ = read_split(data_path, ALT_SPLIT, names)
         try:
             outputs = _outputs(runner, alt, layout, batch_size)
         except Exception as exc:
@@ -135,13 +144,13 @@ def _save_quality_outputs(runner: Runner, job: dict[str, Any]) -> None:
                 f"the variant does not run at the second shape (variable axes halved: {shapes}"
                 f" per sample): {type(exc).__name__}: {exc}"
             ) from exc
-        np.save(alt_outputs_path(job["outputs_path"]), outputs)
+        np.save(alt_outputs_path(job.outputs_path), outputs)
 
 
 class ImportClock:
     """Wall time spent importing while it is on (outermost imports only).
 
-    Cold start is import + load + compile + first call (rule 3); the runtimes
+    Cold start is import + load + compile + first call (docs/method.md rule 3); the runtimes
     import their libraries inside `load`, so the import share is taken apart
     here, for every backend alike. Both `import` statements and
     `importlib.import_module` calls count (transformers loads a model's module
@@ -183,53 +192,54 @@ class ImportClock:
         importlib.import_module = self._original_import_module
 
 
-def _load_runner(job: dict[str, Any]) -> Runner:
+def _load_runner(base: JobBase, load: LoadSpec) -> Runner:
     ctx = LoadContext(
-        source=_source(job),
-        threads=job["threads"],
-        batch_size=job["batch_size"],
-        input_names=tuple(job["input_names"]),
-        options=job.get("options", {}),
-        candidate_id=job.get("candidate_id", ""),
-        streams=job.get("streams", 1),
-        data_path=job.get("data_path", ""),
+        source=base.source,
+        threads=load.threads,
+        batch_size=load.batch_size,
+        input_names=base.input_names,
+        options=load.options,
+        candidate_id=load.candidate_id,
+        streams=load.streams,
+        data_path=base.data_path,
     )
-    backend = get_backend(job["variant"]["runtime"])
+    backend = get_backend(load.variant.runtime)
     with ImportClock() as imports:
-        runner = backend.load(_variant(job), job["artifact"], ctx)
+        runner = backend.load(load.variant, load.artifact, ctx)
     runner.settings = {**runner.settings, "import_s": round(imports.seconds, 6)}
     return runner
 
 
-def do_build(job: dict[str, Any]) -> dict[str, Any]:
+def do_build(job: BuildJob) -> dict[str, Any]:
+    base = job.base
     ctx = BuildContext(
-        source=_source(job),
-        artifacts_dir=job["artifacts_dir"],
-        data_path=job["data_path"],
-        input_names=tuple(job["input_names"]),
-        threads=job["threads"],
-        metric=job.get("metric", "cosine"),
-        max_drop=job.get("max_drop", 0.01),
-        skip_unneeded=job.get("skip_unneeded", True),
+        source=base.source,
+        artifacts_dir=base.artifacts_dir,
+        data_path=base.data_path,
+        input_names=base.input_names,
+        threads=job.threads,
+        metric=base.metric,
+        max_drop=base.max_drop,
+        skip_unneeded=base.skip_unneeded,
     )
     t0 = time.perf_counter()
-    artifact = get_backend(job["variant"]["runtime"]).build(_variant(job), ctx)
+    artifact = get_backend(job.variant.runtime).build(job.variant, ctx)
     return {"ok": True, "artifact": artifact, "build_s": time.perf_counter() - t0}
 
 
-def do_reference(job: dict[str, Any]) -> dict[str, Any]:
-    runner = _load_runner(job)
+def do_reference(job: ReferenceJob) -> dict[str, Any]:
+    runner = _load_runner(job.base, job.load)
     _save_quality_outputs(runner, job)
     return {"ok": True, "settings": runner.settings}
 
 
-def do_cold_start(job: dict[str, Any], started: float) -> dict[str, Any]:
+def do_cold_start(job: ColdStartJob, started: float) -> dict[str, Any]:
     """Only what a fresh process pays before its first answer: load, then one call."""
-    runner = _load_runner(job)
+    runner = _load_runner(job.base, job.load)
     load_s = time.perf_counter() - started
     clock: Callable[[], int] = getattr(runner, "clock_ns", time.perf_counter_ns)
-    pool, layout = read_split(job["data_path"], "pool", job["input_names"])
-    batch = runner.prepare(_batches(pool, layout, job["batch_size"], 1)[0])
+    pool, layout = read_split(job.base.data_path, "pool", job.base.input_names)
+    batch = runner.prepare(_batches(pool, layout, job.load.batch_size, 1)[0])
     t0 = clock()
     runner.run(batch)
     return {
@@ -240,14 +250,14 @@ def do_cold_start(job: dict[str, Any], started: float) -> dict[str, Any]:
     }
 
 
-def serve_measure(conn: Connection, job: dict[str, Any], started: float) -> None:
-    runner = _load_runner(job)
+def serve_measure(conn: Connection, job: LoadJob, started: float) -> None:
+    runner = _load_runner(job.base, job.load)
     load_s = time.perf_counter() - started
     clock: Callable[[], int] = getattr(runner, "clock_ns", time.perf_counter_ns)
-    names, batch_size = job["input_names"], job["batch_size"]
-    pool_arrays, layout = read_split(job["data_path"], "pool", names)
+    names, batch_size = job.base.input_names, job.load.batch_size
+    pool_arrays, layout = read_split(job.base.data_path, "pool", names)
     pool_n = layout.count(pool_arrays)
-    # A pool of distinct real batches, cycled: rule 5 (never one tensor repeated).
+    # A pool of distinct real batches, cycled: docs/method.md rule 5 (never one tensor repeated).
     count = min(16, max(4, -(-pool_n // batch_size)))
     pool = [runner.prepare(b) for b in _batches(pool_arrays, layout, batch_size, count)]
     t0 = clock()
@@ -262,68 +272,73 @@ def serve_measure(conn: Connection, job: dict[str, Any], started: float) -> None
             "load_s": load_s,
             "first_call_s": first_call_s,
             "settings": runner.settings,
-            "model_bytes": model_bytes(runner, job["artifact"]),
+            "model_bytes": model_bytes(runner, job.load.artifact),
             "pid": os.getpid(),
         },
     )
     while True:
-        cmd = recv(conn)
-        if cmd["cmd"] == "warmup":
-            # Warm up for at least `seconds` and `min_calls`: caches, allocators
-            # and thread pools reach steady state before any sample is kept.
-            lat: list[int] = []
-            deadline = clock() + int(cmd["seconds"] * 1e9)
-            while len(lat) < cmd["min_calls"] or clock() < deadline:
-                lat += timed_calls(runner.run, pool, 1, clock)[0]
-                if len(lat) >= cmd.get("max_calls", 10_000):
-                    break
-            send(conn, {"ok": True, "latency_ns": lat})
-        elif cmd["cmd"] == "measure":
-            # Untimed settling calls first: right after another worker ran, the
-            # first call pays for that worker's spinning threads and our cold
-            # caches, a cost of the interleaving, not of this runtime.
-            for i in range(cmd.get("settle", 0)):
-                runner.run(pool[i % len(pool)])
-            lat, block_ns = timed_calls(runner.run, pool, cmd["calls"], clock)
-            send(conn, {"ok": True, "latency_ns": lat, "block_ns": block_ns})
-        elif cmd["cmd"] == "server":
-            from bakeoff.measure.scenarios import find_peak_rate
+        try:
+            cmd = command_from_json(recv(conn))
+        except JobError as exc:  # not JSON, or not a command: say so, and go on
+            send(conn, {"ok": False, "reason": str(exc)})
+            continue
+        match cmd:
+            case Warmup():
+                # Warm up for at least `seconds` and `min_calls`: caches, allocators
+                # and thread pools reach steady state before any sample is kept.
+                lat: list[int] = []
+                deadline = clock() + int(cmd.seconds * 1e9)
+                while len(lat) < cmd.min_calls or clock() < deadline:
+                    lat += timed_calls(runner.run, pool, 1, clock)[0]
+                    if len(lat) >= cmd.max_calls:
+                        break
+                send(conn, {"ok": True, "latency_ns": lat})
+            case Measure():
+                # Untimed settling calls first: right after another worker ran, the
+                # first call pays for that worker's spinning threads and our cold
+                # caches, a cost of the interleaving, not of this runtime.
+                for i in range(cmd.settle):
+                    runner.run(pool[i % len(pool)])
+                lat, block_ns = timed_calls(runner.run, pool, cmd.calls, clock)
+                send(conn, {"ok": True, **Timed(lat, block_ns).to_json()})
+            case Server():
+                from bakeoff.measure.scenarios import find_peak_rate
 
-            result = find_peak_rate(
-                runner.run,
-                pool,
-                single_stream_s=cmd["single_stream_s"],
-                bound_ms=cmd["bound_ms"],
-                duration_s=cmd["duration_s"],
-                min_queries=cmd["min_queries"],
-                steps=cmd["steps"],
-                out_dir=Path(cmd["out_dir"]),
-                seed=cmd["seed"],
-            )
-            send(conn, {"ok": True, "server": result})
-        elif cmd["cmd"] == "offline":
-            from bakeoff.measure.scenarios import offline_trial
+                result = find_peak_rate(
+                    runner.run,
+                    pool,
+                    single_stream_s=cmd.single_stream_s,
+                    bound_ms=cmd.bound_ms,
+                    duration_s=cmd.duration_s,
+                    min_queries=cmd.min_queries,
+                    steps=cmd.steps,
+                    out_dir=Path(cmd.out_dir),
+                    seed=cmd.seed,
+                )
+                send(conn, {"ok": True, "server": result})
+            case Offline():
+                from bakeoff.measure.scenarios import offline_trial
 
-            new_stream = getattr(runner, "new_stream", None)
-            streams = [
-                new_stream() if new_stream else runner.run for _ in range(cmd["concurrency"])
-            ]
-            result = offline_trial(
-                streams,
-                pool,
-                batch_size,
-                expected_sps=cmd["expected_sps"],
-                duration_s=cmd["duration_s"],
-                out_dir=Path(cmd["out_dir"]),
-                seed=cmd["seed"],
-            )
-            send(conn, {"ok": True, "offline": result})
-        elif cmd["cmd"] == "exit":
-            peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            send(conn, {"ok": True, "peak_rss_mb": peak_kib / 1024})
-            return
-        else:
-            send(conn, {"ok": False, "reason": f"unknown command {cmd['cmd']!r}"})
+                new_stream = getattr(runner, "new_stream", None)
+                streams = [
+                    new_stream() if new_stream else runner.run for _ in range(cmd.concurrency)
+                ]
+                result = offline_trial(
+                    streams,
+                    pool,
+                    batch_size,
+                    expected_sps=cmd.expected_sps,
+                    duration_s=cmd.duration_s,
+                    out_dir=Path(cmd.out_dir),
+                    seed=cmd.seed,
+                )
+                send(conn, {"ok": True, "offline": result})
+            case Exit():
+                peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+                send(conn, {"ok": True, "peak_rss_mb": peak_kib / 1024})
+                return
+            case _:
+                assert_never(cmd)
 
 
 def main(fd: int) -> int:
@@ -333,20 +348,25 @@ def main(fd: int) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     conn = Connection(fd)
-    job = recv(conn)
-    if cpus := job.get("cpus"):
-        os.sched_setaffinity(0, cpus)
     try:
-        if job["kind"] == "build":
-            send(conn, do_build(job))
-        elif job["kind"] == "reference":
-            send(conn, do_reference(job))
-        elif job["kind"] == "measure":
-            serve_measure(conn, job, started)
-        elif job["kind"] == "coldstart":
-            send(conn, do_cold_start(job, started))
-        else:
-            send(conn, {"ok": False, "reason": f"unknown job kind {job['kind']!r}"})
+        try:
+            job = job_from_json(recv(conn))
+        except JobError as exc:  # not JSON, or not a job: say so instead of a traceback
+            send(conn, {"ok": False, "reason": str(exc)})
+            return 0
+        if job.cpus:
+            os.sched_setaffinity(0, job.cpus)
+        match job:
+            case BuildJob():
+                send(conn, do_build(job))
+            case ReferenceJob():
+                send(conn, do_reference(job))
+            case LoadJob():
+                serve_measure(conn, job, started)
+            case ColdStartJob():
+                send(conn, do_cold_start(job, started))
+            case _:
+                assert_never(job)
     except StepNotNeeded as exc:
         send(conn, {"ok": False, "reason": str(exc), "not_needed": True})
     except StepFailed as exc:

@@ -52,7 +52,7 @@ GRID = "#e6e6e6"
 _SVG = "http://www.w3.org/2000/svg"
 _XLINK = "http://www.w3.org/1999/xlink"
 _PT = 72.0  # matplotlib's SVG user unit is the point; at 72 dpi one point is one px
-# Upper and lower bounds of each quality metric (see quality.py), and which way is better.
+# Upper and lower bounds of each quality metric (see judge/quality.py), and which way is better.
 _BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "cosine": (-1.0, 1.0),
     "agreement": (0.0, 1.0),

@@ -11,14 +11,14 @@ import numpy as np
 
 from bakeoff.batching import read_split, split_names
 from bakeoff.errors import UserError
-from bakeoff.paths import DEFAULT_STORE
+from bakeoff.judge.verdict import Measured, objective_for
+from bakeoff.paths import DEFAULT_STORE, RunFolder
 from bakeoff.store import Store
-from bakeoff.verdict import Measured, objective_for
 
 
 def status_label(c: dict[str, Any]) -> str:
     """A candidate's status, with its validity where a measured result is not to be
-    taken as it is (rule 10: flag it rather than print it as if fine)."""
+    taken as it is (docs/method.md rule 10: flag it rather than print it as if fine)."""
     if c["status"] == "ok" and c.get("validity") in ("noisy", "invalid"):
         return f"ok, {c['validity']}"
     return str(c["status"])
@@ -102,8 +102,7 @@ def load(run_id: str, store: str | Path) -> StoredRun:
     path = Path(store)
     if not path.exists():
         raise UserError(f"no store at {store} (run `bakeoff run` first, or pass --store)")
-    s = Store(path)
-    try:
+    with Store(path) as s:
         record = s.run(run_id)
         run = StoredRun(record, store=Path(store))
         ids = [c["id"] for c in run.candidates]
@@ -114,9 +113,7 @@ def load(run_id: str, store: str | Path) -> StoredRun:
             warm = s.samples(run.run_id, cid, "warmup")
             if warm:
                 run.warmup_calls[cid] = sum(len(w) for w in warm)
-    finally:
-        s.close()
-    run.input_shapes = _input_shapes(path.parent / "runs" / run.run_id / "data.npz")
+    run.input_shapes = _input_shapes(RunFolder.of(path, run.run_id).data)
     return run
 
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from bakeoff.judge.verdict import statement
 from bakeoff.paths import resume_command
 from bakeoff.report import charts
 from bakeoff.report.charts import num
 from bakeoff.report.data import StoredRun, flagged, leaders, load, status_label
-from bakeoff.verdict import statement
 
 _CSS = """
 body { font-family: sans-serif; margin: 24px auto; max-width: 1100px; color: #222; }

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bakeoff.judge.verdict import statement
 from bakeoff.paths import resume_command
 from bakeoff.report.charts import num
 from bakeoff.report.data import StoredRun, flagged, leaders, load, status_label
-from bakeoff.verdict import statement
 
 
 def _cell(value: Any) -> str:

@@ -15,9 +15,9 @@ from rich.table import Table
 from rich.text import Text
 
 from bakeoff.candidates import Candidate
+from bakeoff.judge.verdict import statement
 from bakeoff.report.charts import num
 from bakeoff.report.data import flagged, leaders, status_label
-from bakeoff.verdict import statement
 
 _STATUS_STYLE = {
     "ok": "green",

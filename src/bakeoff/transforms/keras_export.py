@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from bakeoff.source import ModelSource
 from bakeoff.transforms import StepFailed, cached_step
-from bakeoff.workload import ModelSource
 
 ONNX_BACKEND = "torch"
 

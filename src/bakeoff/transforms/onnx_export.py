@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from bakeoff.batching import Layout
+from bakeoff.source import ModelSource
 from bakeoff.transforms import StepFailed, cached_step
-from bakeoff.workload import ModelSource
 
 OPSET = 18
 _OPERATOR_PATTERNS = (

@@ -13,19 +13,8 @@ from typing import Any
 import numpy as np
 
 from bakeoff.batching import AXIS_0, Layout
+from bakeoff.tensors import OPENVINO_NUMPY_TYPES
 from bakeoff.transforms import StepFailed, step_failed
-
-# OpenVINO element type names -> numpy dtypes, to feed a graph its own input types.
-NUMPY_TYPES: dict[str, Any] = {
-    "f32": np.float32,
-    "f64": np.float64,
-    "f16": np.float16,
-    "i64": np.int64,
-    "i32": np.int32,
-    "i8": np.int8,
-    "u8": np.uint8,
-    "boolean": np.bool_,
-}
 
 # INT4 weight-only settings. Asymmetric keeps a zero point per group, which holds
 # accuracy better than symmetric on weights that are not centred on zero; 128 is
@@ -57,7 +46,8 @@ class _Captured(logging.Handler):
 def input_types(ports: Iterable[Any]) -> list[tuple[str, Any]]:
     """(name, numpy dtype) of each model input, in order."""
     return [
-        (p.get_any_name(), NUMPY_TYPES.get(p.get_element_type().get_type_name())) for p in ports
+        (p.get_any_name(), OPENVINO_NUMPY_TYPES.get(p.get_element_type().get_type_name()))
+        for p in ports
     ]
 
 
@@ -149,7 +139,7 @@ def _samples(
 ) -> list[dict[str, np.ndarray]]:
     """One batch-1 input dict per calibration sample (cut along each input's batch
     axis, constants as they are), keyed and typed as the IR wants."""
-    from bakeoff.backends.common import map_inputs
+    from bakeoff.tensors import map_inputs
 
     types = input_types(model.inputs)
     return [map_inputs(sample, types) for sample in layout.samples(calibration)]
@@ -209,7 +199,7 @@ def calibration_drop(
     split (the hold-out stays unseen); agreement stands in for accuracy (no labels)."""
     import openvino as ov
 
-    from bakeoff.quality import evaluate
+    from bakeoff.judge.quality import evaluate
 
     core = ov.Core()
     outputs = []
@@ -236,7 +226,7 @@ def nncf_int8_accuracy_aware(
 ) -> dict[str, Any]:
     """NNCF INT8 that reverts the most harmful quantizers to FP32 until the drop fits.
 
-    The validation metric is the quality gate's own comparison (bakeoff.quality)
+    The validation metric is the quality gate's own comparison (bakeoff.judge.quality)
     against the FP32 IR's outputs, on the calibration split: NNCF sees 1 - drop
     (1 for the FP32 IR itself; NNCF divides by it, so not 0), so its absolute
     "accuracy drop" is the gate's drop and max_drop is the gate's max_drop.
@@ -249,7 +239,7 @@ def nncf_int8_accuracy_aware(
         AdvancedSmoothQuantParameters,
     )
 
-    from bakeoff.quality import evaluate
+    from bakeoff.judge.quality import evaluate
 
     # The calibration split has no labels: for "accuracy", agreement with the
     # FP32 top-1 is the closest label-free stand-in, and it is recorded as such.

@@ -79,8 +79,7 @@ def cpu_kernel_precisions(
     """
     import onnxruntime as ort
 
-    from bakeoff.backends.common import map_inputs
-    from bakeoff.backends.onnxruntime import NUMPY_TYPES
+    from bakeoff.tensors import ONNX_NUMPY_TYPES, map_inputs
 
     opts = ort.SessionOptions()
     opts.enable_profiling = True
@@ -89,7 +88,7 @@ def cpu_kernel_precisions(
     opts.log_severity_level = 3
     try:
         session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-        inputs = [(i.name, NUMPY_TYPES.get(i.type)) for i in session.get_inputs()]
+        inputs = [(i.name, ONNX_NUMPY_TYPES.get(i.type)) for i in session.get_inputs()]
         session.run(None, map_inputs(example, inputs))
     except Exception as exc:
         raise StepFailed(

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bakeoff.measure import stats
-from bakeoff.measure.stats import Interval
+from bakeoff.judge import stats
+from bakeoff.judge.stats import Interval
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,8 @@ class Quality:
             f"max_drop {self.max_drop:g}"
         )
 
-    def to_dict(self) -> dict[str, float | str | None]:
+    def to_json(self) -> dict[str, float | str | None]:
+        """The candidate document's `quality`; `from_json` reads it back."""
         return {
             "metric": self.metric,
             "value": self.value,
@@ -43,6 +45,19 @@ class Quality:
             "worst": self.worst,
             "non_finite": self.non_finite,
         }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Quality:
+        # `worst` and `non_finite` are absent from documents older than them.
+        return cls(
+            doc["metric"],
+            doc["value"],
+            doc["reference"],
+            doc["drop"],
+            doc["max_drop"],
+            doc.get("worst"),
+            doc.get("non_finite", 0),
+        )
 
 
 def evaluate(

@@ -1,0 +1,339 @@
+"""Typed messages to a worker process: the job it starts with, the commands after it.
+
+The orchestrator builds these dataclasses and nothing else; `to_json` gives the
+JSON that crosses the socket pair (never pickle: a worker must not run what it
+is sent), and the worker reads it back with `job_from_json` or
+`command_from_json`, which refuse an unknown kind, a missing, unknown or
+mistyped field with a `JobError` that names it. Both ends are ours and a resumed
+run starts fresh workers, so the format carries no version.
+
+Jobs (the first message, ``"kind"`` says which):
+- `BuildJob`: run a backend's build step; the reply carries the artifact.
+- `ReferenceJob`: run a variant on the quality inputs and save its outputs.
+- `ColdStartJob`: load a variant and time its first call, nothing else.
+- `LoadJob`: load a variant, time its first call, save its outputs on the
+  quality inputs (the variant timed is the one checked: docs/method.md rule 12), then
+  answer commands until `Exit`.
+
+Commands (to a `LoadJob`'s worker): `Warmup`, `Measure` (answered with a
+`Timed`), `Server`, `Offline`, `Exit`.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from typing import Any, ClassVar, Self
+
+from bakeoff.backends import Variant
+from bakeoff.source import ModelSource
+
+KIND = "kind"  # the field of a message that says which class it is
+
+
+class JobError(ValueError):
+    """A message that is not a job or command this worker knows; says what is wrong."""
+
+
+@dataclass(frozen=True)
+class JobBase:
+    """What every job of one run shares: the model, the run's data and the quality gate."""
+
+    source: ModelSource
+    data_path: str  # the run's npz: calib/, quality/, quality_alt/ and pool/ splits
+    input_names: tuple[str, ...]
+    artifacts_dir: str  # shared by every build of a run; steps cache their outputs here
+    # The quality gate, for build steps that tune to it (NNCF accuracy control).
+    metric: str = "cosine"
+    max_drop: float = 0.01
+    # A grid leaves out a variant another one makes unnecessary; a hand-written
+    # candidate is built as asked.
+    skip_unneeded: bool = True
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """One built variant at one batch size, as a worker loads it."""
+
+    variant: Variant
+    artifact: dict[str, Any]  # what the backend's build returned
+    batch_size: int
+    threads: int  # per stream
+    options: dict[str, Any] = field(default_factory=dict)  # the candidate's own
+    candidate_id: str = ""
+    # Concurrent inference streams the offline scenario will run.
+    streams: int = 1
+
+
+class _Message:
+    """to_json / from_json for the dataclasses below, tagged with their `kind`."""
+
+    kind: ClassVar[str]
+    what: ClassVar[str]  # "job" or "command", for error messages
+
+    def to_json(self) -> dict[str, Any]:
+        return {KIND: self.kind, **_encode(self)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Self:
+        where = f"{cls.what} {cls.kind!r}"
+        if not isinstance(data, dict):
+            raise JobError(f"{where}: a message must be a JSON object, not {_describe(data)}")
+        if data.get(KIND) != cls.kind:
+            raise JobError(f"{where}: the message's {KIND} is {data.get(KIND)!r}")
+        try:
+            return _from_fields(cls, data, "", skip=(KIND,))
+        except JobError as exc:
+            raise JobError(f"{where}: {exc}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Job(_Message):
+    what: ClassVar[str] = "job"
+    # CPUs the worker pins itself to before anything else (None: the parent's set).
+    cpus: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildJob(_Job):
+    """Run the variant's build steps; the reply carries the artifact and build_s."""
+
+    kind: ClassVar[str] = "build"
+    base: JobBase
+    variant: Variant
+    threads: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReferenceJob(_Job):
+    """Load the variant, save its outputs on the quality inputs; reply: its settings."""
+
+    kind: ClassVar[str] = "reference"
+    base: JobBase
+    load: LoadSpec
+    outputs_path: str  # .npy; the second shape's outputs go beside it (.alt.npy)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ColdStartJob(_Job):
+    """Load the variant and time one call in a fresh process, nothing else."""
+
+    kind: ClassVar[str] = "coldstart"
+    base: JobBase
+    load: LoadSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadJob(_Job):
+    """Load, time the first call, save the quality outputs, then answer commands."""
+
+    kind: ClassVar[str] = "load"
+    base: JobBase
+    load: LoadSpec
+    outputs_path: str  # .npy; the second shape's outputs go beside it (.alt.npy)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Command(_Message):
+    what: ClassVar[str] = "command"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Warmup(_Command):
+    """Run for at least `seconds` and `min_calls`, at most `max_calls`; reply with
+    each call's ns."""
+
+    kind: ClassVar[str] = "warmup"
+    seconds: float
+    min_calls: int
+    max_calls: int = 10_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measure(_Command):
+    """`settle` untimed calls, then a block of `calls` timed ones; reply: `Timed`."""
+
+    kind: ClassVar[str] = "measure"
+    calls: int
+    settle: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Server(_Command):
+    """The server scenario: the highest Poisson arrival rate within the p99 bound."""
+
+    kind: ClassVar[str] = "server"
+    single_stream_s: float
+    bound_ms: float
+    duration_s: float
+    min_queries: int
+    steps: int
+    out_dir: str
+    seed: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Offline(_Command):
+    """One offline trial with `concurrency` streams."""
+
+    kind: ClassVar[str] = "offline"
+    concurrency: int
+    expected_sps: float
+    duration_s: float
+    out_dir: str
+    seed: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exit(_Command):
+    """Reply with the peak resident memory and end."""
+
+    kind: ClassVar[str] = "exit"
+
+
+Job = BuildJob | ReferenceJob | ColdStartJob | LoadJob
+Command = Warmup | Measure | Server | Offline | Exit
+
+JOBS: dict[str, type[Job]] = {c.kind: c for c in (BuildJob, ReferenceJob, ColdStartJob, LoadJob)}
+COMMANDS: dict[str, type[Command]] = {c.kind: c for c in (Warmup, Measure, Server, Offline, Exit)}
+
+
+def _dispatch(table: dict[str, type[Any]], what: str, data: Any) -> Any:
+    if not isinstance(data, dict):
+        raise JobError(f"a {what} must be a JSON object, not {_describe(data)}")
+    if KIND not in data:
+        raise JobError(f"a {what} without a {KIND!r} field (known: {', '.join(sorted(table))})")
+    cls = table.get(data[KIND]) if isinstance(data[KIND], str) else None
+    if cls is None:
+        known = ", ".join(sorted(table))
+        raise JobError(f"unknown {what} {KIND} {data[KIND]!r} (known: {known})")
+    return cls.from_json(data)
+
+
+def job_from_json(data: Any) -> Job:
+    """The job a worker was sent as its first message."""
+    return typing.cast(Job, _dispatch(JOBS, "job", data))
+
+
+def command_from_json(data: Any) -> Command:
+    """A command sent to a loaded worker."""
+    return typing.cast(Command, _dispatch(COMMANDS, "command", data))
+
+
+@dataclass(frozen=True)
+class Timed:
+    """The answer to `Measure`: each timed call's ns, and the whole block's."""
+
+    latency_ns: list[int]
+    block_ns: int
+
+    def to_json(self) -> dict[str, Any]:
+        return _encode(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Self:
+        """From a worker's reply (its "ok" is the channel's, not part of this)."""
+        if not isinstance(data, dict):
+            raise JobError(f"a measure reply must be a JSON object, not {_describe(data)}")
+        try:
+            return _from_fields(cls, data, "", skip=("ok",))
+        except JobError as exc:
+            raise JobError(f"measure reply: {exc}") from None
+
+
+# ---- the generic part: dataclass fields to and from JSON, each value type-checked
+
+
+# JSON's own leaves; a list of only these (a round's samples) is copied at C speed.
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def _encode(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _encode(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, list | tuple):
+        if all(type(v) in _LEAVES for v in value):
+            return list(value)
+        return [_encode(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _encode(v) for k, v in value.items()}
+    return value
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _from_fields(cls: type[Any], data: Any, path: str, skip: tuple[str, ...] = ()) -> Any:
+    if not isinstance(data, dict):
+        raise JobError(f"field {path!r} must be an object, not {_describe(data)}")
+    hints = _hints(cls)
+    names = [f.name for f in fields(cls)]
+    unknown = [k for k in data if k not in names and k not in skip]
+    if unknown:
+        raise JobError(f"unknown field {_join(path, str(unknown[0]))!r}")
+    values = {}
+    for f in fields(cls):
+        where = _join(path, f.name)
+        if f.name in data:
+            values[f.name] = _decode(hints[f.name], data[f.name], where)
+        elif f.default is MISSING and f.default_factory is MISSING:
+            raise JobError(f"missing field {where!r}")
+    return cls(**values)
+
+
+# A field's type -> the exact types its JSON value may have (so true is no integer)
+# and what to call it in an error.
+_SCALARS: dict[Any, tuple[frozenset[type], str]] = {
+    str: (frozenset({str}), "a string"),
+    int: (frozenset({int}), "an integer"),
+    float: (frozenset({int, float}), "a number"),
+    bool: (frozenset({bool}), "true or false"),
+}
+
+
+def _decode(tp: Any, value: Any, path: str) -> Any:
+    if tp is Any:
+        return value
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Union or origin is types.UnionType:
+        if value is None and type(None) in args:
+            return None
+        (inner,) = (a for a in args if a is not type(None))  # X | None only
+        return _decode(inner, value, path)
+    if tp in _SCALARS:
+        allowed, name = _SCALARS[tp]
+        if type(value) in allowed:
+            return float(value) if tp is float else value
+        raise JobError(f"field {path!r} must be {name}, not {_describe(value)}")
+    if origin in (list, tuple):
+        (item,) = args if origin is list else args[:1]  # tuple[X, ...] only
+        if not isinstance(value, list | tuple):
+            raise JobError(f"field {path!r} must be a list, not {_describe(value)}")
+        if item in _SCALARS and all(type(v) in _SCALARS[item][0] for v in value):  # samples
+            items = [float(v) for v in value] if item is float else list(value)
+        else:
+            items = [_decode(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return items if origin is list else tuple(items)
+    if origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise JobError(f"field {path!r} must be an object, not {_describe(value)}")
+        return {k: _decode(args[1], v, _join(path, k)) for k, v in value.items()}
+    if isinstance(tp, type) and is_dataclass(tp):
+        return _from_fields(tp, value, path)
+    raise TypeError(f"{path}: no JSON form for {tp!r}")  # a field type this module lacks
