@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +23,7 @@ from bakeoff import advise, backends, hardware
 from bakeoff.backends import REFERENCES, Variant, get_backend, reference_variant, runtime_names
 from bakeoff.errors import UserError
 from bakeoff.workload import parse_spec
+from test_racing import _workload as _racing_workload
 
 # A runtime of its own: numpy multiplies the fake model's input by the identity, so its
 # outputs equal the fake reference's and the wall clock times it (no virtual clock).
@@ -115,28 +115,9 @@ def _plugin(root: Path) -> Path:
     return root
 
 
-def _workload(folder: Path, runtime: str = "mine") -> Path:
-    rng = np.random.default_rng(0)
-    np.savez(folder / "d.npz", input=rng.random((64, 8), dtype=np.float32))
-    path = folder / "w.toml"
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            name = "third-party"
-            [model]
-            kind = "fake"
-            [data]
-            path = "d.npz"
-            [search]
-            batch_sizes = [1]
-
-            [[candidates]]
-            label = "numpy"
-            runtime = "{runtime}"
-            """
-        )
-    )
-    return path
+def _workload(folder: Path) -> Path:
+    """A fake model measured on the third-party runtime alone."""
+    return _racing_workload(folder, '[[candidates]]\nlabel = "numpy"\nruntime = "mine"\n')
 
 
 def _bakeoff(args: list[str], plugin: Path, cwd: Path) -> subprocess.CompletedProcess[str]:

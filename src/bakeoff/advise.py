@@ -1136,36 +1136,29 @@ def not_measured_why(item: dict[str, Any], doc: dict[str, Any], excluded: list[d
         why = "; ".join(str(w) for _, w in item.get("excludes") or [])
         return f"left out by the advice: {why}" if why else "nothing here to measure"
     hand_written = (settings.get("grid_from") or {}).get("runtimes") == "candidates"
-    reasons: dict[str, list[str]] = {}  # why -> what it leaves out
+    # (words before, words after) the things one reason leaves out -> those things
+    reasons: dict[tuple[str, str], list[str]] = {}
     for runtime, precision in proposes:
         hit = next(
             (e for e in excluded if e["what"] in (runtime, precision, f"{runtime}-{precision}")),
             None,
         )
-        what = f"{runtime} {precision}"
+        both = f"{runtime} {precision}"
+        grid = (("runtimes", runtime), ("precisions", precision))
+        missing = next(((k, v) for k, v in grid if v not in (settings.get(k) or [])), None)
         if hit is not None:
-            why = f"left out by the advice: {hit['why']}"
+            key, what = (f"left out by the advice: {hit['why']}", ""), ""
         elif hand_written:
-            why = "left out by the workload: its [[candidates]] include no {what}"
-        elif runtime not in (settings.get("runtimes") or []):
-            who = _chosen_by(doc, "runtimes")
-            why, what = (
-                (f"{{what}} left out {who}" if who else "{what} was not in the run"),
-                runtime,
-            )
-        elif precision not in (settings.get("precisions") or []):
-            who = _chosen_by(doc, "precisions")
-            why, what = (
-                (f"{{what}} left out {who}" if who else "{what} was not in the run"),
-                precision,
-            )
+            key, what = ("left out by the workload: its [[candidates]] include no ", ""), both
+        elif missing is not None:
+            who = _chosen_by(doc, missing[0])
+            key, what = ("", f" left out {who}" if who else " was not in the run"), missing[1]
         else:
-            why = "no {what} candidate was built"
-        reasons.setdefault(why, [])
-        if what not in reasons[why]:
-            reasons[why].append(what)
-    # replace, not format: an exclusion's reason may hold braces of its own.
-    return "; ".join(why.replace("{what}", " or ".join(w)) for why, w in reasons.items())
+            key, what = ("no ", " candidate was built"), both
+        whats = reasons.setdefault(key, [])
+        if what and what not in whats:
+            whats.append(what)
+    return "; ".join(f"{a}{' or '.join(w)}{b}" for (a, b), w in reasons.items())
 
 
 def _standing(

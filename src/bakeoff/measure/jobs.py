@@ -5,7 +5,10 @@ JSON that crosses the socket pair (never pickle: a worker must not run what it
 is sent), and the worker reads it back with `job_from_json` or
 `command_from_json`, which refuse an unknown kind, a missing, unknown or
 mistyped field with a `JobError` that names it. Both ends are ours and a resumed
-run starts fresh workers, so the format carries no version.
+run starts fresh workers, so the format carries no version. The checks are a
+few dozen lines here rather than pydantic (which the workload format uses)
+because every worker process imports this module before it loads anything, and
+pydantic's validators would add tens of milliseconds to each of them.
 
 Jobs (the first message, ``"kind"`` says which):
 - `BuildJob`: run a backend's build step; the reply carries the artifact.
