@@ -182,7 +182,7 @@ def run_benchmark_app(
     out: Path,
 ) -> dict[str, Any]:
     """Time the IR with benchmark_app; return its median, mean, count and applied settings."""
-    from bakeoff.measure.process import worker_env  # the environment bakeoff's workers get
+    from bakeoff.trials.launcher import worker_env  # the environment bakeoff's workers get
 
     out.mkdir(parents=True, exist_ok=True)
     config = out / "config.json"

@@ -444,7 +444,9 @@ def test_advice_picks_the_candidates_of_a_run_and_is_confirmed_in_its_document(
         'name = "fake"\n[model]\nkind = "fake"\noptions = { latency_ms = 1.0 }\n'
         '[data]\npath = "d.npz"\n'
     )
-    real = api._advice_for
+    from bakeoff.inference import pipeline
+
+    real = pipeline.advice_for
 
     def fake_fp32_only(workload: Any, target: str | None) -> advise.AdviceReport:
         report = real(workload, target)
@@ -471,7 +473,7 @@ def test_advice_picks_the_candidates_of_a_run_and_is_confirmed_in_its_document(
         "offers",
         lambda precision, kind: [*offers(precision, kind), Offer(Variant("fake", "fp32", "other"))],
     )
-    monkeypatch.setattr(api, "_advice_for", fake_fp32_only)
+    monkeypatch.setattr(pipeline, "advice_for", fake_fp32_only)
     result = api.run(
         str(tmp_path / "w.toml"),
         api.RunOptions(quick=True, store=store_path, batch_sizes=[1], budget_s=1),

@@ -21,6 +21,7 @@ import pytest
 from bakeoff import api
 from bakeoff.batching import Layout, layout_in, read_split, split_names
 from bakeoff.errors import UserError
+from bakeoff.inference.split import split_data
 from bakeoff.loader import load_workload
 
 LAYERS, HIDDEN, SAMPLES = 2, 16, 32
@@ -320,7 +321,7 @@ def test_the_split_cuts_each_input_on_its_batch_axis(tmp_path: Path) -> None:
     assert workload.source.batch_axes == {"state": 1}
     assert workload.source.constants == ["sr"]  # 0-d: a constant without being listed
     assert workload.n_samples == 40
-    split = api._split(workload, quick=True)
+    split = split_data(workload, quick=True)
     assert "quality/sr" not in split and int(split["const/sr"]) == 16000
     assert int(split["batch_axis/state"]) == 1
     quality, pool = split["quality/input"][:, 0], split["pool/input"][:, 0]

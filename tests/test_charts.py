@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bakeoff.report import charts, html
+from bakeoff.report import charts, html_charts, scales
 from bakeoff.report.data import StoredRun
 
 
@@ -68,7 +68,7 @@ def test_float_noise_is_drawn_as_one_quality() -> None:
         ],
         winner="fast-b1",
     )
-    page = html._quality_speed(run)
+    page = html_charts.quality_speed(run)
     (svg,) = _svgs(page)
     assert svg.get("id") == "chart-quality-speed-b1" and svg.get("class") == "chart"
     points = _marks(svg, "point")
@@ -102,7 +102,7 @@ def test_a_real_trade_off_draws_the_front() -> None:
         ],
         winner="fast-b1",
     )
-    page = html._quality_speed(run)
+    page = html_charts.quality_speed(run)
     (svg,) = _svgs(page)
     (front,) = _marks(svg, "pareto-front")
     assert (front.findtext("title") or "") == "Pareto front: fast-b1, exact-b1"
@@ -119,14 +119,14 @@ def test_a_real_trade_off_draws_the_front() -> None:
 
 def test_pareto_on_the_grid_drops_a_slower_equal() -> None:
     grid = 0.01
-    pts = [("a", 1.0, charts.snap(1.0, grid)), ("b", 2.0, charts.snap(0.99999994, grid))]
-    assert html.pareto(pts, lower_x=True, lower_y=False) == {"a"}
-    pts = [("a", 1.0, charts.snap(0.99, grid)), ("b", 2.0, charts.snap(1.0, grid))]
-    assert html.pareto(pts, lower_x=True, lower_y=False) == {"a", "b"}
+    pts = [("a", 1.0, scales.snap(1.0, grid)), ("b", 2.0, scales.snap(0.99999994, grid))]
+    assert html_charts.pareto(pts, lower_x=True, lower_y=False) == {"a"}
+    pts = [("a", 1.0, scales.snap(0.99, grid)), ("b", 2.0, scales.snap(1.0, grid))]
+    assert html_charts.pareto(pts, lower_x=True, lower_y=False) == {"a", "b"}
     # max_abs: lower is better
-    lower = charts.lower_is_better("max_abs")
-    assert html.pareto([("a", 1.0, 0.1), ("b", 2.0, 0.0)], True, lower) == {"a", "b"}
-    assert html.pareto([("a", 1.0, 0.0), ("b", 2.0, 0.1)], True, True) == {"a"}
+    lower = scales.lower_is_better("max_abs")
+    assert html_charts.pareto([("a", 1.0, 0.1), ("b", 2.0, 0.0)], True, lower) == {"a", "b"}
+    assert html_charts.pareto([("a", 1.0, 0.0), ("b", 2.0, 0.1)], True, True) == {"a"}
 
 
 @pytest.mark.parametrize(
@@ -142,7 +142,7 @@ def test_pareto_on_the_grid_drops_a_slower_equal() -> None:
 def test_the_quality_axis_spans_at_least_the_resolution(
     values: list[float], resolution: float, metric: str
 ) -> None:
-    lo, hi = charts.quality_limits(values, resolution, metric)
+    lo, hi = scales.quality_limits(values, resolution, metric)
     assert hi - lo >= resolution * (1 - 1e-12)
     assert lo <= min(values) and hi >= max(values)
     bounds = {"cosine": (-1, 1), "accuracy": (0, 1), "agreement": (0, 1), "max_abs": (0, None)}
@@ -152,12 +152,12 @@ def test_the_quality_axis_spans_at_least_the_resolution(
 
 
 def test_resolution_and_snap() -> None:
-    assert charts.quality_resolution("cosine", 0.01, [1.0]) == 0.01
-    assert charts.quality_resolution("cosine", 0.0, [1.0]) == pytest.approx(0.001)
-    assert charts.quality_resolution("accuracy", None, [0.9]) == pytest.approx(0.001)
-    assert charts.quality_resolution("max_abs", 0.0, [0.0, 0.2]) == pytest.approx(0.0002)
-    assert charts.snap(0.99999994, 0.01) == charts.snap(1.0, 0.01)
-    assert charts.snap(0.9999, 0.01) != charts.snap(1.0, 0.01)  # a real 1e-4 difference
+    assert scales.quality_resolution("cosine", 0.01, [1.0]) == 0.01
+    assert scales.quality_resolution("cosine", 0.0, [1.0]) == pytest.approx(0.001)
+    assert scales.quality_resolution("accuracy", None, [0.9]) == pytest.approx(0.001)
+    assert scales.quality_resolution("max_abs", 0.0, [0.0, 0.2]) == pytest.approx(0.0002)
+    assert scales.snap(0.99999994, 0.01) == scales.snap(1.0, 0.01)
+    assert scales.snap(0.9999, 0.01) != scales.snap(1.0, 0.01)  # a real 1e-4 difference
 
 
 def test_charts_inline_cleanly_side_by_side() -> None:

@@ -18,7 +18,8 @@ import pytest
 from rich.console import Console
 
 from bakeoff import api
-from bakeoff.compare import compare, compare_runs, print_comparison
+from bakeoff.compare import compare, compare_runs
+from bakeoff.report.compare import print_comparison
 from bakeoff.report.data import load
 
 

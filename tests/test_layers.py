@@ -49,4 +49,5 @@ def test_an_import_from_a_layer_above_is_caught(tmp_path: Path) -> None:
     proc = _lint(tmp_path / "broken.toml")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "0 kept, 1 broken" in proc.stdout
-    assert "bakeoff.cli -> bakeoff.api" in proc.stdout
+    # The command line's modules import the face (bakeoff.cli.run -> bakeoff.api ...).
+    assert re.search(r"bakeoff\.cli(\.\w+)* -> bakeoff\.api\b", proc.stdout), proc.stdout

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from bakeoff import api
-from bakeoff.backends import Variant
+from bakeoff.backends import Variant, reference_variant
 from bakeoff.errors import UserError
 from bakeoff.loader import load_workload
 from bakeoff.models import build_torch_model, read_state_dict
@@ -281,7 +281,7 @@ def test_openvino_ir_loads_and_its_reference_is_openvino(tmp_path: Path) -> None
     wl = load_workload(str(_ir_workload(tmp_path, "model.xml")))
     assert wl.source.kind == "openvino"
     assert wl.source.path == str(xml)
-    assert api._reference_variant(wl.source.kind) == Variant("openvino", "fp32")
+    assert reference_variant(wl.source.kind) == Variant("openvino", "fp32")
 
 
 def test_openvino_ir_without_its_bin_is_refused(tmp_path: Path) -> None:

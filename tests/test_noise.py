@@ -17,7 +17,7 @@ import pytest
 from bakeoff import api, environment
 from bakeoff.backends import Variant
 from bakeoff.candidates import Candidate
-from bakeoff.measure.scheduler import BUSY_GATE_CORES, MeasureSettings, machine_use, set_validity
+from bakeoff.trials.validity import BUSY_GATE_CORES, machine_use, set_validity
 
 _BUSY_LOOP = "import time\nend = time.time() + 30\nwhile time.time() < end: pass\n"
 
@@ -67,22 +67,6 @@ def test_a_busy_process_outside_bakeoff_is_seen_and_a_child_is_not(tmp_path: Pat
     assert end.ours_s[child.pid] - start.ours_s[child.pid] >= 0.5  # counted as bakeoff's
 
 
-def _settings(threads: int) -> MeasureSettings:
-    return MeasureSettings(
-        threads=threads,
-        cpus=None,
-        trial_timeout_s=10,
-        warmup_s=0.1,
-        warmup_calls=1,
-        slice_s=0.1,
-        settle_s=0.0,
-        min_rounds=1,
-        max_rounds=1,
-        budget_s=1,
-        seed=0,
-    )
-
-
 def test_the_gate_counts_only_cores_the_measurement_needs(monkeypatch: pytest.MonkeyPatch) -> None:
     import psutil
 
@@ -91,7 +75,7 @@ def test_the_gate_counts_only_cores_the_measurement_needs(monkeypatch: pytest.Mo
         {"seconds": 3.0, "other_cores": 0.6, "steal_cores": 0.1},
     ]
     monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 4 if logical else 2)
-    use = machine_use(rounds, _settings(threads=2))
+    use = machine_use(rounds, threads=2)
     assert use is not None
     assert use["other_cores_mean"] == 0.5 and use["other_cores_max"] == 0.6
     assert use["steal_cores_mean"] == 0.075
@@ -99,9 +83,9 @@ def test_the_gate_counts_only_cores_the_measurement_needs(monkeypatch: pytest.Mo
     assert use["gate_cores"] == BUSY_GATE_CORES and use["busy"]
     # 32 cores, 2 measured: half a core of others is no interference.
     monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 64 if logical else 32)
-    assert machine_use(rounds, _settings(threads=2))["gate_cores"] == 30.25  # type: ignore[index]
-    assert not machine_use(rounds, _settings(threads=2))["busy"]  # type: ignore[index]
-    assert machine_use([], _settings(threads=2)) is None
+    assert machine_use(rounds, threads=2)["gate_cores"] == 30.25  # type: ignore[index]
+    assert not machine_use(rounds, threads=2)["busy"]  # type: ignore[index]
+    assert machine_use([], threads=2) is None
 
 
 def test_machine_use_names_the_cause_of_a_noisy_result() -> None:
@@ -200,7 +184,7 @@ def test_a_run_records_machine_use_per_batch_size(tmp_path: Path) -> None:
 
 
 def test_a_verdict_measured_on_a_busy_machine_says_so() -> None:
-    from bakeoff.api import busy_caveat
+    from bakeoff.inference.groups import busy_caveat
 
     busy = {"other_cores_mean": 0.8, "gate_cores": 0.25, "busy": True}
     real = Candidate(Variant("onnxruntime", "fp32"), 32)

@@ -21,9 +21,9 @@ from rich.console import Console
 from bakeoff import api
 from bakeoff.backends import Variant
 from bakeoff.candidates import Candidate
-from bakeoff.measure.scheduler import set_validity
 from bakeoff.report.charts import num
 from bakeoff.report.terminal import print_result
+from bakeoff.trials.validity import set_validity
 
 
 def _workload(tmp_path: Path, candidates: str, model_options: str = "{}", extra: str = "") -> Path:
@@ -630,17 +630,17 @@ def _spread_out(
 
 
 def test_racing_corrects_for_every_candidate_the_verdict_will() -> None:
-    from bakeoff.api import _measure_settings
-    from bakeoff.measure.scheduler import _check_stop
+    from bakeoff.inference.options import trial_settings
+    from bakeoff.trials.racing import check_stop
 
     rng = np.random.default_rng(0)
     a, b = _spread_out(rng, "a", 1.0, 5, 50), _spread_out(rng, "b", 1.5, 5, 50)
-    s = _measure_settings(api.RunOptions(quick=True), threads=1, n_groups=1)
+    s = trial_settings(api.RunOptions(quick=True), threads=1, n_groups=1)
     # Two left in the race, but three entered it (one raced out earlier): the
     # verdict ranks all three and corrects for two comparisons, and so must racing.
-    out, _, _ = _check_stop([a, b], s, multi_process=False, compared=3)
+    out, _, _ = check_stop([a, b], s, multi_process=False, compared=3)
     assert out["b-b1"].startswith("raced out after 5 rounds: a-b1 is 1.50x faster (97.5% CI")
-    out, _, _ = _check_stop([a, b], s, multi_process=False)
+    out, _, _ = check_stop([a, b], s, multi_process=False)
     assert "(95.0% CI" in out["b-b1"]
 
 
@@ -663,7 +663,7 @@ def test_a_candidate_raced_out_after_another_left_is_not_tied_in_the_verdict(
 
 
 def test_constraint_standing_is_sure_only_beyond_the_ci_and_with_enough_samples() -> None:
-    from bakeoff.measure.scheduler import _constraint_standing
+    from bakeoff.trials.racing import constraint_standing
 
     rng = np.random.default_rng(0)
 
@@ -673,14 +673,14 @@ def test_constraint_standing_is_sure_only_beyond_the_ci_and_with_enough_samples(
     far = cand("far", 2.0, 10, 50)  # 500 samples, p50 and p99 well above 1.5 ms
     near = cand("near", 1.003, 10, 50, 0.2)  # p50 just above 1.0 ms, its CI reaching below
     few = cand("few", 2.0, 2, 5)  # 10 samples: too few for a p99 to rule anything out
-    beyond, maybe = _constraint_standing([far, near, few], {"max_p99_ms": 1.5})
+    beyond, maybe = constraint_standing([far, near, few], {"max_p99_ms": 1.5})
     assert set(beyond) == {"far-b1"} and beyond["far-b1"].startswith("p99 2")
     assert maybe == {"few-b1"}
-    beyond, maybe = _constraint_standing([far, near], {"max_p50_ms": 1.0})
+    beyond, maybe = constraint_standing([far, near], {"max_p50_ms": 1.0})
     assert set(beyond) == {"far-b1"} and maybe == {"near-b1"}
     # Peak memory is known only when a worker exits: never judged mid-run.
-    assert _constraint_standing([far], {"max_peak_memory_mb": 1}) == ({}, set())
-    assert _constraint_standing([far], {"max_model_size_mb": 0.5})[0] == {
+    assert constraint_standing([far], {"max_peak_memory_mb": 1}) == ({}, set())
+    assert constraint_standing([far], {"max_model_size_mb": 0.5})[0] == {
         "far-b1": "model size 1 MB > max_model_size_mb = 0.5"
     }
 

@@ -109,7 +109,7 @@ def test_quality_round_trip() -> None:
 
 
 # Measured samples are not in a candidate's document: the store keeps them as trials
-# (api._restore reads them back from there).
+# (inference.resume.restore reads them back from there).
 IN_TRIALS = {"warmup_ns", "rounds_ns", "block_ns", "round_slots"}
 
 

@@ -316,7 +316,8 @@ def _by_process(
 
 
 def test_a_close_call_needs_three_process_pairs_that_agree() -> None:
-    from bakeoff.judge.verdict import CLOSE_CALL_PROCESSES, judge
+    from bakeoff.judge.thresholds import CLOSE_CALL_PROCESSES
+    from bakeoff.judge.verdict import judge
 
     assert CLOSE_CALL_PROCESSES == 3
     two = [0] * 5 + [1, 0, 1, 0]

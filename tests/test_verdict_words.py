@@ -17,7 +17,8 @@ import pytest
 from rich.console import Console
 
 from bakeoff import api
-from bakeoff.judge.verdict import CLOSE_CALL, headline
+from bakeoff.judge.thresholds import CLOSE_CALL
+from bakeoff.judge.verdict_words import headline
 from bakeoff.report import html, markdown
 from bakeoff.report.data import load
 from bakeoff.report.terminal import print_result
@@ -150,7 +151,7 @@ def test_every_standing_has_its_own_first_sentence() -> None:
 
 
 def test_statement_reads_a_run_stored_before_verdicts_had_a_headline() -> None:
-    from bakeoff.judge.verdict import statement
+    from bakeoff.judge.verdict_words import statement
 
     assert statement({"reason": "At batch 1, x has the best p50 latency."}) == (
         "At batch 1, x has the best p50 latency.",

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 from bakeoff.backends import Variant
-from bakeoff.measure.jobs import (
+from bakeoff.source import ModelSource
+from bakeoff.trials.jobs import (
     COMMANDS,
     JOBS,
     BuildJob,
@@ -39,9 +40,8 @@ from bakeoff.measure.jobs import (
     command_from_json,
     job_from_json,
 )
-from bakeoff.measure.process import WorkerFailed, WorkerProcess
-from bakeoff.measure.worker import ImportClock
-from bakeoff.source import ModelSource
+from bakeoff.trials.launcher import WorkerFailed, WorkerProcess
+from bakeoff.trials.worker import ImportClock
 
 
 def _slow_modules(tmp_path: Path, prefix: str) -> tuple[str, str]:
@@ -265,7 +265,7 @@ def _raw_worker(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Connection]:
     parent, child = socket.socketpair()
     with open(tmp_path / "worker.log", "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bakeoff.measure.worker", str(child.fileno())],
+            [sys.executable, "-m", "bakeoff.trials.worker", str(child.fileno())],
             pass_fds=[child.fileno()],
             stdin=subprocess.DEVNULL,
             stdout=log,

@@ -8,6 +8,7 @@ A `Candidate` is the orchestrator's mutable record while a run is in flight;
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from bakeoff.backends import Variant, get_backend
 from bakeoff.judge import stats
+from bakeoff.judge.constraints import Figure, Figures
 from bakeoff.judge.quality import Quality
 
 STATUSES = ("pending", "ok", "rejected", "failed", "unavailable")
@@ -68,6 +70,30 @@ class Candidate:
     def samples(self) -> np.ndarray:
         """(rounds, calls) matrix of latencies in ns."""
         return np.asarray(self.rounds_ns, dtype=np.int64)
+
+    def figures(self, keys: Collection[str] = ()) -> Figures:
+        """What the [constraints] limit, from the measurements themselves, as the
+        document reports them (`candidate_document`); latency percentiles, whose
+        bootstrap costs, only when `keys` names one."""
+        latency = {"p50": Figure(None), "p99": Figure(None)}
+        samples = self.samples()
+        if {"max_p50_ms", "max_p99_ms"} & set(keys) and self.rounds_ns and samples.size:
+            slots = np.asarray(self.round_slots, dtype=np.int64) if self.round_slots else None
+            pct = stats.latency_percentiles(samples, slots)
+            unsupported = stats.unsupported_percentiles(int(samples.size))
+            for q in latency:
+                lo, hi = _ci_pair(pct[q])
+                latency[q] = Figure(round(pct[q].value, 6), (lo, hi), q in unsupported)
+        state = self.to_json()
+        cold = state["cold_start_s"]
+        load, first = cold.get("load"), cold.get("first_call")
+        return Figures(
+            p50_ms=latency["p50"],
+            p99_ms=latency["p99"],
+            peak_memory_mb=Figure(state["peak_rss_mb"]),
+            model_size_mb=Figure(state["model_size_mb"]),
+            cold_start_s=Figure(None if load is None or first is None else load + first),
+        )
 
     def to_json(self) -> dict[str, Any]:
         """What the candidate document records of the candidate itself; `from_json`

@@ -1,25 +1,23 @@
 """`bakeoff compare RUN_A RUN_B`: did anything get faster or slower between two runs?
 
+This module reads both runs from their stores and hands judge.compare what each
+candidate measured; report.compare prints the result (`print_comparison`).
 Environment differences come first, since they explain most changes. Then, per
 candidate id measured in both runs, the ratio B/A of the objective the verdict
 used (p50 latency at batch 1, throughput above, unless the workload said
-otherwise), with a block-bootstrap CI from the verdict's own code, and a word:
-faster, slower, same (the CI inside the equivalence margin) or undecided (the
-CI straddles a margin edge: more rounds are needed to tell).
+otherwise): see judge.compare.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bakeoff.judge import verdict
-from bakeoff.report.charts import num
+from bakeoff.judge.compare import Comparison, Row, candidate_change, default_margin, differences
 from bakeoff.report.data import StoredRun, load
 
-if TYPE_CHECKING:
-    from rich.console import Console
+__all__ = ["Comparison", "Row", "compare", "compare_runs"]
 
 # Fields that change from minute to minute on the same machine: not a difference.
 _VOLATILE = {"load_average", "cpu.frequency_mhz"}
@@ -36,121 +34,26 @@ _SETTINGS = (
     "precisions",
     "batch_sizes",
 )
-# The default margin for 'same' between two runs. A run's CI covers its rounds,
-# not the process: two runs of one unchanged workload here differed by 3-4% for
-# some candidates, with round CIs under 1% wide (memory layout, frequency), so a
-# run-to-run margin of the verdict's 2% calls that noise a change.
-RUN_TO_RUN_MARGIN = 0.05
+# Figures measured with the settings (calls per round is sized to each run's
+# speed; import and compile times) differ from run to run: not settings.
 _MEASURED_SETTINGS = {"calls_per_round", "settle_calls", "import_s", "compile_s"}
-_WORDS = {"faster": "faster", "slower": "slower", "equivalent": "same", "undecided": "undecided"}
 
 
-@dataclass(frozen=True)
-class Difference:
-    key: str
-    a: Any
-    b: Any
-
-
-@dataclass(frozen=True)
-class Row:
-    candidate: str
-    objective: str
-    a: float  # the objective in run A: ms (latency) or samples/s (throughput)
-    b: float
-    ratio: float  # B/A of the objective
-    ratio_lo: float
-    ratio_hi: float
-    change: str  # faster | slower | same | undecided
-    slower_by_pct: float  # how much slower B is (0 when not slower), from the point estimate
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "candidate": self.candidate,
-            "objective": self.objective,
-            "a": self.a,
-            "b": self.b,
-            "ratio_b_over_a": self.ratio,
-            "ci": [self.ratio_lo, self.ratio_hi],
-            "change": self.change,
-        }
-
-
-@dataclass
-class Comparison:
-    run_a: str
-    run_b: str
-    margin: float
-    level: float
-    environment: list[Difference] = field(default_factory=list)
-    settings: list[Difference] = field(default_factory=list)
-    runtime_settings: dict[str, list[Difference]] = field(default_factory=dict)
-    rows: list[Row] = field(default_factory=list)
-    only_a: list[str] = field(default_factory=list)
-    only_b: list[str] = field(default_factory=list)
-    not_compared: dict[str, str] = field(default_factory=dict)
-
-    def regressions(self, pct: float) -> list[Row]:
-        """Candidates slower by more than `pct` percent with the CI excluding that much."""
-        limit = 1.0 - pct / 100.0
-        return [r for r in self.rows if _speed_ci(r)[1] < limit]
-
-    def to_dict(self) -> dict[str, Any]:
-        def diffs(items: list[Difference]) -> list[dict[str, Any]]:
-            return [{"key": d.key, "a": d.a, "b": d.b} for d in items]
-
-        return {
-            "run_a": self.run_a,
-            "run_b": self.run_b,
-            "margin": self.margin,
-            "ci_level": self.level,
-            "environment_differences": diffs(self.environment),
-            "settings_differences": diffs(self.settings),
-            "runtime_settings_differences": {k: diffs(v) for k, v in self.runtime_settings.items()},
-            "candidates": [r.to_dict() for r in self.rows],
-            "only_in_a": self.only_a,
-            "only_in_b": self.only_b,
-            "not_compared": self.not_compared,
-        }
-
-
-def _speed_ci(row: Row) -> tuple[float, float]:
-    """How many times as fast B is as A (> 1: faster), as a CI."""
-    if row.objective == "latency":  # the ratio is of times: invert it
-        return 1.0 / row.ratio_hi, 1.0 / row.ratio_lo
-    return row.ratio_lo, row.ratio_hi
-
-
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
-def _diff(a: dict[str, Any], b: dict[str, Any], skip: set[str] | None = None) -> list[Difference]:
-    fa, fb = _flatten(a), _flatten(b)
-    keys = sorted(set(fa) | set(fb))
-    return [
-        Difference(k, fa.get(k), fb.get(k))
-        for k in keys
-        if k not in (skip or set()) and fa.get(k) != fb.get(k)
-    ]
-
-
-def _value(c: dict[str, Any], objective: str) -> float:
-    if objective == "latency":
-        return float(c["latency_ms"]["p50"])
-    return float(c["throughput"]["samples_per_s"])
+def compare(
+    run_a: str,
+    run_b: str,
+    store: str | Path,
+    margin: float | None = None,
+    store_b: str | Path | None = None,
+) -> Comparison:
+    """Run B is read from `store_b` when given (a baseline kept in another store, e.g.
+    one saved by an earlier CI job), else from the same store as run A."""
+    return compare_runs(load(run_a, store), load(run_b, store_b or store), margin)
 
 
 def compare_runs(a: StoredRun, b: StoredRun, margin: float | None = None) -> Comparison:
     if margin is None:
-        margin = max(float(a.settings.get("margin", verdict.DEFAULT_MARGIN)), RUN_TO_RUN_MARGIN)
+        margin = default_margin(float(a.settings.get("margin", verdict.DEFAULT_MARGIN)))
     if not 0.0 <= margin < 0.5:
         from bakeoff.errors import UserError
 
@@ -163,48 +66,47 @@ def compare_runs(a: StoredRun, b: StoredRun, margin: float | None = None) -> Com
     # cry wolf on one of them every few runs.
     level = verdict.comparison_level(len(both) + 1)
     out = Comparison(a.run_id, b.run_id, margin, level)
-    out.environment = _diff(a.environment, b.environment, _VOLATILE)
-    out.settings = _diff(
+    out.environment = differences(a.environment, b.environment, _VOLATILE)
+    out.settings = differences(
         {k: a.settings.get(k) for k in _SETTINGS}, {k: b.settings.get(k) for k in _SETTINGS}
     )
     out.only_a = [cid for cid in ca if cid not in cb]
     out.only_b = [cid for cid in cb if cid not in ca]
     for cid in both:
-        diffs = _diff(ca[cid].get("settings") or {}, cb[cid].get("settings") or {})
-        # Figures measured with the settings (calls per round is sized to each run's
-        # speed; import and compile times) differ from run to run: not settings.
+        diffs = differences(ca[cid].get("settings") or {}, cb[cid].get("settings") or {})
         diffs = [d for d in diffs if d.key not in _MEASURED_SETTINGS]
         if diffs:
             out.runtime_settings[cid] = diffs
-        why = _not_comparable(ca[cid], cb[cid])
-        if why:
-            out.not_compared[cid] = why
-            continue
-        bs = int(ca[cid]["batch_size"])
-        objective = a.objective(bs)
-        if b.objective(bs) != objective:
-            out.not_compared[cid] = (
-                f"the runs used different objectives ({objective} in A, {b.objective(bs)} in B)"
-            )
-            continue
-        ma, mb = a.measured(ca[cid]), b.measured(cb[cid])
-        if ma is None or mb is None:
-            out.not_compared[cid] = "its measured rounds are not in the store"
-            continue
-        # speedup(A, B) is "times as fast" (> 1: B faster); pairing round i of A
-        # with round i of B is arbitrary, but the runs are independent, so
-        # resampling them together is resampling each on its own.
-        sp = verdict.speedup(ma, mb, objective, level)
-        va, vb = _value(ca[cid], objective), _value(cb[cid], objective)
-        if objective == "latency":
-            ratio, lo, hi = 1.0 / sp.value, 1.0 / sp.hi, 1.0 / sp.lo
+        row = _row(a, b, ca[cid], cb[cid], level, margin)
+        if isinstance(row, str):
+            out.not_compared[cid] = row
         else:
-            ratio, lo, hi = sp.value, sp.lo, sp.hi
-        change = _WORDS[verdict.compare(sp, margin)]
-        out.rows.append(
-            Row(cid, objective, va, vb, ratio, lo, hi, change, max(0.0, (1 - sp.value) * 100))
-        )
+            out.rows.append(row)
     return out
+
+
+def _row(
+    a: StoredRun, b: StoredRun, ca: dict[str, Any], cb: dict[str, Any], level: float, margin: float
+) -> Row | str:
+    """One candidate's change from run A to run B, or why it is not compared."""
+    why = _not_comparable(ca, cb)
+    if why:
+        return why
+    bs = int(ca["batch_size"])
+    objective = a.objective(bs)
+    if b.objective(bs) != objective:
+        return f"the runs used different objectives ({objective} in A, {b.objective(bs)} in B)"
+    ma, mb = a.measured(ca), b.measured(cb)
+    if ma is None or mb is None:
+        return "its measured rounds are not in the store"
+    va, vb = _value(ca, objective), _value(cb, objective)
+    return candidate_change(ca["id"], objective, ma, mb, va, vb, level, margin)
+
+
+def _value(c: dict[str, Any], objective: str) -> float:
+    if objective == "latency":
+        return float(c["latency_ms"]["p50"])
+    return float(c["throughput"]["samples_per_s"])
 
 
 def _state(c: dict[str, Any]) -> str:
@@ -223,53 +125,3 @@ def _not_comparable(a: dict[str, Any], b: dict[str, Any]) -> str:
         if not c.get("latency_ms") or not c.get("throughput"):
             return f"not measured in {name}"
     return ""
-
-
-def print_comparison(cmp: Comparison, out: Console) -> None:
-    """The comparison as text: differences first, then one row per candidate."""
-    from rich.table import Table
-
-    out.print(f"[bold]compare {cmp.run_a} (A) -> {cmp.run_b} (B)[/]", highlight=False)
-    diffs = cmp.environment + cmp.settings
-    if diffs:
-        out.print("[bold yellow]the runs differ in:[/]")
-        for d in diffs:
-            out.print(f"  {d.key}: {d.a!r} -> {d.b!r}", highlight=False)
-    else:
-        out.print("same environment fingerprint and settings")
-    for cid, ds in cmp.runtime_settings.items():
-        text = ", ".join(f"{d.key} {d.a!r} -> {d.b!r}" for d in ds)
-        out.print(f"  {cid} runtime settings: {text}", highlight=False)
-    t = Table(title=f"B/A of the objective ({cmp.level:.1%} CI; 'same' within +-{cmp.margin:.0%})")
-    for col in ("candidate", "objective", "A", "B", "B/A [CI]", "change"):
-        t.add_column(col)
-    style = {"faster": "green", "slower": "red", "same": "", "undecided": "yellow"}
-    for r in cmp.rows:
-        unit = "ms p50" if r.objective == "latency" else "samples/s"
-        t.add_row(
-            r.candidate,
-            r.objective,
-            f"{num(r.a)} {unit}",
-            f"{num(r.b)} {unit}",
-            f"{r.ratio:.3f} [{r.ratio_lo:.3f}-{r.ratio_hi:.3f}]",
-            f"[{style[r.change]}]{r.change}[/]" if style[r.change] else r.change,
-        )
-    out.print(t)
-    for cid, why in cmp.not_compared.items():
-        out.print(f"  {cid}: not compared ({why})", highlight=False)
-    if cmp.only_a:
-        out.print(f"only in A: {', '.join(cmp.only_a)}", highlight=False)
-    if cmp.only_b:
-        out.print(f"only in B: {', '.join(cmp.only_b)}", highlight=False)
-
-
-def compare(
-    run_a: str,
-    run_b: str,
-    store: str | Path,
-    margin: float | None = None,
-    store_b: str | Path | None = None,
-) -> Comparison:
-    """Run B is read from `store_b` when given (a baseline kept in another store, e.g.
-    one saved by an earlier CI job), else from the same store as run A."""
-    return compare_runs(load(run_a, store), load(run_b, store_b or store), margin)

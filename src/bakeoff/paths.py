@@ -58,7 +58,7 @@ class RunFolder:
 
     @property
     def lock(self) -> Path:
-        """Held by the one process running the run (see api._hold_run_lock)."""
+        """Held by the one process running the run (see inference.resume.hold_run_lock)."""
         return self.path / "run.lock"
 
     def log(self, name: str) -> Path:

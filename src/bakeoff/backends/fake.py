@@ -1,4 +1,4 @@
-"""A fake runtime with deterministic timings, for testing the scheduler, statistics,
+"""A fake runtime with deterministic timings, for testing the trial engine, statistics,
 verdicts and the store quickly. It is never offered for a real model.
 
 Its runner carries a virtual clock (`clock_ns`) that the measuring loop uses in

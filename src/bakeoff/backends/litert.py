@@ -4,6 +4,7 @@ Keras 3 model with TensorFlow's converter and run by ``ai-edge-litert``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -108,25 +109,35 @@ def _plain_name(name: str) -> str:
     return name.removeprefix("serving_default_").rsplit(":", 1)[0]
 
 
+def make_interpreter(path: str, threads: int) -> Any:
+    """LiteRT's interpreter of the .tflite file at `path`, on `threads` threads (its
+    default XNNPACK delegate); its tensors are not allocated yet (see `allocate`)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    return Interpreter(model_path=path, num_threads=threads)
+
+
+def allocate(interpreter: Any, layout: Layout, input_names: Sequence[str], batch_size: int) -> None:
+    """Fix each input's batch axis to `batch_size`, then allocate the tensors. A model
+    converted with a dynamic batch axis (-1 in shape_signature) takes any; each
+    interpreter input is fed from the data input named like it where all of them
+    match, else by position (as LiteRtRunner.prepare matches them)."""
+    details = interpreter.get_input_details()
+    plain = [_plain_name(d["name"]) for d in details]
+    names = plain if set(plain) <= set(input_names) else list(input_names)
+    for detail, name in zip(details, names, strict=False):
+        shape = layout.batch_shape(name, detail["shape"], batch_size)
+        interpreter.resize_tensor_input(detail["index"], list(shape))
+    interpreter.allocate_tensors()
+
+
 def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> LiteRtRunner:
     import importlib.metadata
 
-    from ai_edge_litert.interpreter import Interpreter
-
     check_options(ctx.options, OPTIONS, RUNTIME)
-    interpreter = Interpreter(model_path=artifact["path"], num_threads=ctx.threads)
-    details = interpreter.get_input_details()
-    layout = Layout.of(ctx.source)
-    # The data's input each interpreter input is fed from: by name, else by position
-    # (as LiteRtRunner.prepare matches them).
-    plain = [_plain_name(d["name"]) for d in details]
-    names = plain if set(plain) <= set(ctx.input_names) else list(ctx.input_names)
-    for detail, name in zip(details, names, strict=False):
-        # Converted with a dynamic batch axis (-1 in shape_signature): fix it to
-        # the candidate's batch size once, before tensors are allocated.
-        shape = layout.batch_shape(name, detail["shape"], ctx.batch_size)
-        interpreter.resize_tensor_input(detail["index"], list(shape))
-    interpreter.allocate_tensors()
+    interpreter = make_interpreter(artifact["path"], ctx.threads)
+    # fixed to the candidate's batch size once, before the tensors are allocated
+    allocate(interpreter, Layout.of(ctx.source), ctx.input_names, ctx.batch_size)
     settings: dict[str, Any] = {
         "litert_version": importlib.metadata.version("ai-edge-litert"),
         "num_threads": ctx.threads,

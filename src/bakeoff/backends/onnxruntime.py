@@ -124,29 +124,64 @@ class OrtRunner:
         return np.asarray(output[0], dtype=np.float32)
 
 
-def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> OrtRunner:
+CPU_PROVIDERS = ("CPUExecutionProvider",)
+
+
+def session_options(
+    threads: int,
+    *,
+    inter_op_threads: int = 1,
+    graph_optimization_level: str = "all",
+    allow_spinning: bool | None = None,
+    log_severity_level: int | None = 3,
+) -> Any:
+    """SessionOptions for a CPU session as bakeoff runs one: `threads` intra-op threads,
+    sequential execution, the named graph optimization level. `allow_spinning` None
+    leaves ONNX Runtime's default; log severity 3 logs errors only, None keeps ONNX
+    Runtime's own level (warnings too). `bakeoff.export.load` sets up with this too."""
     import onnxruntime as ort
 
-    check_options(ctx.options, OPTIONS, RUNTIME)
-    level_name = str(ctx.options.get("graph_optimization_level", "all"))
     levels = {
         "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
         "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
         "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
         "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     }
-    if level_name not in levels:
+    if graph_optimization_level not in levels:
         raise ValueError(f"graph_optimization_level must be one of {', '.join(levels)}")
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = ctx.threads
-    opts.inter_op_num_threads = 1
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = inter_op_threads
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.graph_optimization_level = levels[level_name]
-    opts.log_severity_level = 3
+    opts.graph_optimization_level = levels[graph_optimization_level]
+    if log_severity_level is not None:
+        opts.log_severity_level = log_severity_level
+    if allow_spinning is not None:
+        opts.add_session_config_entry(
+            "session.intra_op.allow_spinning", "1" if allow_spinning else "0"
+        )
+    return opts
+
+
+def make_session(path: str, options: Any, providers: tuple[str, ...] = CPU_PROVIDERS) -> Any:
+    """An InferenceSession of the model file at `path` (on the CPU provider by default)."""
+    import onnxruntime as ort
+
+    return ort.InferenceSession(path, options, providers=list(providers))
+
+
+def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> OrtRunner:
+    import onnxruntime as ort
+
+    check_options(ctx.options, OPTIONS, RUNTIME)
+    level_name = str(ctx.options.get("graph_optimization_level", "all"))
     spinning = ctx.options.get("allow_spinning")
-    if spinning is not None:
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-    session = ort.InferenceSession(artifact["path"], opts, providers=["CPUExecutionProvider"])
+    opts = session_options(
+        ctx.threads,
+        graph_optimization_level=level_name,
+        allow_spinning=None if spinning is None else bool(spinning),
+    )
+    session = make_session(artifact["path"], opts)
     settings = {
         "onnxruntime_version": ort.__version__,
         "providers": session.get_providers(),

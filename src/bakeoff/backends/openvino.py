@@ -206,11 +206,20 @@ def _hint_name(value: str) -> str:
     return _HINT_ALIASES.get(value.lower(), value.lower())
 
 
+def compile_cpu(path: str, config: dict[str, Any]) -> Any:
+    """The model file at `path` compiled on OpenVINO's CPU plugin with `config` (property
+    names as keys: INFERENCE_PRECISION_HINT...). `bakeoff.export.load` compiles with this
+    too, with the config the candidate was measured with."""
+    import openvino as ov
+
+    core = ov.Core()
+    return core.compile_model(core.read_model(path), "CPU", config)
+
+
 def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> OpenVinoRunner:
     import openvino as ov
 
     check_options(ctx.options, OPTIONS, RUNTIME)
-    core = ov.Core()
     # A candidate's own inference_precision wins over the variant's precision.
     hint = str(ctx.options.get("inference_precision", _HINTS.get(variant.precision, "f32")))
     config = {
@@ -222,7 +231,7 @@ def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> OpenVi
         "NUM_STREAMS": int(ctx.options.get("num_streams", ctx.streams)),
         "PERFORMANCE_HINT": str(ctx.options.get("performance_hint", "LATENCY")),
     }
-    compiled = core.compile_model(core.read_model(artifact["path"]), "CPU", config)
+    compiled = compile_cpu(artifact["path"], config)
     settings: dict[str, Any] = {"openvino_version": ov.get_version(), "device": "CPU"}
     for key in config:  # record what OpenVINO actually applied, not what we asked for
         settings[key] = _plain(compiled.get_property(key))

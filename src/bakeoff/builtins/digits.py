@@ -69,14 +69,17 @@ def train_if_needed() -> Path:
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
     xs, ys = torch.from_numpy(x_train), torch.from_numpy(y_train)
     generator = torch.Generator().manual_seed(SEED)
-    for _ in range(EPOCHS):
-        order = torch.randperm(len(xs), generator=generator)
-        for start in range(0, len(xs), 64):
-            idx = order[start : start + 64]
-            optimizer.zero_grad()
-            loss = torch.nn.functional.cross_entropy(model(xs[idx]), ys[idx])
-            loss.backward()
-            optimizer.step()
+    # Gradients on whatever the process set before: a torch runtime loaded in this
+    # process (bakeoff.backends.torch_eager) turns them off for the whole process.
+    with torch.enable_grad():
+        for _ in range(EPOCHS):
+            order = torch.randperm(len(xs), generator=generator)
+            for start in range(0, len(xs), 64):
+                idx = order[start : start + 64]
+                optimizer.zero_grad()
+                loss = torch.nn.functional.cross_entropy(model(xs[idx]), ys[idx])
+                loss.backward()
+                optimizer.step()
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     os.close(fd)
     save_file(model.state_dict(), tmp)

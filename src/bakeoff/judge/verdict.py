@@ -3,18 +3,29 @@
 The objective is p50 latency at batch 1 and measured throughput above it,
 unless the workload says otherwise. "A beats B" needs the paired ratio's 95%
 CI to exclude 1; otherwise the two are reported as tied, with why.
+
+`decide` settles who leads and where it stands; verdict_words says it, and
+thresholds holds the numbers both go by.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from bakeoff.judge import stats
+from bakeoff.judge import verdict_words as words
 from bakeoff.judge.stats import Interval
+from bakeoff.judge.thresholds import (
+    CLOSE_CALL,
+    CLOSE_CALL_PROCESSES,
+    DEFAULT_MARGIN,
+    FAMILY_ALPHA,
+    MIN_PAIR_ROUNDS,
+    NOISY_CV,
+)
 
 
 @dataclass(frozen=True)
@@ -127,11 +138,6 @@ def speedup(base: Measured, cand: Measured, objective: str, level: float = 0.95)
     )
 
 
-DEFAULT_MARGIN = 0.02
-NOISY_CV = 0.10  # round-to-round spread above which a result is flagged noisy
-FAMILY_ALPHA = 0.05
-
-
 def comparison_level(n_candidates: int, alpha: float = FAMILY_ALPHA) -> float:
     """Bonferroni: k-1 comparisons against the leader share one 5% error budget."""
     return 1.0 - alpha / max(1, n_candidates - 1)
@@ -147,20 +153,6 @@ def compare(ratio: Interval, margin: float) -> str:
     if ratio.lo >= 1.0 - margin and ratio.hi <= 1.0 + margin:
         return "equivalent"
     return "undecided"
-
-
-# Two worker processes of one model can differ by a few percent for good (memory
-# layout, page placement: a property of the process, not of the runtime). So a
-# gap whose CI does not clear this is a close call, which no single pair of
-# processes can settle however many rounds it runs.
-CLOSE_CALL = 0.10
-# A close call is decided only when this many pairs of processes, each with
-# MIN_PAIR_ROUNDS rounds, show it on their own. With two pairs, two identical
-# ONNX Runtime candidates whose process effects fell the same way were called
-# "faster" in 4 of 60 A/A verdicts (benchmarks/aa_test.py); with three, in none
-# of 90 (digits and MiniLM, batch 1 and 32).
-CLOSE_CALL_PROCESSES = 3
-MIN_PAIR_ROUNDS = 2
 
 
 @dataclass(frozen=True)
@@ -230,17 +222,6 @@ def judge(base: Measured, cand: Measured, objective: str, level: float, margin: 
     return Judgement(iv, decision)
 
 
-def _fmt(iv: Interval) -> str:
-    return f"{iv.value:.2f}× (CI {iv.lo:.2f}–{iv.hi:.2f})"
-
-
-def _names(ids: list[str]) -> str:
-    """ "a", "a and b", "a, b and c"; beyond four, "a, b, c and 3 others"."""
-    if len(ids) > 4:
-        return f"{', '.join(ids[:3])} and {len(ids) - 3} others"
-    return ids[0] if len(ids) == 1 else f"{', '.join(ids[:-1])} and {ids[-1]}"
-
-
 @dataclass(frozen=True)
 class Comparison:
     """The leader against one other measured candidate: how many times faster the
@@ -291,61 +272,8 @@ def _why_tied(
     return f"the CI reaches within the {margin:.0%} margin"
 
 
-# standing: what the verdict's first sentence says (see `headline`).
+# standing: what the verdict's first sentence says (see verdict_words.headline).
 STANDINGS = ("clear", "leads", "baseline-leads", "baseline-tied", "no-baseline", "none")
-
-
-def headline(
-    standing: str,
-    leader: str | None,
-    baseline: str | None,
-    tied: list[str],
-    gain: Interval | None,
-    others: int,
-    baseline_out: str = "",
-    baseline_eligible: bool = True,
-) -> str:
-    """The verdict's first sentence: one a user can act on, which nothing after it
-    contradicts. A leader not separated from the baseline gets no speedup in it.
-
-    `tied`: the candidates not separated from the leader, best first; `others`: how
-    many eligible candidates besides the leader were compared.
-    """
-    if standing == "none" or leader is None:
-        raise ValueError("a verdict without a leader has its own sentence (see decide)")
-    apart = f"not yet separated from {_names(tied)}" if tied else ""
-    if standing == "baseline-leads":
-        if others == 0:
-            return f"Only the baseline {leader} was measured: there is nothing to compare it with."
-        if not tied:
-            return f"The baseline {leader} is fastest: no candidate beat it."
-        return f"No candidate beat the baseline {leader}: it leads, but is {apart}."
-    if standing == "no-baseline":
-        head = f"{leader} is fastest" if not tied else f"{leader} leads, but is {apart}"
-        return (
-            f"{head}; no speedup is given because the baseline {baseline} is out ({baseline_out})."
-        )
-    if standing == "clear":
-        assert gain is not None
-        return f"{leader} is fastest: {_fmt(gain)} over the baseline {baseline}."
-    if standing == "leads":
-        assert gain is not None
-        return f"{leader} leads, but is {apart}; it is {_fmt(gain)} over the baseline {baseline}."
-    # baseline-tied: the leader is not separated from the baseline.
-    if not baseline_eligible:
-        head = f"No candidate within the constraints beat the baseline {baseline} (beyond them)"
-        return f"{head}: {leader} leads the eligible ones" + (f", {apart}." if tied else ".")
-    rest = [t for t in tied if t != baseline]
-    if others > 1 and len(tied) == others:
-        return (
-            f"No candidate beat the baseline {baseline}: none of the {others + 1} candidates "
-            f"is separated from the leader {leader}."
-        )
-    also = f" or from {_names(rest)}" if rest else ""
-    return (
-        f"No candidate beat the baseline {baseline}: the leader {leader} is not yet separated "
-        f"from it{also}."
-    )
 
 
 def decide(
@@ -367,199 +295,109 @@ def decide(
     nor eligible; one may still be the baseline a speedup is over.
     """
     excluded = excluded or {}
-    beyond = "; ".join(f"{k}: {v}" for k, v in excluded.items())
     eligible = [m for m in measured if m.id not in excluded]
-    prefix = f"Batch {batch_size} ({objective}): "
     if not eligible:
-        if measured:
-            head = "No candidate meets the constraints."
-            points = [f"Beyond them: {beyond}."]
-        else:
-            head = "No candidate completed with acceptable quality."
-            points = [f"{k}: {v}." for k, v in (not_ok or {}).items()] or ["No candidates."]
-        return Verdict(
-            batch_size,
-            objective,
-            None,
-            baseline_id,
-            None,
-            [],
-            [],
-            prefix + " ".join([head, *points]),
-            dict(excluded),
-            standing="none",
-            headline=head,
-            points=points,
-            margin=margin,
+        return _without_leader(
+            batch_size, objective, measured, baseline_id, not_ok, margin, excluded
         )
     ranked = sorted(eligible, key=lambda m: score(m, objective), reverse=True)
-    winner = ranked[0]
-    ranking = [m.id for m in ranked]
-    by_id = {m.id: m for m in measured}
-    base = by_id.get(baseline_id) if baseline_id else None
+    leader = ranked[0]
+    base = {m.id: m for m in measured}.get(baseline_id) if baseline_id else None
     base_eligible = base is not None and base.id not in excluded
     # The baseline beyond the constraints is compared too, as one more comparison.
     compared = ranked[1:] + ([base] if base is not None and not base_eligible else [])
     level = comparison_level(len(compared) + 1)
-    comparisons = []
-    for m in compared:
-        j = judge(m, winner, objective, level, margin)
-        pairs = process_pair_ratios(m, winner, objective)
-        why = (
-            ""
-            if j.decision == "faster"
-            else _why_tied(m, objective, min_rounds, j, margin, len(pairs))
-        )
-        comparisons.append(Comparison(m.id, j, level, pairs, why, m.id not in excluded))
+    comparisons = _against_leader(leader, compared, objective, level, margin, min_rounds, excluded)
     tied = [c.id for c in comparisons if c.eligible and c.judged.decision != "faster"]
-    gain = speedup(base, winner, objective) if base is not None else None
-    vs_base = next((c for c in comparisons if base is not None and c.id == base.id), None)
-    if base is None:
-        standing = "no-baseline"
-    elif base.id == winner.id:
-        standing = "baseline-leads"
-    elif vs_base is not None and vs_base.judged.decision == "faster":
-        standing = "leads" if tied else "clear"
-    else:
-        standing = "baseline-tied"
+    gain = speedup(base, leader, objective) if base is not None else None
+    standing = _standing(base, leader, comparisons, tied)
     out_why = (not_ok or {}).get(baseline_id or "", "it was not measured")
-    head = headline(
-        standing,
-        winner.id,
-        baseline_id,
-        tied,
-        gain,
-        len(ranked) - 1,
-        out_why,
-        base_eligible,
+    head = words.headline(
+        standing, leader.id, baseline_id, tied, gain, len(ranked) - 1, out_why, base_eligible
     )
-    points = []
-    leader = winner.id
-    for c in comparisons:
-        if c.eligible and c.why_tied:
-            iv = c.judged.ratio
-            who = "the baseline " + c.id if c.id == baseline_id else c.id
-            points.append(
-                f"{who} is not separated from {leader}, which measured {iv.value:.2f}× as fast "
-                f"(CI {iv.lo:.2f}–{iv.hi:.2f}): {c.why_tied}."
-            )
-    if tied and standing in ("baseline-leads", "baseline-tied"):
-        points.append(
-            "On speed alone nothing here pays for leaving the baseline; memory, cold start "
-            "or quality may still favour another candidate."
-        )
-    elif tied:
-        points.append(f"Pick among {_names([leader, *tied])} by memory, cold start or quality.")
-    if excluded:
-        points.append(f"Not eligible, beyond the constraints: {beyond}.")
-    label = "p50 latency" if objective == "latency" else "throughput"
-    details = [
-        f"Objective: {label}. Each comparison is the paired ratio of the leader over a "
-        f"candidate, with a {level:.1%} CI (Bonferroni-corrected for {len(compared)} "
-        f"comparison{'s' if len(compared) != 1 else ''}) against a {margin:.0%} equivalence "
-        f"margin; a gap whose CI stays under {CLOSE_CALL:.0%} counts only when "
-        f"{CLOSE_CALL_PROCESSES} pairs of worker processes, each with {MIN_PAIR_ROUNDS}+ "
-        "rounds, show it on their own."
-    ]
-    for c in comparisons:
-        iv = c.judged.ratio
-        seen = ", ".join(f"{r:.3f}" for r in c.pair_ratios) or "none with enough rounds"
-        details.append(
-            f"{leader} vs {c.id}{'' if c.eligible else ' (beyond the constraints)'}: "
-            f"{iv.value:.3f}× (CI {iv.lo:.3f}–{iv.hi:.3f}): {c.judged.decision}; "
-            f"per process pair: {seen}."
-        )
-    if gain is not None and base is not None and base.id != leader:
-        details.append(
-            f"{leader} over the baseline {base.id}: {gain.value:.3f}× "
-            f"(95% CI {gain.lo:.3f}–{gain.hi:.3f}, not corrected)."
-        )
-    ties = [[leader, *tied]] if tied else []
+    points = words.points(leader.id, baseline_id, standing, comparisons, tied, excluded)
     return Verdict(
         batch_size,
         objective,
-        leader,
+        leader.id,
         baseline_id,
         gain,
-        ranking,
-        ties,
-        prefix + " ".join([head, *points]),
+        [m.id for m in ranked],
+        [[leader.id, *tied]] if tied else [],
+        f"Batch {batch_size} ({objective}): " + " ".join([head, *points]),
         dict(excluded),
         standing=standing,
         headline=head,
         points=points,
-        details=details,
+        details=words.details(objective, level, margin, leader.id, comparisons, baseline_id, gain),
         comparisons=[c.to_dict() for c in comparisons],
         level=level,
         margin=margin,
     )
 
 
-def statement(v: dict) -> tuple[str, list[str], list[str]]:
-    """A verdict's words as every report shows them: the first sentence, the short
-    list (ties and close calls with their reason, constraints, caveats) and the
-    full statistics. Runs stored before verdicts had a headline give their reason."""
-    if not v.get("headline"):
-        return str(v.get("reason", "")), [], []
-    return str(v["headline"]), list(v.get("points") or []), list(v.get("details") or [])
+def _without_leader(
+    batch_size: int,
+    objective: str,
+    measured: list[Measured],
+    baseline_id: str | None,
+    not_ok: dict[str, str] | None,
+    margin: float,
+    excluded: dict[str, str],
+) -> Verdict:
+    """The verdict when no candidate is eligible: none measured, or all beyond the
+    constraints."""
+    head, points = words.no_leader(bool(measured), excluded, not_ok or {})
+    return Verdict(
+        batch_size,
+        objective,
+        None,
+        baseline_id,
+        None,
+        [],
+        [],
+        f"Batch {batch_size} ({objective}): " + " ".join([head, *points]),
+        dict(excluded),
+        standing="none",
+        headline=head,
+        points=points,
+        margin=margin,
+    )
 
 
-# What each [constraints] key limits in a candidate's document: label, unit, value, CI.
-def _constrained(doc: dict, key: str) -> tuple[str, str, float | None, list[float] | None]:
-    lat = doc.get("latency_ms") or {}
-    cold = doc.get("cold_start_s") or {}
-    if key in ("max_p50_ms", "max_p99_ms"):
-        q = key[4:7]
-        ci = (lat.get("ci95") or {}).get(q)
-        return q, "ms", lat.get(q), ci
-    if key == "max_peak_memory_mb":
-        return "peak memory", "MB", doc.get("peak_rss_mb"), None
-    if key == "max_model_size_mb":
-        return "model size", "MB", doc.get("model_size_mb"), None
-    load, first = cold.get("load"), cold.get("first_call")
-    total = None if load is None or first is None else load + first
-    return "cold start (load + first call)", "s", total, None
-
-
-@dataclass(frozen=True)
-class Breach:
-    """One limit a candidate's figures break."""
-
-    words: str
-    # False where another run could land within the limit: the CI reaches back
-    # across it, or the statistic has too few samples behind it (a p99 needs hundreds).
-    certain: bool
-    measured: bool = True
-
-
-def breaches(doc: dict, limits: Mapping[str, float | None]) -> list[Breach]:
-    """The limits a candidate's document breaks. Point estimates decide."""
+def _against_leader(
+    leader: Measured,
+    compared: list[Measured],
+    objective: str,
+    level: float,
+    margin: float,
+    min_rounds: int,
+    excluded: dict[str, str],
+) -> list[Comparison]:
+    """The leader judged against each other candidate: separated, or why not."""
     out = []
-    unsupported = set((doc.get("latency_ms") or {}).get("unsupported") or [])
-    for key, limit in limits.items():
-        if limit is None:
-            continue
-        label, unit, value, ci = _constrained(doc, key)
-        if value is None:
-            words = f"{label} was not measured, so {key} = {limit:g} cannot be checked"
-            out.append(Breach(words, certain=False, measured=False))
-        elif value > limit:
-            reaches_back = ci is not None and ci[0] <= limit
-            close = (
-                f" (its 95% CI {ci[0]:.3g}-{ci[1]:.3g} reaches below)"
-                if ci and reaches_back
-                else ""
-            )
-            certain = not reaches_back and label not in unsupported
-            out.append(Breach(f"{label} {value:.3g} {unit} > {key} = {limit:g}{close}", certain))
+    for m in compared:
+        j = judge(m, leader, objective, level, margin)
+        pairs = process_pair_ratios(m, leader, objective)
+        why = (
+            ""
+            if j.decision == "faster"
+            else _why_tied(m, objective, min_rounds, j, margin, len(pairs))
+        )
+        out.append(Comparison(m.id, j, level, pairs, why, m.id not in excluded))
     return out
 
 
-def constraint_violations(doc: dict, limits: Mapping[str, float | None]) -> list[str]:
-    """The limits a measured candidate's document breaks, in words.
-
-    Point estimates decide; where a CI straddles the limit that is said, since
-    another run could land on the other side of it. A figure that was not
-    measured counts as a limit not met.
-    """
-    return [b.words for b in breaches(doc, limits)]
+def _standing(
+    base: Measured | None, leader: Measured, comparisons: list[Comparison], tied: list[str]
+) -> str:
+    """Where the leader stands (see STANDINGS): against the baseline, and whether any
+    eligible candidate is left tied with it."""
+    if base is None:
+        return "no-baseline"
+    if base.id == leader.id:
+        return "baseline-leads"
+    vs_base = next((c for c in comparisons if c.id == base.id), None)
+    if vs_base is not None and vs_base.judged.decision == "faster":
+        return "leads" if tied else "clear"
+    return "baseline-tied"

@@ -1,38 +1,28 @@
 """The HTML report's charts: matplotlib's SVG backend, inlined in the page.
 
-The report must open anywhere without a network and without scripts, so each
-chart is an SVG drawn by matplotlib (which chooses the ticks, formats the
-numbers and lays the labels out so none runs off the chart) and then tidied
-here: no XML declaration or DOCTYPE, no namespace declarations, no metadata, no
-page-wide `<style>`, no clip paths (marks are drawn unclipped; the axes' limits
-hold them), text kept as `<text>` in DejaVu Sans, and only ids that something
-refers to (salted per chart, so several charts can share one page). Every chart is an
-`<svg class="chart" id=...>` with a `<title>`; every plotted mark is a group
-with a class (`point`, `box`, `bar`, `line`, `ci`, `pareto-front`,
-`winner-ring`) and a `<title>` that shows its label and values on hover, so
-tests can count what was drawn.
+One builder per kind of chart (`scatter`, `boxes`, `lines`, `bars`), each taking
+plain rows and giving an `<svg class="chart" id=...>` (see svg.py for how
+matplotlib's SVG is made fit to inline, scales.py for the axes). Every plotted
+mark is a group with a class (`point`, `box`, `bar`, `line`, `ci`,
+`pareto-front`, `winner-ring`) and a `<title>` that shows its label and values
+on hover, so tests can count what was drawn.
 
 matplotlib is imported inside the drawing functions: only `bakeoff report`
-needs it. `num`, `color` and the quality-grid helpers need nothing.
+needs it. `num` and `color` need nothing.
 """
 
 from __future__ import annotations
 
-import io
 import math
-import re
-import xml.etree.ElementTree as ET
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
+
+from bakeoff.report import scales, svg
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
-    from matplotlib.typing import RcKeyType
 
-WIDTH = 720  # px on screen: the page is at most 1100 px wide
 PALETTE = (
     "#1f77b4",
     "#ff7f0e",
@@ -47,18 +37,6 @@ PALETTE = (
 )
 WINNER = "#d62728"
 FRONT = "#2ca02c"
-GRID = "#e6e6e6"
-
-_SVG = "http://www.w3.org/2000/svg"
-_XLINK = "http://www.w3.org/1999/xlink"
-_PT = 72.0  # matplotlib's SVG user unit is the point; at 72 dpi one point is one px
-# Upper and lower bounds of each quality metric (see judge/quality.py), and which way is better.
-_BOUNDS: dict[str, tuple[float | None, float | None]] = {
-    "cosine": (-1.0, 1.0),
-    "agreement": (0.0, 1.0),
-    "accuracy": (0.0, 1.0),
-    "max_abs": (0.0, None),
-}
 
 
 def color(i: int) -> str:
@@ -73,204 +51,6 @@ def num(x: float) -> str:
     return f"{x:.{digits}f}"
 
 
-# ---------------------------------------------------------------- quality scale
-
-
-def lower_is_better(metric: str) -> bool:
-    """max_abs is a distance from the reference; the other metrics are agreements."""
-    return metric == "max_abs"
-
-
-def quality_resolution(metric: str, max_drop: float | None, values: Sequence[float]) -> float:
-    """The smallest quality difference the gate itself tells apart: its max_drop,
-    or, where there is none (or it is 0), a thousandth of the metric's scale."""
-    if max_drop is not None and math.isfinite(max_drop) and max_drop > 0:
-        return float(max_drop)
-    scale = 1.0
-    if lower_is_better(metric):
-        scale = max((abs(v) for v in values if math.isfinite(v)), default=0.0) or 1.0
-    return 0.001 * scale
-
-
-def snap(value: float, resolution: float) -> float:
-    """`value` on a grid of resolution/100: fine enough for any difference the gate
-    can see, coarse enough that float noise (0.99999994 against 1.0) is one value."""
-    step = resolution / 100
-    return round(value / step) * step
-
-
-def quality_limits(
-    values: Sequence[float], resolution: float, metric: str = ""
-) -> tuple[float, float]:
-    """The quality axis's data span: the values' own, but never less than
-    `resolution`, kept inside the metric's bounds where it can be (a cosine never
-    passes 1). The axis itself adds a margin either side."""
-    lo, hi = min(values), max(values)
-    if hi - lo >= resolution:
-        return lo, hi
-    mid = (lo + hi) / 2
-    a, b = mid - resolution / 2, mid + resolution / 2
-    lb, ub = _BOUNDS.get(metric, (None, None))
-    if ub is not None and b > ub:
-        a, b = a - (b - ub), ub
-    if lb is not None and a < lb:
-        a, b = lb, b + (lb - a)
-    return a, b
-
-
-def _decimals(ticks: Sequence[float], step: float) -> int:
-    """The fewest decimals that print every tick distinctly and near its value."""
-    for d in range(0, 13):
-        labels = [f"{t:.{d}f}" for t in ticks]
-        if len(set(labels)) == len(labels) and all(
-            abs(float(s) - t) < step * 1e-3 for s, t in zip(labels, ticks, strict=True)
-        ):
-            return d
-    return 12
-
-
-# ---------------------------------------------------------------- SVG plumbing
-
-
-@dataclass
-class _Marks:
-    """Marks drawn with gid `{prefix}{n}`: each becomes `<g class=...><title>...`."""
-
-    prefix: str
-    items: list[tuple[str, str]]
-
-    def add(self, cls: str, tip: str) -> str:
-        self.items.append((cls, tip))
-        return f"{self.prefix}{len(self.items) - 1}"
-
-
-@contextmanager
-def _figure(
-    chart_id: str, height_px: float, width_px: float = WIDTH
-) -> Iterator[tuple[Figure, Axes, _Marks]]:
-    import matplotlib
-    from matplotlib.figure import Figure
-    from matplotlib.layout_engine import ConstrainedLayoutEngine
-
-    settings: dict[RcKeyType, Any] = {
-        "svg.fonttype": "none",  # text stays <text>, selectable and searchable
-        "svg.hashsalt": chart_id,  # marker ids differ between charts on one page
-        "font.family": "sans-serif",
-        "font.sans-serif": ["DejaVu Sans"],
-        "font.size": 11,
-        "axes.spines.top": False,
-        "axes.spines.right": False,
-        "axes.axisbelow": True,
-        "axes.edgecolor": "#333333",
-        "axes.labelcolor": "#222222",
-        "xtick.color": "#333333",
-        "ytick.color": "#333333",
-        "legend.frameon": False,
-        "legend.fontsize": 10,
-    }
-    with matplotlib.rc_context(settings):
-        layout = ConstrainedLayoutEngine(w_pad=4 / _PT, h_pad=4 / _PT)
-        fig = Figure(figsize=(width_px / _PT, height_px / _PT), dpi=_PT, layout=layout)
-        ax = fig.add_subplot()
-        # Unclipped grid lines (the default clips them to the axes with a url(#...)).
-        ax.grid(True, color=GRID, linewidth=0.8, clip_on=False)
-        yield fig, ax, _Marks(f"{chart_id}-mark-", [])
-
-
-def _plain_numbers(ax: Axes, axis: Literal["x", "y"], log: bool) -> None:
-    """Tick labels as plain numbers: no offset ("1e-7+1"), no 10^k on log axes."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    target = ax.xaxis if axis == "x" else ax.yaxis
-    if log:
-        target.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.0f}" if v >= 1 else f"{v:g}"))
-        target.set_minor_formatter(NullFormatter())
-    else:
-        ax.ticklabel_format(axis=axis, style="plain", useOffset=False)
-
-
-def _log_worth_it(values: Sequence[float]) -> bool:
-    finite = [v for v in values if math.isfinite(v)]
-    return bool(finite) and min(finite) > 0 and max(finite) / min(finite) > 20
-
-
-def _to_svg(fig: Figure, chart_id: str, title: str, marks: _Marks) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight", pad_inches=0.05)
-    return tidy_svg(buf.getvalue(), chart_id, title, marks.prefix, marks.items)
-
-
-def tidy_svg(
-    raw: bytes, chart_id: str, title: str, prefix: str, marks: Sequence[tuple[str, str]]
-) -> str:
-    """matplotlib's SVG, made fit to inline in the report (see the module's doc)."""
-    # The XML declaration and DOCTYPE go with the parse: the element is written alone.
-    root = ET.fromstring(raw)
-    # Inline in HTML an <svg> needs no namespace declarations (which would put the
-    # namespaces' http:// names in a page that has no URL), and <use> takes plain
-    # href: written without namespaces, the markup has neither xmlns nor ns0: prefixes.
-    for el in root.iter():
-        el.tag = el.tag.removeprefix(f"{{{_SVG}}}")
-        if f"{{{_XLINK}}}href" in el.attrib:
-            el.set("href", el.attrib.pop(f"{{{_XLINK}}}href"))
-    parents = {child: parent for parent in root.iter() for child in parent}
-    for el in list(root.iter()):
-        if el.tag in ("metadata", "style"):
-            parents[el].remove(el)
-    for el in list(root.iter("defs")):
-        if not len(el):
-            parents[el].remove(el)
-    # What the dropped page-wide `*{...}` style said, inherited from the root instead.
-    root.set("stroke-linejoin", "round")
-    root.set("stroke-linecap", "butt")
-
-    # Each mark's parts (its gid'd groups) into one <g class=...> with a <title>.
-    parts: dict[str, list[ET.Element]] = {}
-    for el in root.iter():
-        gid = el.get("id", "")
-        if gid.startswith(prefix):
-            parts.setdefault(gid, []).append(el)
-    for n, (cls, tip) in enumerate(marks):
-        found = parts.get(f"{prefix}{n}", [])
-        if not found:
-            continue
-        holder = parents[found[0]]
-        group = ET.Element("g", {"class": cls})
-        ET.SubElement(group, "title").text = tip
-        holder.insert(list(holder).index(found[0]), group)
-        for el in found:
-            parents[el].remove(el)
-            del el.attrib["id"]
-            group.append(el)
-            parents[el] = group
-
-    # Only ids something refers to stay (markers, salted per chart): matplotlib's
-    # figure_1, axes_1, line2d_3 ... would repeat in every chart of the page.
-    referenced: set[str] = set()
-    for el in root.iter():
-        for key, value in el.attrib.items():
-            if key == "href" and value.startswith("#"):
-                referenced.add(value[1:])
-            referenced.update(re.findall(r"url\(#([^)]+)\)", value))
-    for el in root.iter():
-        if el is not root and "id" in el.attrib and el.attrib["id"] not in referenced:
-            del el.attrib["id"]
-
-    _, _, w, h = (float(v) for v in root.attrib["viewBox"].split())
-    root.attrib.pop("version", None)
-    root.set("class", "chart")
-    root.set("id", chart_id)
-    root.set("width", f"{w:.0f}")
-    root.set("height", f"{h:.0f}")
-    root.set("role", "img")
-    root.set("aria-label", title)
-    heading = ET.Element("title")
-    heading.text = title
-    root.insert(0, heading)
-    return ET.tostring(root, encoding="unicode")
-
-
 # ---------------------------------------------------------------- scatter
 
 
@@ -278,7 +58,7 @@ def tidy_svg(
 class Point:
     label: str
     x: float
-    y: float  # as drawn: on the quality grid (see snap)
+    y: float  # as drawn: on the quality grid (see scales.snap)
     x_ci: tuple[float, float] | None = None
     winner: bool = False
     on_front: bool = False
@@ -306,122 +86,156 @@ def scatter(
     Points are named in a legend below the plot (labels beside the points would
     overlap, since many variants share one quality); the winner is also named inline.
     """
-    from matplotlib.lines import Line2D
-    from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator
-
     legend_rows = (len(points) + 1) // 2
-    with _figure(chart_id, 330 + 17 * legend_rows) as (fig, ax, marks):
-        xs = [p.x for p in points] + [v for p in points if p.x_ci for v in p.x_ci]
-        log_x = _log_worth_it(xs)
-        if log_x:
-            ax.set_xscale("log")
-        _plain_numbers(ax, "x", log_x)
-
-        lo, hi = quality_limits([p.y for p in points], resolution, metric)
-        pad = (hi - lo) * 0.1
-        ax.set_ylim(lo - pad, hi + pad)
-        ticks = [
-            t
-            for t in MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
-            if lo - (hi - lo) * 1e-6 <= t <= hi + (hi - lo) * 1e-6
-        ]
-        step = ticks[1] - ticks[0] if len(ticks) > 1 else hi - lo
-        d = _decimals(ticks, step)
-        ax.yaxis.set_major_locator(FixedLocator(ticks))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.{d}f}"))
-        # Hover values to the grid's step (they are snapped to it), at least.
-        tip_d = max(d, math.ceil(-math.log10(resolution / 100) - 1e-9))
-
-        front = sorted((p for p in points if p.on_front), key=lambda p: p.x)
-        if len(front) > 1:
-            # Each speed is worth the best quality of any front point at least as
-            # fast: the line steps at the next front point.
-            where: Literal["pre", "post"] = "post" if lower_x else "pre"
-            names = ", ".join(p.label for p in front)
-            ax.step(
-                [p.x for p in front],
-                [p.y for p in front],
-                where=where,
-                color=FRONT,
-                linewidth=1.6,
-                linestyle=(0, (5, 3)),
-                zorder=2.5,
-                clip_on=False,
-                gid=marks.add("pareto-front", f"Pareto front: {names}"),
-            )
+    with svg.figure(chart_id, 330 + 17 * legend_rows) as (fig, ax, marks):
+        _speed_axis(ax, points)
+        tip_d = _quality_axis(ax, points, resolution, metric)
+        _front_line(ax, marks, points, lower_x)
         handles: list[Any] = []
         labels: list[str] = []
         for i, p in enumerate(points):
-            c = p.color or color(i)
-            if p.x_ci:
-                ax.hlines(
-                    p.y,
-                    p.x_ci[0],
-                    p.x_ci[1],
-                    colors=c,
-                    linewidth=1.5,
-                    zorder=2,
-                    clip_on=False,
-                    gid=marks.add("ci", f"{p.label}: 95% CI {num(p.x_ci[0])}–{num(p.x_ci[1])}"),
-                )
-            measured = ""
-            if p.y_measured is not None and p.y_measured != p.y:
-                measured = f" (measured {p.y_measured:.8g})"
-            tip = f"{p.label}: {x_label} {num(p.x)}, {y_label} {p.y:.{tip_d}f}{measured}"
-            cls = "point" + (" winner" if p.winner else "") + (" front" if p.on_front else "")
-            style: dict[str, Any] = (
-                {"markeredgecolor": "#222222", "markeredgewidth": 1.6, "markersize": 10}
-                if p.on_front
-                else {"markeredgecolor": c, "markeredgewidth": 1.0, "markersize": 8}
-            )
-            ax.plot(
-                [p.x],
-                [p.y],
-                marker="o",
-                linestyle="none",
-                color=c,
-                zorder=3,
-                clip_on=False,
-                gid=marks.add(cls, tip),
-                **style,
-            )
+            tip = _tip(p, x_label, y_label, tip_d)
+            handle = _draw_point(ax, marks, p, p.color or color(i), tip)
             mark = f" ({p.winner_word})" if p.winner else (" (Pareto front)" if p.on_front else "")
-            handles.append(Line2D([], [], marker="o", linestyle="none", color=c, **style))
+            handles.append(handle)
             labels.append(p.label + mark)
-            if p.winner:
-                ax.plot(
-                    [p.x],
-                    [p.y],
-                    marker="o",
-                    markersize=19,
-                    markerfacecolor="none",
-                    markeredgecolor=WINNER,
-                    markeredgewidth=2,
-                    linestyle="none",
-                    zorder=4,
-                    clip_on=False,
-                    gid=marks.add("winner-ring", f"{p.winner_word}: {p.label}"),
-                )
         ax.set_xlabel(x_label)
         ax.set_ylabel(y_label)
         fig.legend(handles, labels, loc="outside lower center", ncols=2)
-        winner = next((p for p in points if p.winner), None)
-        if winner is not None:
-            # Named on the side with room, so the label stays over the plot.
-            ax.get_xlim()  # settles the autoscaled limits
-            left = (ax.transScale + ax.transLimits).transform((winner.x, winner.y))[0] > 0.5
-            ax.annotate(
-                f"{winner.winner_word}: {winner.label}",
-                (winner.x, winner.y),
-                xytext=(-12 if left else 12, 12),
-                textcoords="offset points",
-                ha="right" if left else "left",
-                va="bottom",
-                fontsize=11,
-                zorder=5,
-                annotation_clip=False,
-            )
-        return _to_svg(fig, chart_id, title, marks)
+        _name_winner(ax, points)
+        return svg.to_svg(fig, chart_id, title, marks)
+
+
+def _speed_axis(ax: Axes, points: list[Point]) -> None:
+    """The x axis: logarithmic where the speeds (and their CIs) span a wide range."""
+    xs = [p.x for p in points] + [v for p in points if p.x_ci for v in p.x_ci]
+    log_x = scales.log_worth_it(xs)
+    if log_x:
+        ax.set_xscale("log")
+    scales.plain_numbers(ax, "x", log_x)
+
+
+def _quality_axis(ax: Axes, points: list[Point], resolution: float, metric: str) -> int:
+    """The y axis over at least `resolution` of quality, ticked with the fewest
+    decimals that tell its ticks apart; returns the decimals for the hover text."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator
+
+    lo, hi = scales.quality_limits([p.y for p in points], resolution, metric)
+    pad = (hi - lo) * 0.1
+    ax.set_ylim(lo - pad, hi + pad)
+    ticks = [
+        t
+        for t in MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+        if lo - (hi - lo) * 1e-6 <= t <= hi + (hi - lo) * 1e-6
+    ]
+    step = ticks[1] - ticks[0] if len(ticks) > 1 else hi - lo
+    d = scales.decimals(ticks, step)
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.{d}f}"))
+    # Hover values to the grid's step (they are snapped to it), at least.
+    return max(d, math.ceil(-math.log10(resolution / 100) - 1e-9))
+
+
+def _front_line(ax: Axes, marks: svg.Marks, points: list[Point], lower_x: bool) -> None:
+    """The Pareto front as a dashed step line, when it has more than one point."""
+    front = sorted((p for p in points if p.on_front), key=lambda p: p.x)
+    if len(front) <= 1:
+        return
+    # Each speed is worth the best quality of any front point at least as
+    # fast: the line steps at the next front point.
+    where: Literal["pre", "post"] = "post" if lower_x else "pre"
+    names = ", ".join(p.label for p in front)
+    ax.step(
+        [p.x for p in front],
+        [p.y for p in front],
+        where=where,
+        color=FRONT,
+        linewidth=1.6,
+        linestyle=(0, (5, 3)),
+        zorder=2.5,
+        clip_on=False,
+        gid=marks.add("pareto-front", f"Pareto front: {names}"),
+    )
+
+
+def _tip(p: Point, x_label: str, y_label: str, tip_d: int) -> str:
+    """A point's hover text: its label and both values (quality as measured, too,
+    where the grid moved it)."""
+    measured = ""
+    if p.y_measured is not None and p.y_measured != p.y:
+        measured = f" (measured {p.y_measured:.8g})"
+    return f"{p.label}: {x_label} {num(p.x)}, {y_label} {p.y:.{tip_d}f}{measured}"
+
+
+def _draw_point(ax: Axes, marks: svg.Marks, p: Point, c: str, tip: str) -> Any:
+    """One candidate: its CI bar, the point (outlined on the front) and, for the
+    winner, a ring. Returns the legend's handle for it."""
+    from matplotlib.lines import Line2D
+
+    if p.x_ci:
+        ax.hlines(
+            p.y,
+            p.x_ci[0],
+            p.x_ci[1],
+            colors=c,
+            linewidth=1.5,
+            zorder=2,
+            clip_on=False,
+            gid=marks.add("ci", f"{p.label}: 95% CI {num(p.x_ci[0])}–{num(p.x_ci[1])}"),
+        )
+    cls = "point" + (" winner" if p.winner else "") + (" front" if p.on_front else "")
+    style: dict[str, Any] = (
+        {"markeredgecolor": "#222222", "markeredgewidth": 1.6, "markersize": 10}
+        if p.on_front
+        else {"markeredgecolor": c, "markeredgewidth": 1.0, "markersize": 8}
+    )
+    ax.plot(
+        [p.x],
+        [p.y],
+        marker="o",
+        linestyle="none",
+        color=c,
+        zorder=3,
+        clip_on=False,
+        gid=marks.add(cls, tip),
+        **style,
+    )
+    if p.winner:
+        ax.plot(
+            [p.x],
+            [p.y],
+            marker="o",
+            markersize=19,
+            markerfacecolor="none",
+            markeredgecolor=WINNER,
+            markeredgewidth=2,
+            linestyle="none",
+            zorder=4,
+            clip_on=False,
+            gid=marks.add("winner-ring", f"{p.winner_word}: {p.label}"),
+        )
+    return Line2D([], [], marker="o", linestyle="none", color=c, **style)
+
+
+def _name_winner(ax: Axes, points: list[Point]) -> None:
+    """The winner named beside its ring, on the side with room, so the label stays
+    over the plot."""
+    winner = next((p for p in points if p.winner), None)
+    if winner is None:
+        return
+    ax.get_xlim()  # settles the autoscaled limits
+    left = (ax.transScale + ax.transLimits).transform((winner.x, winner.y))[0] > 0.5
+    ax.annotate(
+        f"{winner.winner_word}: {winner.label}",
+        (winner.x, winner.y),
+        xytext=(-12 if left else 12, 12),
+        textcoords="offset points",
+        ha="right" if left else "left",
+        va="bottom",
+        fontsize=11,
+        zorder=5,
+        annotation_clip=False,
+    )
 
 
 # ---------------------------------------------------------------- boxes
@@ -443,11 +257,11 @@ def boxes(chart_id: str, title: str, rows: list[Box], x_label: str) -> str:
     """One horizontal box per candidate: whiskers p1-p99, box p25-p75, line at p50."""
     from matplotlib.patches import Rectangle
 
-    with _figure(chart_id, 60 + 28 * len(rows)) as (fig, ax, marks):
-        log_x = _log_worth_it([v for r in rows for v in (r.p1, r.p99)])
+    with svg.figure(chart_id, 60 + 28 * len(rows)) as (fig, ax, marks):
+        log_x = scales.log_worth_it([v for r in rows for v in (r.p1, r.p99)])
         if log_x:
             ax.set_xscale("log")
-        _plain_numbers(ax, "x", log_x)
+        scales.plain_numbers(ax, "x", log_x)
         for i, r in enumerate(rows):
             c = r.color or color(i)
             gid = marks.add(
@@ -475,7 +289,7 @@ def boxes(chart_id: str, title: str, rows: list[Box], x_label: str) -> str:
         ax.set_ylim(len(rows) - 0.5, -0.5)
         ax.grid(False, axis="y")
         ax.set_xlabel(x_label)
-        return _to_svg(fig, chart_id, title, marks)
+        return svg.to_svg(fig, chart_id, title, marks)
 
 
 # ---------------------------------------------------------------- lines
@@ -494,14 +308,14 @@ def lines(chart_id: str, title: str, series: list[Series], x_label: str, y_label
     """One line per series with CI bars; x is categorical (batch sizes), evenly spaced."""
     cats = sorted({x for s in series for x in s.xs})
     pos = {c: i for i, c in enumerate(cats)}
-    with _figure(chart_id, 300 + 17 * ((len(series) + 1) // 2)) as (fig, ax, marks):
+    with svg.figure(chart_id, 300 + 17 * ((len(series) + 1) // 2)) as (fig, ax, marks):
         ys = [y for s in series for y in s.ys] + [
             v for s in series for ci in s.cis if ci for v in ci
         ]
-        log_y = _log_worth_it(ys)
+        log_y = scales.log_worth_it(ys)
         if log_y:
             ax.set_yscale("log")
-        _plain_numbers(ax, "y", log_y)
+        scales.plain_numbers(ax, "y", log_y)
         handles = []
         for i, s in enumerate(series):
             c = s.color or color(i)
@@ -547,7 +361,7 @@ def lines(chart_id: str, title: str, series: list[Series], x_label: str, y_label
         ax.set_xlabel(x_label)
         ax.set_ylabel(y_label)
         fig.legend(handles, [s.label for s in series], loc="outside lower center", ncols=2)
-        return _to_svg(fig, chart_id, title, marks)
+        return svg.to_svg(fig, chart_id, title, marks)
 
 
 # ---------------------------------------------------------------- bars
@@ -565,8 +379,8 @@ class Bar:
 def bars(chart_id: str, title: str, rows: list[Bar], x_label: str) -> str:
     """Horizontal bars from zero, with an optional CI whisker; the value printed at
     the bar's end, the axis stretched so that the longest of those labels fits."""
-    with _figure(chart_id, 60 + 22 * len(rows)) as (fig, ax, marks):
-        _plain_numbers(ax, "x", False)
+    with svg.figure(chart_id, 60 + 22 * len(rows)) as (fig, ax, marks):
+        scales.plain_numbers(ax, "x", False)
         ends = []
         texts = []
         for i, r in enumerate(rows):
@@ -610,7 +424,7 @@ def bars(chart_id: str, title: str, rows: list[Bar], x_label: str) -> str:
         ax.grid(False, axis="y")
         ax.set_xlabel(x_label)
         _fit_labels(fig, ax, ends, texts)
-        return _to_svg(fig, chart_id, title, marks)
+        return svg.to_svg(fig, chart_id, title, marks)
 
 
 def _fit_labels(fig: Figure, ax: Axes, ends: list[float], texts: list[Any]) -> None:

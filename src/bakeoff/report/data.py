@@ -83,7 +83,7 @@ class StoredRun:
         rows = self.rounds.get(candidate["id"], [])
         if not rows:
             return None
-        # Rounds of one candidate have the same number of calls (see measure.scheduler);
+        # Rounds of one candidate have the same number of calls (see trials.engine);
         # keep that many in case a resumed run stored a short one.
         calls = min(len(lat) for _, lat, _, _ in rows)
         if calls == 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bakeoff.judge.verdict import statement
+from bakeoff.judge.verdict_words import statement
 from bakeoff.paths import resume_command
 from bakeoff.report.charts import num
 from bakeoff.report.data import StoredRun, flagged, leaders, load, status_label
@@ -36,9 +36,18 @@ def render(run: StoredRun) -> str:
             f"`{resume_command(run.run_id, run.store)}` finishes it.",
             "",
         ]
-    lines += ["### Verdict", ""]
+    lines += _verdicts(run.verdicts)
+    lines += _table(run)
+    lines += _out_of_race(run)
+    lines += _environment(run)
+    return "\n".join(lines)
+
+
+def _verdicts(verdicts: list[dict[str, Any]]) -> list[str]:
+    """Each verdict's first sentence and points; their statistics folded away below."""
+    lines = ["### Verdict", ""]
     statistics = []
-    for v in run.verdicts:
+    for v in verdicts:
         head, points, details = statement(v)
         lines.append(f"- **batch {v['batch_size']}** ({v['objective']}): {_cell(head)}")
         lines += [f"  - {_cell(p)}" for p in points]
@@ -48,8 +57,13 @@ def render(run: StoredRun) -> str:
     if statistics:
         lines += ["", "<details><summary>Statistics behind the verdicts</summary>", ""]
         lines += [*statistics, "</details>"]
+    return lines
+
+
+def _table(run: StoredRun) -> list[str]:
+    """The candidates that passed or failed the quality gate, one row each."""
     led = leaders(run.verdicts)
-    lines += [
+    lines = [
         "",
         "| candidate | status | quality | p50 ms [95% CI] | samples/s [95% CI] | size MiB |",
         "|---|---|---:|---:|---:|---:|",
@@ -59,22 +73,23 @@ def render(run: StoredRun) -> str:
             continue
         lat, thr, q = c.get("latency_ms"), c.get("throughput"), c.get("quality")
         size = c.get("model_size_mb")
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    f"`{c['id']}`" + _mark(led.get(c["id"])),
-                    status_label(c),
-                    "–" if not q or q.get("value") is None else f"{q['value']:.4f}",
-                    "–" if not lat else num(lat["p50"]) + _ci(lat["ci95"]["p50"]),
-                    "–" if not thr else num(thr["samples_per_s"]) + _ci(thr["ci95"]),
-                    "–" if size is None else f"{size:.3f}",
-                ]
-            )
-            + " |"
-        )
+        cells = [
+            f"`{c['id']}`" + _mark(led.get(c["id"])),
+            status_label(c),
+            "–" if not q or q.get("value") is None else f"{q['value']:.4f}",
+            "–" if not lat else num(lat["p50"]) + _ci(lat["ci95"]["p50"]),
+            "–" if not thr else num(thr["samples_per_s"]) + _ci(thr["ci95"]),
+            "–" if size is None else f"{size:.3f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     if led:
         lines += ["", "★ winner; ☆ leads, but not separated from the others (see the verdict)"]
+    return lines
+
+
+def _out_of_race(run: StoredRun) -> list[str]:
+    """Flagged results, the candidates out of the race, what was left out, and notes."""
+    lines: list[str] = []
     shaky = flagged(run.candidates)
     if shaky:
         lines += ["", "Flagged (measured, but not to be taken as it is):", ""]
@@ -94,6 +109,11 @@ def render(run: StoredRun) -> str:
     if noted:
         lines += ["", "Notes:", ""]
         lines += [f"- `{c['id']}`: {_cell('; '.join(c['notes']))}" for c in noted]
+    return lines
+
+
+def _environment(run: StoredRun) -> list[str]:
+    """The machine and the run's settings, in one small line."""
     env, st = run.environment, run.settings
     cpu = env.get("cpu") or {}
     pkgs = env.get("packages") or {}
@@ -101,7 +121,7 @@ def render(run: StoredRun) -> str:
     gpu = env.get("gpu")
     if isinstance(gpu, list):
         gpu = ", ".join(str(g.get("name") if isinstance(g, dict) else g) for g in gpu)
-    lines += [
+    return [
         "",
         f"<sub>{_cell(cpu.get('model'))}, {cpu.get('physical_cores')} cores, "
         f"{env.get('memory_gb')} GiB, GPU {_cell(gpu or 'none')}; Python "
@@ -110,7 +130,6 @@ def render(run: StoredRun) -> str:
         "</sub>",
         "",
     ]
-    return "\n".join(lines)
 
 
 def write(run_id: str, store: str | Path, out: Path) -> Path:

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from bakeoff.candidates import Candidate
-from bakeoff.judge.verdict import statement
+from bakeoff.judge.verdict_words import statement
 from bakeoff.report.charts import num
 from bakeoff.report.data import flagged, leaders, status_label
 
@@ -177,15 +177,39 @@ def _listing(console: Console, title: str, lines: dict[str, str]) -> None:
 
 
 def print_result(document: dict[str, Any], console: Console | None = None) -> None:
+    """The final table, then each section that has something to say, the verdicts
+    and the advice among them, and what the run took."""
     console = console or Console()
+    candidates = document["candidates"]
     console.print(results_table(document))
     console.print(
         "[dim]* winner; ~ leads, but not separated (see the verdict); ? marks a p99 with "
         "too few samples to support it[/]"
     )
+    _in_load(console, candidates)
+    _cold_starts(console, candidates)
+    _flags_and_notes(console, candidates)
+    _not_ok(console, candidates)
+    _server(console, candidates)
+    _offline(console, candidates)
+    _verdicts(console, document["verdicts"])
+    _advice(console, document)
+    _listing(
+        console,
+        "[bold]Left out[/] (not built: the advice, or another variant, made them unnecessary)",
+        {
+            vid: escape(why)
+            for vid, why in (document.get("settings", {}).get("left_out") or {}).items()
+        },
+    )
+    _took(console, document)
+
+
+def _in_load(console: Console, candidates: list[dict[str, Any]]) -> None:
+    """What the load times include: each runtime's imports, and ahead-of-time compiles."""
     in_load = []
     imports: dict[str, list[float]] = {}
-    for c in document["candidates"]:
+    for c in candidates:
         if c["cold_start_s"].get("import") is not None:
             imports.setdefault(c["runtime"], []).append(c["cold_start_s"]["import"])
     if imports:
@@ -194,7 +218,7 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
             "imports "
             + ", ".join(f"{rt} {num(float(np.median(v)))} s" for rt, v in imports.items())
         )
-    compiled = [c for c in document["candidates"] if c["cold_start_s"].get("compile") is not None]
+    compiled = [c for c in candidates if c["cold_start_s"].get("compile") is not None]
     if compiled:
         # Ahead-of-time compilation (jax.jit, XLA, TVM, TensorRT) happens while loading:
         # part of the cold start, never of the latency above.
@@ -207,29 +231,38 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
             "[dim]of the load time (never in latency): " + "; ".join(in_load) + "[/]",
             highlight=False,
         )
-    repeated = [c for c in document["candidates"] if c["cold_start_s"].get("repeats", 1) > 1]
-    if repeated:
-        cold = repeated[0]["cold_start_s"]["repeats"]
-        console.print(f"\n[bold]Cold start[/] (mean of {cold} fresh processes, 95% CI)")
-        for c in repeated:
-            cs = c["cold_start_s"]
-            lo, hi = cs["load_ci95"]
-            flo, fhi = cs["first_call_ci95"]
-            imported = ""
-            if "import_ci95" in cs:
-                ilo, ihi = cs["import_ci95"]
-                imported = f" (imports {num(cs['import'])} s [{num(ilo)}-{num(ihi)}])"
-            console.print(
-                f"  {escape(c['id'])}: load {num(cs['load'])} s [{num(lo)}-{num(hi)}]{imported}, "
-                f"first call {num(cs['first_call'])} s [{num(flo)}-{num(fhi)}]",
-                highlight=False,
-            )
+
+
+def _cold_starts(console: Console, candidates: list[dict[str, Any]]) -> None:
+    """Cold starts measured in several fresh processes, with their CIs."""
+    repeated = [c for c in candidates if c["cold_start_s"].get("repeats", 1) > 1]
+    if not repeated:
+        return
+    cold = repeated[0]["cold_start_s"]["repeats"]
+    console.print(f"\n[bold]Cold start[/] (mean of {cold} fresh processes, 95% CI)")
+    for c in repeated:
+        cs = c["cold_start_s"]
+        lo, hi = cs["load_ci95"]
+        flo, fhi = cs["first_call_ci95"]
+        imported = ""
+        if "import_ci95" in cs:
+            ilo, ihi = cs["import_ci95"]
+            imported = f" (imports {num(cs['import'])} s [{num(ilo)}-{num(ihi)}])"
+        console.print(
+            f"  {escape(c['id'])}: load {num(cs['load'])} s [{num(lo)}-{num(hi)}]{imported}, "
+            f"first call {num(cs['first_call'])} s [{num(flo)}-{num(fhi)}]",
+            highlight=False,
+        )
+
+
+def _flags_and_notes(console: Console, candidates: list[dict[str, Any]]) -> None:
+    """Measured candidates to read with care: flagged, beyond the constraints, or noted."""
     _listing(
         console,
         "[bold]Flagged[/] (measured, but not to be taken as it is)",
         {
             c["id"]: f"[yellow]{c['validity']}[/] - {escape(c['validity_reason'])}"
-            for c in flagged(document["candidates"])
+            for c in flagged(candidates)
         },
     )
     _listing(
@@ -237,7 +270,7 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
         "[bold]Measured, but beyond the workload's constraints[/] (not eligible)",
         {
             c["id"]: escape("; ".join(c["constraint_violations"]))
-            for c in document["candidates"]
+            for c in candidates
             if c.get("constraint_violations")
         },
     )
@@ -246,56 +279,72 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
         "[bold]Notes[/] (measured as asked; read the figures with this in mind)",
         {
             c["id"]: escape("; ".join(c["notes"]))
-            for c in document["candidates"]
+            for c in candidates
             if c.get("notes") and c["status"] in ("ok", "rejected")
         },
     )
-    not_ok = [c for c in document["candidates"] if c["status"] not in ("ok",)]
+
+
+def _not_ok(console: Console, candidates: list[dict[str, Any]]) -> None:
+    not_ok = [c for c in candidates if c["status"] not in ("ok",)]
     if not_ok:
         console.print("\n[bold]Not measured or not eligible[/]")
         for c in not_ok:
             style = _STATUS_STYLE[c["status"]]
             console.print(f"  {c['id']}: [{style}]{c['status']}[/] - {escape(c['reason'])}")
-    served = [c for c in document["candidates"] if c.get("server")]
-    if served:
-        bound = next((c["server"].get("bound_ms") for c in served), None)
-        console.print(f"\n[bold]Server scenario[/] (Poisson arrivals, p99 bound {bound} ms)")
-        for c in served:
-            srv = c["server"]
-            if srv.get("error"):
-                console.print(f"  {c['id']}: [red]failed[/] - {escape(srv['error'])}")
-            elif srv.get("max_qps") is None:
-                console.print(f"  {c['id']}: no tried rate kept p99 within {srv['bound_ms']} ms")
-            else:
-                console.print(
-                    f"  {c['id']}: highest passing rate {srv['max_qps']:.1f} queries/s, "
-                    f"p99 {srv['p99_ms_at_max']:.1f} ms (bound {srv['bound_ms']:g} ms, "
-                    f"{len(srv['tries'])} rates tried)"
-                )
-    offline = [c for c in document["candidates"] if c.get("offline")]
-    if offline:
-        console.print("\n[bold]Offline scenario[/] (every sample issued at once, LoadGen)")
-        for c in offline:
-            runs = ", ".join(
-                f"{t['concurrency']}x{t['threads_per_stream']}t: "
-                + (f"{t['samples_per_s']:.1f}/s" if t.get("samples_per_s") else "failed")
-                for t in c["offline"]["sweep"]
-            )
-            console.print(f"  {c['id']}: {runs}")
-        best = max(
-            (c for c in offline if c["offline"].get("best")),
-            key=lambda c: c["offline"]["best"]["samples_per_s"],
-            default=None,
-        )
-        if best is not None:
-            b = best["offline"]["best"]
+
+
+def _server(console: Console, candidates: list[dict[str, Any]]) -> None:
+    """The server scenario: per candidate, the highest rate that kept p99 within the bound."""
+    served = [c for c in candidates if c.get("server")]
+    if not served:
+        return
+    bound = next((c["server"].get("bound_ms") for c in served), None)
+    console.print(f"\n[bold]Server scenario[/] (Poisson arrivals, p99 bound {bound} ms)")
+    for c in served:
+        srv = c["server"]
+        if srv.get("error"):
+            console.print(f"  {c['id']}: [red]failed[/] - {escape(srv['error'])}")
+        elif srv.get("max_qps") is None:
+            console.print(f"  {c['id']}: no tried rate kept p99 within {srv['bound_ms']} ms")
+        else:
             console.print(
-                f"  highest: {best['id']} at {b['samples_per_s']:.1f} samples/s "
-                f"(batch {best['batch_size']}, {b['concurrency']} stream(s) x "
-                f"{b['threads_per_stream']} thread(s))"
+                f"  {c['id']}: highest passing rate {srv['max_qps']:.1f} queries/s, "
+                f"p99 {srv['p99_ms_at_max']:.1f} ms (bound {srv['bound_ms']:g} ms, "
+                f"{len(srv['tries'])} rates tried)"
             )
+
+
+def _offline(console: Console, candidates: list[dict[str, Any]]) -> None:
+    """The offline scenario: each candidate's concurrency sweep, then the best of all."""
+    offline = [c for c in candidates if c.get("offline")]
+    if not offline:
+        return
+    console.print("\n[bold]Offline scenario[/] (every sample issued at once, LoadGen)")
+    for c in offline:
+        runs = ", ".join(
+            f"{t['concurrency']}x{t['threads_per_stream']}t: "
+            + (f"{t['samples_per_s']:.1f}/s" if t.get("samples_per_s") else "failed")
+            for t in c["offline"]["sweep"]
+        )
+        console.print(f"  {c['id']}: {runs}")
+    best = max(
+        (c for c in offline if c["offline"].get("best")),
+        key=lambda c: c["offline"]["best"]["samples_per_s"],
+        default=None,
+    )
+    if best is not None:
+        b = best["offline"]["best"]
+        console.print(
+            f"  highest: {best['id']} at {b['samples_per_s']:.1f} samples/s "
+            f"(batch {best['batch_size']}, {b['concurrency']} stream(s) x "
+            f"{b['threads_per_stream']} thread(s))"
+        )
+
+
+def _verdicts(console: Console, verdicts: list[dict[str, Any]]) -> None:
     console.print("\n[bold]Verdict[/]")
-    for v in document["verdicts"]:
+    for v in verdicts:
         head, points, _ = statement(v)
         style = _VERDICT_STYLE.get(v.get("standing") or "clear", "") if v["winner"] else "red"
         console.print(
@@ -304,26 +353,25 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
         )
         for point in points:
             console.print(f"    - {escape(point)}", highlight=False)
+
+
+def _advice(console: Console, document: dict[str, Any]) -> None:
+    """Each piece of advice the run could check, and whether the measurement confirmed it."""
     advice = document.get("advice")
-    if advice:
-        source = document.get("settings", {}).get("candidates_from", "-")
-        console.print(
-            f"\n[bold]Advice[/] for target {advice['target']} (candidates from: {source})"
-        )
-        marks = {True: "[green]confirmed[/]", False: "[yellow]not confirmed[/]"}
-        for a in advice["advice"]:
-            if a.get("confirm") is None:
-                continue  # text-only advice: shown by `bakeoff advise` and in the JSON
-            mark = marks.get(a.get("confirmed"), "[dim]not measured[/]")
-            console.print(f"  {mark} {escape(a['text'])}: {escape(a['why'])}", highlight=False)
-    _listing(
-        console,
-        "[bold]Left out[/] (not built: the advice, or another variant, made them unnecessary)",
-        {
-            vid: escape(why)
-            for vid, why in (document.get("settings", {}).get("left_out") or {}).items()
-        },
-    )
+    if not advice:
+        return
+    source = document.get("settings", {}).get("candidates_from", "-")
+    console.print(f"\n[bold]Advice[/] for target {advice['target']} (candidates from: {source})")
+    marks = {True: "[green]confirmed[/]", False: "[yellow]not confirmed[/]"}
+    for a in advice["advice"]:
+        if a.get("confirm") is None:
+            continue  # text-only advice: shown by `bakeoff advise` and in the JSON
+        mark = marks.get(a.get("confirmed"), "[dim]not measured[/]")
+        console.print(f"  {mark} {escape(a['text'])}: {escape(a['why'])}", highlight=False)
+
+
+def _took(console: Console, document: dict[str, Any]) -> None:
+    """What the run took, by phase, and what the variant cache saved."""
     timing = document.get("timing_s")
     if timing:
         console.print(

@@ -7,6 +7,7 @@ import logging
 import re
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -215,6 +216,75 @@ def calibration_drop(
     return float(evaluate(val_metric, outputs[1], outputs[0], None, max_drop).drop)
 
 
+@dataclass(frozen=True)
+class _GateValidation:
+    """NNCF's validation function: the quality gate's drop (bakeoff.judge.quality)
+    against the FP32 IR's outputs, as NNCF's metric 1 - drop, overall and per item."""
+
+    metric: str
+    reference: np.ndarray
+    max_drop: float
+
+    def drop_of(self, outputs: np.ndarray, rows: list[int]) -> float:
+        from bakeoff.judge.quality import evaluate
+
+        q = evaluate(self.metric, outputs, self.reference[rows], None, self.max_drop)
+        # NNCF subtracts metrics; an infinite drop (NaN outputs) would make NaN there.
+        return float(min(q.drop, 1e6))
+
+    def __call__(
+        self, compiled: Any, data: Iterable[tuple[int, dict[str, np.ndarray]]]
+    ) -> tuple[float, list[float]]:
+        rows, outs = [], []
+        for i, inputs in data:
+            rows.append(i)
+            outs.append(np.asarray(compiled(inputs)[0], dtype=np.float32))
+        stacked = np.concatenate(outs)
+        per_item = [1.0 - self.drop_of(stacked[k : k + 1], [r]) for k, r in enumerate(rows)]
+        return 1.0 - self.drop_of(stacked, rows), per_item
+
+
+def _quantize_with_accuracy_control(
+    model: Any, items: list[Any], validate: _GateValidation, transformer: bool
+) -> tuple[Any, list[re.Match[str]]]:
+    """NNCF's accuracy control, and what its log says it reverted to float."""
+    import nncf
+    from nncf.quantization.advanced_parameters import (
+        AdvancedQuantizationParameters,
+        AdvancedSmoothQuantParameters,
+    )
+
+    dataset = nncf.Dataset(items, lambda item: item[1])
+    # NNCF says which layers it gave back to floating point only in its log.
+    log = _Captured()
+    logging.getLogger("nncf").addHandler(log)
+    try:
+        quantized = nncf.quantize_with_accuracy_control(
+            model,
+            dataset,
+            dataset,
+            validate,
+            max_drop=validate.max_drop,
+            drop_type=nncf.DropType.ABSOLUTE,
+            # SmoothQuant off: NNCF 3.4 reverts a quantizer but keeps SmoothQuant's
+            # rescaling around it, and the "restored" model drifts away from FP32
+            # (on MiniLM every quantizer reverted still left a cosine drop of 0.7).
+            advanced_quantization_parameters=AdvancedQuantizationParameters(
+                smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=-1)
+            ),
+            **_ptq_kwargs(nncf, len(items), transformer),
+        )
+    except Exception as exc:
+        raise step_failed(
+            "NNCF accuracy-aware INT8 quantization (nncf.quantize_with_accuracy_control)",
+            exc,
+            "Try openvino int8 nncf (plain NNCF INT8) or the onnxruntime int8 candidates",
+        ) from exc
+    finally:
+        logging.getLogger("nncf").removeHandler(log)
+    return quantized, [m for m in map(_REVERTED.search, log.lines) if m]
+
+
 def nncf_int8_accuracy_aware(
     ir_path: str,
     out_dir: Path,
@@ -232,14 +302,7 @@ def nncf_int8_accuracy_aware(
     "accuracy drop" is the gate's drop and max_drop is the gate's max_drop.
     The quality hold-out stays unseen, so the gate still judges the result.
     """
-    import nncf
     import openvino as ov
-    from nncf.quantization.advanced_parameters import (
-        AdvancedQuantizationParameters,
-        AdvancedSmoothQuantParameters,
-    )
-
-    from bakeoff.judge.quality import evaluate
 
     # The calibration split has no labels: for "accuracy", agreement with the
     # FP32 top-1 is the closest label-free stand-in, and it is recorded as such.
@@ -252,50 +315,8 @@ def nncf_int8_accuracy_aware(
     reference = np.concatenate([np.asarray(fp32(s)[0], dtype=np.float32) for s in samples])
     del fp32
     items = list(enumerate(samples))
-
-    def drop_of(outputs: np.ndarray, rows: list[int]) -> float:
-        q = evaluate(val_metric, outputs, reference[rows], None, max_drop)
-        # NNCF subtracts metrics; an infinite drop (NaN outputs) would make NaN there.
-        return float(min(q.drop, 1e6))
-
-    def validate(compiled: Any, data: Iterable[tuple[int, dict[str, np.ndarray]]]) -> Any:
-        rows, outs = [], []
-        for i, inputs in data:
-            rows.append(i)
-            outs.append(np.asarray(compiled(inputs)[0], dtype=np.float32))
-        stacked = np.concatenate(outs)
-        per_item = [1.0 - drop_of(stacked[k : k + 1], [r]) for k, r in enumerate(rows)]
-        return 1.0 - drop_of(stacked, rows), per_item
-
-    dataset = nncf.Dataset(items, lambda item: item[1])
-    # NNCF says which layers it gave back to floating point only in its log.
-    log = _Captured()
-    logging.getLogger("nncf").addHandler(log)
-    try:
-        quantized = nncf.quantize_with_accuracy_control(
-            model,
-            dataset,
-            dataset,
-            validate,
-            max_drop=max_drop,
-            drop_type=nncf.DropType.ABSOLUTE,
-            # SmoothQuant off: NNCF 3.4 reverts a quantizer but keeps SmoothQuant's
-            # rescaling around it, and the "restored" model drifts away from FP32
-            # (on MiniLM every quantizer reverted still left a cosine drop of 0.7).
-            advanced_quantization_parameters=AdvancedQuantizationParameters(
-                smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=-1)
-            ),
-            **_ptq_kwargs(nncf, len(samples), transformer),
-        )
-    except Exception as exc:
-        raise step_failed(
-            "NNCF accuracy-aware INT8 quantization (nncf.quantize_with_accuracy_control)",
-            exc,
-            "Try openvino int8 nncf (plain NNCF INT8) or the onnxruntime int8 candidates",
-        ) from exc
-    finally:
-        logging.getLogger("nncf").removeHandler(log)
-    reports = [m for m in map(_REVERTED.search, log.lines) if m]
+    validate = _GateValidation(val_metric, reference, max_drop)
+    quantized, reports = _quantize_with_accuracy_control(model, items, validate, transformer)
     remaining = sum(op.get_type_name() == "FakeQuantize" for op in quantized.get_ops())
     if remaining == 0:
         # Every quantizer went back to float: an FP32 model under an INT8 label.

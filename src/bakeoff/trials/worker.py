@@ -1,12 +1,12 @@
 """The worker process: builds a variant, or loads one and times it on command.
 
-Run as ``python -m bakeoff.measure.worker FD``: FD is one end of a socket pair.
+Run as ``python -m bakeoff.trials.worker FD``: FD is one end of a socket pair.
 Messages both ways are JSON (never pickle). The parent sets thread variables in
 the environment before this process starts, so they hold before numpy or any
 runtime is imported.
 
 The first message is a job, the ones after a `LoadJob` commands: the typed
-messages of `bakeoff.measure.jobs`, which says what each one asks. A message
+messages of `bakeoff.trials.jobs`, which says what each one asks. A message
 this worker cannot read is answered with an error that names what is wrong;
 after a bad command the worker goes on answering commands.
 """
@@ -33,9 +33,12 @@ import numpy as np
 
 from bakeoff.backends import BuildContext, LoadContext, Runner, get_backend
 from bakeoff.batching import Layout, has_split, read_split
-from bakeoff.measure.jobs import (
+from bakeoff.sizes import model_bytes
+from bakeoff.transforms import StepFailed, StepNotNeeded
+from bakeoff.trials.jobs import (
     BuildJob,
     ColdStartJob,
+    Command,
     Exit,
     JobBase,
     JobError,
@@ -50,9 +53,7 @@ from bakeoff.measure.jobs import (
     command_from_json,
     job_from_json,
 )
-from bakeoff.measure.process import PRIVATE_CACHE_VARIABLE
-from bakeoff.sizes import model_bytes
-from bakeoff.transforms import StepFailed, StepNotNeeded
+from bakeoff.trials.launcher import PRIVATE_CACHE_VARIABLE
 
 
 def send(conn: Connection, msg: dict[str, Any]) -> None:
@@ -60,7 +61,7 @@ def send(conn: Connection, msg: dict[str, Any]) -> None:
 
 
 def recv(conn: Connection) -> Any:
-    """The next message, parsed but not yet checked (`bakeoff.measure.jobs` does)."""
+    """The next message, parsed but not yet checked (`bakeoff.trials.jobs` does)."""
     data = conn.recv_bytes()
     try:
         return json.loads(data)
@@ -282,29 +283,39 @@ def serve_measure(conn: Connection, job: LoadJob, started: float) -> None:
         except JobError as exc:  # not JSON, or not a command: say so, and go on
             send(conn, {"ok": False, "reason": str(exc)})
             continue
-        match cmd:
-            case Warmup():
-                # Warm up for at least `seconds` and `min_calls`: caches, allocators
-                # and thread pools reach steady state before any sample is kept.
-                lat: list[int] = []
-                deadline = clock() + int(cmd.seconds * 1e9)
-                while len(lat) < cmd.min_calls or clock() < deadline:
-                    lat += timed_calls(runner.run, pool, 1, clock)[0]
-                    if len(lat) >= cmd.max_calls:
-                        break
-                send(conn, {"ok": True, "latency_ns": lat})
-            case Measure():
-                # Untimed settling calls first: right after another worker ran, the
-                # first call pays for that worker's spinning threads and our cold
-                # caches, a cost of the interleaving, not of this runtime.
-                for i in range(cmd.settle):
-                    runner.run(pool[i % len(pool)])
-                lat, block_ns = timed_calls(runner.run, pool, cmd.calls, clock)
-                send(conn, {"ok": True, **Timed(lat, block_ns).to_json()})
-            case Server():
-                from bakeoff.measure.scenarios import find_peak_rate
+        send(conn, {"ok": True, **_answer(cmd, runner, pool, clock, batch_size)})
+        if isinstance(cmd, Exit):
+            return
 
-                result = find_peak_rate(
+
+def _answer(
+    cmd: Command, runner: Runner, pool: list[Any], clock: Callable[[], int], batch_size: int
+) -> dict[str, Any]:
+    """What one command measures, as the reply's fields."""
+    match cmd:
+        case Warmup():
+            # Warm up for at least `seconds` and `min_calls`: caches, allocators
+            # and thread pools reach steady state before any sample is kept.
+            lat: list[int] = []
+            deadline = clock() + int(cmd.seconds * 1e9)
+            while len(lat) < cmd.min_calls or clock() < deadline:
+                lat += timed_calls(runner.run, pool, 1, clock)[0]
+                if len(lat) >= cmd.max_calls:
+                    break
+            return {"latency_ns": lat}
+        case Measure():
+            # Untimed settling calls first: right after another worker ran, the
+            # first call pays for that worker's spinning threads and our cold
+            # caches, a cost of the interleaving, not of this runtime.
+            for i in range(cmd.settle):
+                runner.run(pool[i % len(pool)])
+            lat, block_ns = timed_calls(runner.run, pool, cmd.calls, clock)
+            return Timed(lat, block_ns).to_json()
+        case Server():
+            from bakeoff.trials.loadgen import find_peak_rate
+
+            return {
+                "server": find_peak_rate(
                     runner.run,
                     pool,
                     single_stream_s=cmd.single_stream_s,
@@ -315,15 +326,14 @@ def serve_measure(conn: Connection, job: LoadJob, started: float) -> None:
                     out_dir=Path(cmd.out_dir),
                     seed=cmd.seed,
                 )
-                send(conn, {"ok": True, "server": result})
-            case Offline():
-                from bakeoff.measure.scenarios import offline_trial
+            }
+        case Offline():
+            from bakeoff.trials.loadgen import offline_trial
 
-                new_stream = getattr(runner, "new_stream", None)
-                streams = [
-                    new_stream() if new_stream else runner.run for _ in range(cmd.concurrency)
-                ]
-                result = offline_trial(
+            new_stream = getattr(runner, "new_stream", None)
+            streams = [new_stream() if new_stream else runner.run for _ in range(cmd.concurrency)]
+            return {
+                "offline": offline_trial(
                     streams,
                     pool,
                     batch_size,
@@ -332,13 +342,12 @@ def serve_measure(conn: Connection, job: LoadJob, started: float) -> None:
                     out_dir=Path(cmd.out_dir),
                     seed=cmd.seed,
                 )
-                send(conn, {"ok": True, "offline": result})
-            case Exit():
-                peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-                send(conn, {"ok": True, "peak_rss_mb": peak_kib / 1024})
-                return
-            case _:
-                assert_never(cmd)
+            }
+        case Exit():
+            peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            return {"peak_rss_mb": peak_kib / 1024}
+        case _:
+            assert_never(cmd)
 
 
 def main(fd: int) -> int:

@@ -117,6 +117,11 @@ class ReferenceJob(_Job):
     load: LoadSpec
     outputs_path: str  # .npy; the second shape's outputs go beside it (.alt.npy)
 
+    @property
+    def threads(self) -> int:
+        """The threads its worker runs with (per stream)."""
+        return self.load.threads
+
 
 @dataclass(frozen=True, kw_only=True)
 class ColdStartJob(_Job):
@@ -125,6 +130,11 @@ class ColdStartJob(_Job):
     kind: ClassVar[str] = "coldstart"
     base: JobBase
     load: LoadSpec
+
+    @property
+    def threads(self) -> int:
+        """The threads its worker runs with (per stream)."""
+        return self.load.threads
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,6 +145,11 @@ class LoadJob(_Job):
     base: JobBase
     load: LoadSpec
     outputs_path: str  # .npy; the second shape's outputs go beside it (.alt.npy)
+
+    @property
+    def threads(self) -> int:
+        """The threads its worker runs with (per stream)."""
+        return self.load.threads
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,5 +1,9 @@
 """Starting workers and talking to them, from the orchestrator's side.
 
+The trial engine sees a `Launcher` (`start(job, log) -> Worker`) and the
+`Worker` it returns; `LocalLauncher` starts local processes. A cluster launcher
+(Ray) is another implementation of the same two protocols.
+
 Waiting is always a blocking wait on the socket (select under the hood, with
 the trial timeout), never a polling loop: on a 2-core machine a spinning parent
 would steal half the machine from the worker it measures.
@@ -17,9 +21,9 @@ import sys
 import tempfile
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from bakeoff.measure.jobs import ColdStartJob, Command, Job, JobError, LoadJob, Measure, Timed
+from bakeoff.trials.jobs import ColdStartJob, Command, Job, JobError, LoadJob, Measure, Timed
 
 THREAD_VARIABLES = (
     "OMP_NUM_THREADS",
@@ -109,7 +113,7 @@ class WorkerProcess:
         try:
             with open(log_path, "ab") as log:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "bakeoff.measure.worker", str(child_sock.fileno())],
+                    [sys.executable, "-m", "bakeoff.trials.worker", str(child_sock.fileno())],
                     pass_fds=[child_sock.fileno()],
                     env=env,
                     stdin=subprocess.DEVNULL,
@@ -184,3 +188,40 @@ def run_job(job: Job, threads: int, log_path: Path, timeout: float) -> dict[str,
         return worker.reply(timeout)
     finally:
         worker.close()
+
+
+class Worker(Protocol):
+    """A started worker as the trial engine talks to it: each call blocks until the
+    worker answers, fails, or the timeout passes (then it raises WorkerFailed)."""
+
+    def reply(self, timeout: float) -> dict[str, Any]: ...
+
+    def request(self, cmd: Command, timeout: float) -> dict[str, Any]: ...
+
+    def measure(self, cmd: Measure, timeout: float) -> Timed: ...
+
+    def close(self) -> None: ...
+
+
+class Launcher(Protocol):
+    """Where workers run: `start` one for a job (it answers the job first, then
+    commands), or `run` a one-shot job to its single reply. `name` names the
+    worker's log."""
+
+    def start(self, job: Job, name: str) -> Worker: ...
+
+    def run(self, job: Job, name: str, timeout: float) -> dict[str, Any]: ...
+
+
+class LocalLauncher:
+    """Workers as processes on this machine, with the job's threads (docs/method.md
+    rule 2) in their environment and their output in `logs/<name>.log`."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+
+    def start(self, job: Job, name: str) -> WorkerProcess:
+        return WorkerProcess(job, job.threads, self.logs / f"{name}.log")
+
+    def run(self, job: Job, name: str, timeout: float) -> dict[str, Any]:
+        return run_job(job, job.threads, self.logs / f"{name}.log", timeout)

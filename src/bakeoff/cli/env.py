@@ -1,0 +1,56 @@
+"""`bakeoff env`: this machine and the runtimes it can run."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from bakeoff import environment
+from bakeoff.cli.output import out
+
+
+def env(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """This machine's fingerprint and every runtime's availability."""
+    fp = environment.fingerprint()
+    rts = environment.runtimes()
+    if as_json:
+        sys.stdout.write(json.dumps({"environment": fp, "runtimes": rts}, indent=2) + "\n")
+        return
+    cpu = fp["cpu"]
+    out.print(
+        f"[bold]bakeoff {fp['bakeoff_version']}[/] on Python {fp['python']}, {fp['platform']}"
+    )
+    out.print(
+        f"CPU: {cpu['model']} ({cpu['physical_cores']} physical / {cpu['logical_cores']} logical "
+        f"cores, flags: {', '.join(cpu['flags']) or 'none notable'})"
+    )
+    if "flags_simulated" in cpu:
+        out.print(
+            f"[yellow]CPU flags simulated[/] by BAKEOFF_CPU_FLAGS={cpu['flags_simulated']!r} "
+            f"(the advice follows them; runtimes run on the real CPU: "
+            f"{', '.join(cpu['detected_flags']) or 'none notable'})",
+            highlight=False,
+        )
+    gpus = "; ".join(
+        f"{g['name']} (driver {g.get('driver')}, {g.get('memory_mb', '?')} MiB)"
+        for g in fp["gpu"] or []
+    )
+    out.print(f"memory: {fp['memory_gb']} GiB; GPU: {gpus or 'none (no CUDA device)'}")
+    out.print(f"default threads per runtime: {environment.default_threads()}")
+    t = Table(title="runtimes")
+    for col in ("runtime", "available", "version", "why not / install"):
+        t.add_column(col)
+    for r in rts:
+        why = "" if r["available"] else f"{r['reason']}; install: {r['install']}"
+        # escape: install hints hold extras like jax[cuda13] that Rich would take for markup
+        avail = "yes" if r["available"] else "[red]no[/]"
+        name = escape(r["runtime"])
+        if r.get("origin", "built-in") != "built-in":  # registered by another package
+            name += f"\n[dim]{escape(r['origin'])}[/]"
+        t.add_row(name, avail, escape(r["version"] or "-"), escape(why))
+    out.print(t)

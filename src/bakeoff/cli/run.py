@@ -1,0 +1,188 @@
+"""`bakeoff run`: build, check and measure the candidates, or finish a run (--resume)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bakeoff import api
+from bakeoff.cli.options import DEFAULT_STORE, StoreOpt, WorkloadArg
+from bakeoff.cli.output import err, out
+from bakeoff.errors import UserError
+
+# The options of `bakeoff run`, in the order --help lists them; each one's flag is
+# its parameter's name in `run` (json_path: --json).
+RuntimesOpt = Annotated[str | None, typer.Option(help="comma-separated, e.g. torch,onnxruntime")]
+PrecisionsOpt = Annotated[
+    str | None,
+    typer.Option(help="comma-separated, e.g. fp32,int8; or all (fp32,fp16,bf16,int8,int4)"),
+]
+BatchSizesOpt = Annotated[str | None, typer.Option(help="comma-separated, e.g. 1,32")]
+BudgetOpt = Annotated[
+    float | None, typer.Option(help="seconds of measuring (split over batch sizes)")
+]
+TrialTimeoutOpt = Annotated[
+    float, typer.Option(help="seconds a worker may take to answer before it is killed")
+]
+QuickOpt = Annotated[bool, typer.Option("--quick", help="a short smoke run")]
+JsonPathOpt = Annotated[Path | None, typer.Option("--json", help="write the result document")]
+ThreadsOpt = Annotated[
+    int | None, typer.Option(help="threads per runtime (default: physical cores)")
+]
+MarginOpt = Annotated[
+    float | None, typer.Option(help="equivalence margin for ties (default 0.02 = 2%)")
+]
+CiTargetOpt = Annotated[
+    float | None,
+    typer.Option(
+        help="stop sampling once every candidate's CI is within +- this, relative "
+        "(default 0.02); smaller keeps undecided close calls measuring, up to --budget"
+    ),
+]
+ScenarioOpt = Annotated[
+    str,
+    typer.Option(
+        help="latency (batch latency and throughput), server (Poisson arrivals, "
+        "highest rate within a p99 bound) or offline (all samples at once, "
+        "concurrency swept per batch size)"
+    ),
+]
+LatencyBoundOpt = Annotated[
+    float, typer.Option(help="server scenario: the p99 latency bound in ms")
+]
+ColdStartsOpt = Annotated[
+    int, typer.Option(help="fresh processes per candidate for cold-start CIs")
+]
+TargetOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="deployment target whose advice picks the candidates when neither "
+        "--runtimes nor the workload names them (server-cpu, server-gpu, edge-intel, "
+        "mobile, browser, apple; default: detected)"
+    ),
+]
+MaxP50Opt = Annotated[
+    float | None, typer.Option(help="constraint: the winner's median latency, ms")
+]
+MaxP99Opt = Annotated[float | None, typer.Option(help="constraint: the winner's p99 latency, ms")]
+MaxPeakMemoryOpt = Annotated[
+    float | None, typer.Option(help="constraint: the winner's peak memory (RSS), MB")
+]
+MaxModelSizeOpt = Annotated[
+    float | None, typer.Option(help="constraint: the winner's model size on disk, MB")
+]
+MaxColdStartOpt = Annotated[
+    float | None, typer.Option(help="constraint: the winner's load + first call, s")
+]
+ResumeOpt = Annotated[
+    str | None,
+    typer.Option("--resume", help="finish an interrupted run (RUN_ID) without redoing trials"),
+]
+
+
+def _csv(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items:
+        raise UserError("an empty list was given")
+    return items
+
+
+def _ints(value: str | None, flag: str) -> list[int] | None:
+    items = _csv(value)
+    if items is None:
+        return None
+    try:
+        return [int(v) for v in items]
+    except ValueError:
+        raise UserError(f"{flag}: expected comma-separated integers, got {value!r}") from None
+
+
+def _constraints(**limits: float | None) -> dict[str, float] | None:
+    """The --max-* flags that were given, by name; None when there are none."""
+    return {k: v for k, v in limits.items() if v is not None} or None
+
+
+def _resume(run_id: str, workload: str | None, store: Path, json_path: Path | None) -> int:
+    """Finish a stored run; its exit code."""
+    from bakeoff.report.terminal import RichReporter, print_result
+
+    if workload is not None:
+        raise UserError("--resume takes the workload from the stored run; give no WORKLOAD")
+    with RichReporter(err) as reporter:
+        resumed = api.resume(run_id, store, reporter, json_path)
+    print_result(resumed.document, out)
+    return resumed.exit_code
+
+
+def _measure(workload: str | None, opts: api.RunOptions, json_path: Path | None) -> int:
+    """Run the bake-off and print its result; its exit code."""
+    from bakeoff.report.terminal import RichReporter, print_result
+
+    with RichReporter(err) as reporter:
+        result = api.run(workload, opts, reporter)
+    print_result(result.document, out)
+    if json_path:
+        out.print(f"[dim]wrote {json_path}[/]")
+    return result.exit_code
+
+
+def run(
+    workload: WorkloadArg = None,
+    runtimes: RuntimesOpt = None,
+    precisions: PrecisionsOpt = None,
+    batch_sizes: BatchSizesOpt = None,
+    budget: BudgetOpt = None,
+    trial_timeout: TrialTimeoutOpt = 300.0,
+    quick: QuickOpt = False,
+    json_path: JsonPathOpt = None,
+    threads: ThreadsOpt = None,
+    margin: MarginOpt = None,
+    ci_target: CiTargetOpt = None,
+    scenario: ScenarioOpt = "latency",
+    latency_bound_ms: LatencyBoundOpt = 100.0,
+    cold_starts: ColdStartsOpt = 1,
+    target: TargetOpt = None,
+    max_p50_ms: MaxP50Opt = None,
+    max_p99_ms: MaxP99Opt = None,
+    max_peak_memory_mb: MaxPeakMemoryOpt = None,
+    max_model_size_mb: MaxModelSizeOpt = None,
+    max_cold_start_s: MaxColdStartOpt = None,
+    resume: ResumeOpt = None,
+    store: StoreOpt = DEFAULT_STORE,
+) -> None:
+    """Build, check and measure every candidate stack, then name the winner.
+
+    Each --max-* constraint replaces the workload's own limit of the same name:
+    a candidate beyond one is measured and shown but cannot win.
+    """
+    if resume is not None:
+        raise typer.Exit(_resume(resume, workload, store, json_path))
+    opts = api.RunOptions(
+        runtimes=_csv(runtimes),
+        precisions=_csv(precisions),
+        batch_sizes=_ints(batch_sizes, "--batch-sizes"),
+        budget_s=budget,
+        trial_timeout_s=trial_timeout,
+        quick=quick,
+        store=store,
+        json_path=json_path,
+        threads=threads,
+        margin=margin,
+        ci_target=ci_target,
+        scenario=scenario,
+        latency_bound_ms=latency_bound_ms,
+        cold_starts=cold_starts,
+        target=target,
+        constraints=_constraints(
+            max_p50_ms=max_p50_ms,
+            max_p99_ms=max_p99_ms,
+            max_peak_memory_mb=max_peak_memory_mb,
+            max_model_size_mb=max_model_size_mb,
+            max_cold_start_s=max_cold_start_s,
+        ),
+    )
+    raise typer.Exit(_measure(workload, opts, json_path))

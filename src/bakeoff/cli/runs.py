@@ -1,0 +1,143 @@
+"""The commands on stored runs: ls, show, report and compare."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from bakeoff import api
+from bakeoff.cli.options import DEFAULT_STORE, RunIdArg, StoreOpt
+from bakeoff.cli.output import err, out, when
+from bakeoff.errors import UserError
+from bakeoff.paths import resume_command
+
+
+def ls(store: StoreOpt = DEFAULT_STORE, limit: int = 20) -> None:
+    """List stored runs, newest first."""
+    runs = api.list_runs(store, limit)
+    if not runs:
+        out.print(f"no runs in {store}")
+        return
+    t = Table()
+    for col in ("run id", "when", "workload", "status", "candidates", "winners"):
+        t.add_column(col)
+    for r in runs:
+        created = when(r["created_at"])
+        winners = ", ".join(f"b{bs}: {w}" for bs, w in r["winners"] if w) or "-"
+        t.add_row(r["run_id"], created, r["workload"], r["status"], str(r["candidates"]), winners)
+    out.print(t)
+
+
+def show(
+    run_id: RunIdArg,
+    store: StoreOpt = DEFAULT_STORE,
+    as_json: Annotated[bool, typer.Option("--json", help="print the JSON document")] = False,
+) -> None:
+    """Show one stored run: the table and the verdicts, or its JSON."""
+    from bakeoff.report.terminal import print_result
+
+    record = api.show_run(run_id, store)
+    doc = record["document"]
+    if as_json:
+        sys.stdout.write(json.dumps(doc or record, indent=2) + "\n")
+        return
+    if doc is None:
+        rid, status = record["run_id"], record["status"]
+        resume = f"`{resume_command(rid, store)}`"
+        if status == "running":  # or killed (SIGKILL) before it could say otherwise
+            out.print(
+                f"run {rid} has not finished: it is running, or it was killed; "
+                f"if no process is running it, {resume} finishes it",
+                highlight=False,
+            )
+        else:
+            out.print(f"run {rid} is {status}; {resume} finishes it", highlight=False)
+        out.print("candidates so far:")
+        for c in record["candidates"]:
+            state = "not finished" if c["status"] == "pending" else c["status"]
+            reason = f" - {escape(c['reason'])}" if c.get("reason") else ""
+            out.print(f"  {c['id']}: {state}{reason}", highlight=False)
+        return
+    print_result(doc, out)
+
+
+def report_cmd(
+    run_id: RunIdArg,
+    output: Annotated[
+        Path | None,
+        typer.Option("-o", "--output", help="the file to write (default report-RUN_ID.html/.md)"),
+    ] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", help="html (self-contained page) or md (PR summary)")
+    ] = "html",
+    store: StoreOpt = DEFAULT_STORE,
+) -> None:
+    """Write a stored run's report: one self-contained HTML file, or Markdown."""
+    from bakeoff.report import html, markdown
+
+    if fmt not in ("html", "md"):
+        raise UserError(f"--format: expected html or md, got {fmt!r}")
+    writer = html.write if fmt == "html" else markdown.write
+    # Resolve a prefix to the full id first, so the default name is the real run id.
+    full_id = api.show_run(run_id, store)["run_id"]
+    path = writer(full_id, store, output or Path(f"report-{full_id}.{fmt}"))
+    out.print(str(path), highlight=False, soft_wrap=True)
+
+
+def compare_cmd(
+    run_a: Annotated[str, typer.Argument(help="the earlier run (baseline)")],
+    run_b: Annotated[str, typer.Argument(help="the later run")],
+    fail_on_regression: Annotated[
+        float | None,
+        typer.Option(
+            help="exit 1 if a candidate is slower by more than PCT percent, its CI excluding it"
+        ),
+    ] = None,
+    margin: Annotated[
+        float | None,
+        typer.Option(
+            help="equivalence margin for 'same' (default 0.05, or run A's margin if larger: "
+            "two runs differ by a few percent from process to process)"
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the comparison as JSON")] = False,
+    store: StoreOpt = DEFAULT_STORE,
+    store_b: Annotated[
+        Path | None,
+        typer.Option(help="the store run B is in, when not the same as run A's (--store)"),
+    ] = None,
+) -> None:
+    """Per candidate, B/A of the objective with its CI: faster, slower or same."""
+    from bakeoff import compare
+    from bakeoff.report.compare import print_comparison
+
+    if fail_on_regression is not None and not 0 < fail_on_regression < 100:
+        raise UserError(f"--fail-on-regression: a percentage in (0, 100), got {fail_on_regression}")
+    cmp = compare.compare(run_a, run_b, store, margin, store_b)
+    regressions = cmp.regressions(fail_on_regression) if fail_on_regression is not None else []
+    if as_json:
+        payload = cmp.to_dict()
+        if fail_on_regression is not None:
+            payload["regressions"] = [r.candidate for r in regressions]
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    else:
+        print_comparison(cmp, out)
+        if fail_on_regression is not None:
+            if regressions:
+                for r in regressions:
+                    err.print(
+                        f"[red]regression:[/] {r.candidate} is {r.slower_by_pct:.1f}% slower "
+                        f"(B/A {r.ratio:.3f}, {cmp.level:.1%} CI {r.ratio_lo:.3f}-"
+                        f"{r.ratio_hi:.3f}), beyond {fail_on_regression:g}%",
+                        highlight=False,
+                    )
+            else:
+                out.print(f"no candidate is slower by more than {fail_on_regression:g}%")
+    if regressions:
+        raise typer.Exit(1)

@@ -1,0 +1,309 @@
+"""Writing an export folder: the candidate chosen from a run, its measured files copied
+(or, for torch, written as a torch.export program by `program`), the manifest."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import secrets
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bakeoff.batching import Layout, read_split, split_names
+from bakeoff.cache import sha256_file
+from bakeoff.errors import UserError
+from bakeoff.export.predictor import FORMAT, MANIFEST
+from bakeoff.export.program import torch_program
+from bakeoff.paths import RunFolder
+
+EXPORTABLE = ("onnxruntime", "openvino", "torch", "torch-compile", "litert")
+# The package whose version the run recorded, per runtime.
+_PACKAGE = {
+    "onnxruntime": "onnxruntime",
+    "openvino": "openvino",
+    "torch": "torch",
+    "torch-compile": "torch",
+    "litert": "ai-edge-litert",
+}
+# The exported name of a runtime's model file (its side files keep theirs).
+_MAIN_FILE = {"onnxruntime": "model.onnx", "openvino": "model.xml", "litert": "model.tflite"}
+
+
+def export(
+    run_id: str,
+    out: str | Path,
+    candidate_id: str | None = None,
+    store: str | Path | None = None,
+) -> dict[str, Any]:
+    """Write candidate `candidate_id` of run `run_id` (default: the winner of the run's
+    first verdict) to the folder `out`; return its manifest."""
+    from bakeoff import api
+    from bakeoff.paths import DEFAULT_STORE
+
+    store_path = Path(store if store is not None else DEFAULT_STORE)
+    record = api.show_run(run_id, store_path)
+    run_id = record["run_id"]
+    cand = _choose(record, candidate_id)
+    out_dir = Path(out)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise UserError(f"--out {out_dir}: exists and is not an empty folder")
+    runtime = cand["runtime"]
+    if runtime not in EXPORTABLE:
+        raise UserError(
+            f"candidate {cand['id']}: bakeoff export writes {', '.join(EXPORTABLE)} "
+            f"candidates, not {runtime}"
+        )
+    run = RunFolder.of(store_path, run_id)
+    data_path = run.data
+    if not data_path.exists():
+        raise UserError(f"run {run_id}: its folder {run.path} is gone (data.npz is missing)")
+    with np.load(data_path, allow_pickle=False) as z:
+        names = split_names(z.files, "quality")
+    examples, layout = read_split(data_path, "quality", names)
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.export-{secrets.token_hex(3)}"
+    tmp.mkdir()
+    try:
+        if runtime in ("torch", "torch-compile"):
+            threads = _threads(record, cand)
+            artifact = torch_program(record, cand, run, examples, layout, threads, tmp)
+        else:
+            artifact = _copy_artifact(cand, run, tmp)
+        files = {
+            p.relative_to(tmp).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+            for p in sorted(tmp.rglob("*"))
+            if p.is_file()
+        }
+        manifest = _manifest(record, cand, artifact, examples, layout, files)
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        if out_dir.exists():
+            out_dir.rmdir()  # empty, checked above
+        os.rename(tmp, out_dir)  # whole or absent: never half an export under `out`
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return manifest
+
+
+def _choose(record: dict[str, Any], candidate_id: str | None) -> dict[str, Any]:
+    run_id, doc = record["run_id"], record["document"]
+    candidates = doc["candidates"] if doc else record["candidates"]
+    by_id = {c["id"]: c for c in candidates}
+    if candidate_id is None:
+        if not doc or not doc.get("verdicts"):
+            raise UserError(
+                f"run {run_id} is {record['status']} and has no verdict to take a winner "
+                "from; name one with --candidate ID"
+            )
+        verdict = doc["verdicts"][0]
+        if not verdict.get("winner"):
+            raise UserError(
+                f"run {run_id}: the batch-{verdict['batch_size']} verdict has no winner "
+                f"({verdict.get('reason')}); name a candidate with --candidate ID"
+            )
+        candidate_id = str(verdict["winner"])
+    cand = by_id.get(candidate_id)
+    if cand is None:
+        ok = ", ".join(c["id"] for c in candidates if c["status"] == "ok") or "none"
+        raise UserError(f"run {run_id} has no candidate {candidate_id!r}; its ok candidates: {ok}")
+    if cand["status"] != "ok":
+        raise UserError(
+            f"candidate {candidate_id} of run {run_id} is {cand['status']}: {cand['reason']}; "
+            "only ok candidates (built, quality-checked and measured) can be exported"
+        )
+    return dict(cand)
+
+
+def _variant_id(cand: dict[str, Any]) -> str:
+    parts = [cand["runtime"], cand["precision"]] + ([cand["method"]] if cand["method"] else [])
+    return "-".join(parts)
+
+
+def _artifact_of(cand: dict[str, Any], run: RunFolder) -> dict[str, Any]:
+    from bakeoff.cache import VARIANTS_FILE
+
+    path = run.artifacts / VARIANTS_FILE
+    try:
+        variants = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(
+            f"{path} is missing: the run was made by a bakeoff without export, or its "
+            "folder was removed; run it again to export"
+        ) from None
+    vid = _variant_id(cand)
+    if vid not in variants:
+        raise UserError(f"{path} has no artifact for {vid}")
+    return dict(variants[vid])
+
+
+def _check_measured(src: Path, run: RunFolder) -> bool:
+    """The run folder's file must still be the file that was measured; False when
+    nothing was recorded to check it against (the user's own ONNX or IR file)."""
+    from bakeoff.cache import ORIGIN_FILE
+
+    if not src.is_file():
+        raise UserError(f"artifact {src} is missing (was the run folder {run.path} cleaned up?)")
+    artifacts = run.artifacts.resolve()
+    try:
+        rel = src.resolve().relative_to(artifacts)
+    except ValueError:
+        return False
+    origin_path = artifacts / rel.parts[0] / ORIGIN_FILE
+    if not origin_path.exists():
+        return False
+    files = json.loads(origin_path.read_text()).get("files", {})
+    recorded = files.get(Path(*rel.parts[1:]).as_posix())
+    if recorded is None:
+        return False
+    if sha256_file(src) != recorded["sha256"]:
+        raise UserError(f"{src} changed after it was built and measured (sha256 differs)")
+    return True
+
+
+def _copy_artifact(cand: dict[str, Any], run: RunFolder, dest: Path) -> dict[str, Any]:
+    """The measured file(s): the model file renamed model.onnx / model.xml, an IR's
+    weights as model.bin, ONNX external data under the names the graph gives them."""
+    from bakeoff.sizes import artifact_files
+
+    artifact = _artifact_of(cand, run)
+    src = Path(artifact["path"])
+    if not src.is_file():
+        raise UserError(f"artifact {src} is missing (was the run folder {run.path} cleaned up?)")
+    main = _MAIN_FILE[cand["runtime"]]
+    verified = True
+    for f in artifact_files(src):
+        if f == src:
+            name = main
+        elif f.suffix == ".bin" and main == "model.xml":
+            name = "model.bin"
+        else:
+            name = f.relative_to(src.parent).as_posix()
+        verified = _check_measured(f, run) and verified
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, dest / name)
+    return {
+        "file": main,
+        "exporter": artifact.get("exporter"),
+        "dynamic_batch": True,
+        # the files' sha256 match what the run recorded when it built them
+        "model_verified_against_run": verified,
+    }
+
+
+def _threads(record: dict[str, Any], cand: dict[str, Any]) -> int:
+    s = cand.get("settings") or {}
+    for key in ("intra_op_threads", "INFERENCE_NUM_THREADS", "num_threads"):
+        if isinstance(s.get(key), int):
+            return int(s[key])
+    return int((cand.get("options") or {}).get("threads") or record["settings"]["threads"])
+
+
+def _load_config(cand: dict[str, Any], threads: int) -> dict[str, Any]:
+    """What `load` applies: the measured settings, in the runtime's own terms."""
+    s, opts = cand.get("settings") or {}, cand.get("options") or {}
+    runtime = cand["runtime"]
+    if runtime == "onnxruntime":
+        return {
+            "intra_op_num_threads": threads,
+            "inter_op_num_threads": int(s.get("inter_op_threads", 1)),
+            "graph_optimization_level": s.get("graph_optimization_level", "all"),
+            "allow_spinning": s.get("allow_spinning", "default"),
+        }
+    if runtime == "openvino":
+        config = {
+            k: s[k]
+            for k in (
+                "INFERENCE_PRECISION_HINT",
+                "INFERENCE_NUM_THREADS",
+                "NUM_STREAMS",
+                "PERFORMANCE_HINT",
+            )
+            if k in s
+        }
+        config.setdefault("INFERENCE_PRECISION_HINT", "f32")  # never OpenVINO's silent bf16
+        config.setdefault("INFERENCE_NUM_THREADS", threads)
+        return config
+    if runtime == "litert":
+        return {"num_threads": threads}
+    compiled = None
+    if runtime == "torch-compile":
+        compiled = {
+            "backend": s.get("compile_backend", "inductor"),
+            "mode": s.get("compile_mode", opts.get("mode", "default")),
+            "dynamic": bool(s.get("dynamic", opts.get("dynamic", False))),
+        }
+    return {"threads": threads, "compile": compiled}
+
+
+def _manifest(
+    record: dict[str, Any],
+    cand: dict[str, Any],
+    artifact: dict[str, Any],
+    examples: dict[str, np.ndarray],
+    layout: Layout,
+    files: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    import bakeoff
+
+    doc = record["document"] or {}
+    env = record["environment"]
+    runtime = cand["runtime"]
+    threads = _threads(record, cand)
+    bs = int(cand["batch_size"])
+    q = cand.get("quality") or {}
+    cpu = env.get("cpu", {})
+    return {
+        "format": FORMAT,
+        "bakeoff_version": bakeoff.__version__,
+        "exported_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "run_id": record["run_id"],
+        "workload": (doc.get("workload") or {}).get("name", record["workload"]),
+        "candidate": cand["id"],
+        "label": cand.get("label"),
+        "runtime": runtime,
+        "package": _PACKAGE[runtime],
+        "runtime_version": (env.get("packages") or {}).get(_PACKAGE[runtime]),
+        "precision": cand["precision"],
+        "method": cand["method"],
+        "batch_size": bs,
+        "file": artifact["file"],
+        "exporter": artifact.get("exporter"),
+        "dynamic_batch": artifact.get("dynamic_batch", True),
+        "model_verified_against_run": artifact.get("model_verified_against_run"),
+        "threads": threads,
+        "settings": cand.get("settings") or {},
+        "options": cand.get("options") or {},
+        "load": _load_config(cand, threads),
+        # batch_axis: where the batch is in `shape`; None for an input fed the same
+        # to every call (a constant: `shape` is its own)
+        "inputs": [
+            {
+                "name": n,
+                "dtype": str(a.dtype),
+                "shape": list(layout.batch_shape(n, a.shape, bs)),
+                "batch_axis": layout.axis(n),
+            }
+            for n, a in examples.items()
+        ],
+        "output": "the model's first output, as float32",
+        "quality": {k: q.get(k) for k in ("metric", "value", "reference", "drop", "max_drop")},
+        "measured": {
+            "latency_ms": {k: (cand.get("latency_ms") or {}).get(k) for k in ("p50", "p99")},
+            "samples_per_s": (cand.get("throughput") or {}).get("samples_per_s"),
+        },
+        "files": files,
+        "environment": {
+            "cpu": cpu.get("model"),
+            "physical_cores": cpu.get("physical_cores"),
+            "cpu_flags": cpu.get("flags"),
+            "platform": env.get("platform"),
+            "python": env.get("python"),
+            "bakeoff_version": env.get("bakeoff_version"),
+            "packages": env.get("packages"),
+        },
+    }

@@ -1,0 +1,88 @@
+"""The result document of a finished run: what the store keeps, `--json` writes and
+every report reads. Its keys only grow (SCHEMA_VERSION says when they change)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import bakeoff
+from bakeoff.candidates import candidate_document
+from bakeoff.inference.context import RunContext
+from bakeoff.inference.groups import Measuring
+from bakeoff.inference.variants import Builds, Reference
+
+SCHEMA_VERSION = 1
+# History of the result document:
+#   1 (0.1.0): first version: workload, environment, candidates, verdicts, timing.
+
+
+def _workload_section(ctx: RunContext, reference: Reference) -> dict[str, Any]:
+    workload = ctx.workload
+    limits = {k: v for k, v in workload.spec.constraints.model_dump().items() if v is not None}
+    return {
+        "name": workload.name,
+        "origin": workload.origin,
+        "model_kind": workload.source.kind,
+        "metric": workload.spec.quality.metric,
+        "max_drop": workload.spec.quality.max_drop,
+        "samples": workload.n_samples,
+        "quality_samples": len(reference.outputs),
+        "reference": reference.variant.id,
+        "variable_axes": workload.source.variable_axes,
+        "batch_axes": workload.source.batch_axes,
+        "constants": workload.source.constants,
+        "constraints": limits,
+        "notes": list(workload.notes),
+    }
+
+
+def document(
+    ctx: RunContext,
+    builds: Builds,
+    build_s: float,
+    reference: Reference,
+    found: Measuring,
+    noise: dict[str, Any],
+    t_start: float,
+) -> dict[str, Any]:
+    """`noise`: the machine's noise snapshots before and after measuring."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "bakeoff_version": bakeoff.__version__,
+        "run_id": ctx.run_id,
+        "workload": _workload_section(ctx, reference),
+        "environment": ctx.env,
+        "settings": ctx.settings,
+        "candidates": [candidate_document(c) for c in ctx.candidates],
+        "verdicts": [v.to_dict() for v in found.verdicts],
+        "noise": {"before": noise["before"], "during": found.during, "after": noise["after"]},
+        "variant_cache": builds.summary(ctx.folder.artifacts),
+        "timing_s": {
+            "build": round(build_s, 3),
+            "build_saved_by_cache": round(builds.saved_s, 3),
+            "reference": round(reference.seconds, 3),
+            "measure": round(found.seconds, 3),
+            **{f"measure_{k}": round(v, 3) for k, v in found.phases.items()},
+            "total": round(time.perf_counter() - t_start, 3),
+        },
+    }
+
+
+def write_json(document: dict[str, Any], path: Path) -> None:
+    """Write atomically: a reader never sees half a document."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(document, indent=2, default=_json_default))
+    os.replace(tmp, path)
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")

@@ -1,0 +1,364 @@
+"""One inference run, start to finish. Data flows one way: workload -> candidates ->
+built variants -> reference -> measured trials -> verdicts -> document (store,
+JSON, terminal).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bakeoff import advise as advising
+from bakeoff import environment
+from bakeoff.backends import reference_variant, runtime_names
+from bakeoff.candidates import Candidate, enumerate_candidates, explicit_candidates
+from bakeoff.errors import UserError
+from bakeoff.inference.context import RunContext
+from bakeoff.inference.document import document, write_json
+from bakeoff.inference.groups import measure_all
+from bakeoff.inference.options import RunOptions, checked
+from bakeoff.inference.resume import check_resumable, hold_run_lock, restore
+from bakeoff.inference.split import split_data
+from bakeoff.inference.variants import build_all
+from bakeoff.judge.verdict import Verdict
+from bakeoff.loader import load_workload
+from bakeoff.paths import RunFolder, resume_command
+from bakeoff.report import NullReporter, Reporter
+from bakeoff.store import Store
+from bakeoff.trials.jobs import JobBase
+from bakeoff.trials.launcher import LocalLauncher
+from bakeoff.workload import ConstraintsSpec, Workload, default_runtimes
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    document: dict[str, Any]
+    verdicts: list[Verdict] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if any(v.winner for v in self.verdicts) else 1
+
+
+@dataclass
+class Grid:
+    """The runtimes and precisions a run crosses, who chose them (the advice says, for
+    what it did not measure, whether it left it out itself or the user did), and the
+    variants the advice leaves out with why."""
+
+    runtimes: list[str]
+    precisions: list[str]
+    candidates_from: str
+    grid_from: dict[str, str]
+    left_out: dict[str, str] = field(default_factory=dict)
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def workload_ref(ref: str | None) -> str:
+    """What a resumed run loads again: builtins by name, files by absolute path."""
+    ref = ref or "builtin:minilm"
+    return ref if ref.startswith("builtin:") else str(Path(ref).resolve())
+
+
+def advice_for(workload: Workload, target: str | None) -> advising.AdviceReport:
+    """The advice for a loaded workload: facts from its model files, goal from its
+    [search] objective when that names one."""
+    src = workload.source
+    facts = advising.detect_facts(workload.origin, src.kind, src.path, src.weights, src.factory)
+    objective = workload.spec.search.objective
+    goal = objective if objective in advising.GOALS else None
+    return advising.advise_facts(facts, target, goal)
+
+
+def _with_flags(workload: Workload, opts: RunOptions) -> Workload:
+    """The workload with what the flags replace: margin, CI target, constraints."""
+    flags = {"margin": opts.margin, "ci_target": opts.ci_target}
+    if overrides := {k: v for k, v in flags.items() if v is not None}:
+        search = workload.spec.search.model_copy(update=overrides)
+        workload = dataclasses.replace(
+            workload, spec=workload.spec.model_copy(update={"search": search})
+        )
+    if opts.constraints:
+        limits = {**workload.spec.constraints.model_dump(), **opts.constraints}
+        workload = dataclasses.replace(
+            workload,
+            spec=workload.spec.model_copy(update={"constraints": ConstraintsSpec(**limits)}),
+        )
+    return workload
+
+
+def _grid(workload: Workload, opts: RunOptions, advice: advising.AdviceReport) -> Grid:
+    search = workload.spec.search
+    grid = Grid(
+        runtimes=opts.runtimes or search.runtimes,
+        precisions=opts.precisions or list(search.precisions),
+        candidates_from="flags" if opts.runtimes else "workload",
+        grid_from={
+            "runtimes": "--runtimes" if opts.runtimes else "workload",
+            "precisions": "--precisions"
+            if opts.precisions
+            else "workload"
+            if "precisions" in search.model_fields_set
+            else "defaults",
+        },
+    )
+    hand_written = {"runtimes": "candidates", "precisions": "candidates"}
+    if opts.runtimes is not None or "runtimes" in search.model_fields_set:
+        if workload.spec.candidates:
+            grid.grid_from = hand_written
+        return grid
+    # No search given: the advice picks runtimes (and precisions, unless given);
+    # the per-kind defaults stay for models the advice has nothing measurable for.
+    grid.runtimes, grid.candidates_from = default_runtimes(workload.source.kind), "defaults"
+    grid.grid_from["runtimes"] = "defaults"
+    advised_runtimes, advised_precisions = advice.run_grid()
+    if workload.spec.candidates:  # hand-written candidates replace any search
+        advised_runtimes, grid.candidates_from = [], "workload candidates"
+        grid.grid_from = hand_written
+    known = runtime_names()
+    advised_runtimes = [r for r in advised_runtimes if r in known]
+    if advised_runtimes:
+        grid.runtimes, grid.candidates_from = advised_runtimes, "advice"
+        grid.grid_from["runtimes"] = "advice"
+        grid.left_out = advice.left_out_methods()
+        if opts.precisions is None and "precisions" not in search.model_fields_set:
+            grid.precisions = advised_precisions or grid.precisions
+            grid.grid_from["precisions"] = "advice" if advised_precisions else "defaults"
+    return grid
+
+
+def _plan(
+    workload: Workload,
+    opts: RunOptions,
+    advice: advising.AdviceReport,
+    resume_record: dict[str, Any] | None,
+) -> tuple[Grid, list[int], int]:
+    """The grid, the batch sizes and the threads every worker gets."""
+    search = workload.spec.search
+    grid = _grid(workload, opts, advice)
+    if resume_record is not None:
+        # Variants the interrupted run found it did not need stay left out.
+        for vid, why in (resume_record["settings"].get("left_out") or {}).items():
+            grid.left_out.setdefault(vid, why)
+    batch_sizes = sorted(set(opts.batch_sizes or search.batch_sizes))
+    if opts.scenario == "server" and 1 not in batch_sizes:
+        batch_sizes = [1, *batch_sizes]  # server queries carry one sample each
+    threads = opts.threads or search.threads or environment.default_threads()
+    return grid, batch_sizes, threads
+
+
+def _candidates(
+    workload: Workload, opts: RunOptions, grid: Grid, batch_sizes: list[int]
+) -> list[Candidate]:
+    if workload.spec.candidates:
+        return explicit_candidates(
+            workload.spec.candidates,
+            opts.runtimes,
+            opts.precisions,
+            batch_sizes,
+            workload.source.kind,
+        )
+    return enumerate_candidates(
+        grid.runtimes,
+        grid.precisions,
+        batch_sizes,
+        workload.source.kind,
+        frozenset(grid.left_out),
+    )
+
+
+def _stored_settings(
+    ref: str | None,
+    workload: Workload,
+    opts: RunOptions,
+    grid: Grid,
+    batch_sizes: list[int],
+    threads: int,
+) -> dict[str, Any]:
+    """The run's settings as stored: a resume runs with these options again, the
+    flags as given with the batch sizes, threads, margin and CI target this run
+    settled on."""
+    search = workload.spec.search
+    settled = dataclasses.replace(
+        opts,
+        batch_sizes=batch_sizes,
+        threads=threads,
+        margin=search.margin,
+        ci_target=search.ci_target,
+    )
+    return {
+        "workload_ref": workload_ref(ref),
+        "quality": {
+            "metric": workload.spec.quality.metric,
+            "max_drop": workload.spec.quality.max_drop,
+        },
+        "runtimes": grid.runtimes,
+        "precisions": grid.precisions,
+        **settled.to_settings(),
+        "candidates_from": grid.candidates_from,
+        "grid_from": grid.grid_from,
+        "left_out": grid.left_out,
+    }
+
+
+def _job_base(workload: Workload, folder: RunFolder) -> JobBase:
+    return JobBase(
+        source=workload.source,
+        data_path=str(folder.data),
+        input_names=tuple(workload.inputs),
+        artifacts_dir=str(folder.artifacts),
+        # The quality gate, for build steps that tune to it (NNCF accuracy control).
+        metric=workload.spec.quality.metric,
+        max_drop=workload.spec.quality.max_drop,
+        # A grid leaves out a variant another one makes unnecessary; a hand-written
+        # candidate is built as asked.
+        skip_unneeded=not workload.spec.candidates,
+    )
+
+
+def run(
+    ref: str | None,
+    opts: RunOptions | None = None,
+    reporter: Reporter | None = None,
+    resume_record: dict[str, Any] | None = None,
+) -> RunResult:
+    """Build, check and measure every candidate; decide per batch size; store everything.
+
+    With `resume_record` (see `api.resume`), the run continues under its own id:
+    finished candidates and measured rounds are taken from the store, not redone.
+    """
+    opts = checked(opts or RunOptions())
+    rep = reporter or NullReporter()
+    t_start = time.perf_counter()
+    rep.stage("loading workload")
+    workload = load_workload(ref)
+    for note in workload.notes:
+        rep.stage(f"note: {note}")
+    workload = _with_flags(workload, opts)
+    advice = advice_for(workload, opts.target)
+    grid, batch_sizes, threads = _plan(workload, opts, advice, resume_record)
+    # Absolute: build steps change directory (quantizers litter the working one).
+    store_path = Path(opts.store).resolve()
+    run_id = new_run_id() if resume_record is None else resume_record["run_id"]
+    folder = RunFolder.of(store_path, run_id)
+    lock = hold_run_lock(folder, run_id)  # before the store is touched
+    status = "failed"
+    try:
+        with Store(store_path) as store:
+            try:
+                ctx, split = _open(
+                    ref,
+                    workload,
+                    opts,
+                    rep,
+                    store,
+                    run_id,
+                    folder,
+                    grid,
+                    batch_sizes,
+                    threads,
+                    resuming=resume_record is not None,
+                )
+                if resume_record is not None:
+                    try:
+                        check_resumable(
+                            resume_record, workload, ctx.env, ctx.candidates, folder, split
+                        )
+                    except UserError:
+                        status = resume_record["status"]  # refused: the run stays as it was
+                        raise
+                    store.mark_running(run_id)
+                # Said first: a killed run cannot say later which id to resume.
+                rep.stage(
+                    f"run {run_id}; if it is interrupted, `{resume_command(run_id, opts.store)}`"
+                )
+                for vid, why in grid.left_out.items():
+                    rep.stage(f"left out {vid}: {why}")
+                if resume_record is not None:
+                    restore(ctx.candidates, resume_record, store)
+                rep.candidates(ctx.candidates)
+                result = _stages(ctx, t_start, advice.to_dict())
+                status = "done"
+                return result
+            except KeyboardInterrupt:
+                status = "interrupted"
+                rep.stage(
+                    f"interrupted: what finished is in the store; "
+                    f"`{resume_command(run_id, opts.store)}` finishes the run"
+                )
+                raise
+            finally:
+                if status != "done":
+                    store.finish_run(run_id, status, None)
+    finally:
+        lock.close()
+
+
+def _open(
+    ref: str | None,
+    workload: Workload,
+    opts: RunOptions,
+    rep: Reporter,
+    store: Store,
+    run_id: str,
+    folder: RunFolder,
+    grid: Grid,
+    batch_sizes: list[int],
+    threads: int,
+    resuming: bool,
+) -> tuple[RunContext, dict[str, np.ndarray]]:
+    """The run's folder and data file, its stored settings and its candidates; and
+    the data split (a resume checks it against the stored one)."""
+    folder.artifacts.mkdir(parents=True, exist_ok=resuming)
+    split = split_data(workload, opts.quick)
+    if not resuming or not folder.data.exists():
+        np.savez(folder.data, **split)  # type: ignore[arg-type]
+    settings = _stored_settings(ref, workload, opts, grid, batch_sizes, threads)
+    env = environment.fingerprint()
+    if not resuming:
+        store.start_run(run_id, workload.origin, env, settings)
+    ctx = RunContext(
+        workload=workload,
+        opts=opts,
+        rep=rep,
+        store=store,
+        run_id=run_id,
+        folder=folder,
+        job_base=_job_base(workload, folder),
+        candidates=_candidates(workload, opts, grid, batch_sizes),
+        threads=threads,
+        batch_sizes=batch_sizes,
+        env=env,
+        settings=settings,
+        labels=split.get("quality_labels"),
+    )
+    return ctx, split
+
+
+def _stages(ctx: RunContext, t_start: float, advice: dict[str, Any] | None) -> RunResult:
+    for c in ctx.candidates:
+        ctx.save(c)
+    launcher = LocalLauncher(ctx.folder.logs)
+    reference = reference_variant(ctx.workload.source.kind)
+    builds, ref, build_s = build_all(ctx, launcher, reference)
+    noise_before = environment.noise_snapshot()
+    found = measure_all(ctx, launcher, ref)
+    noise = {"before": noise_before, "after": environment.noise_snapshot()}
+    doc = document(ctx, builds, build_s, ref, found, noise, t_start)
+    if advice is not None:
+        # Per piece of advice: did the measurement confirm it?
+        doc["advice"] = advising.confirmations(advice, doc)
+    ctx.store.finish_run(ctx.run_id, "done", doc)
+    if ctx.opts.json_path:
+        write_json(doc, Path(ctx.opts.json_path))
+    return RunResult(ctx.run_id, doc, found.verdicts)

@@ -1,0 +1,190 @@
+"""Building the run's variants, each distinct one once in its own process, and the
+FP32 reference's outputs that the quality gate compares every candidate with.
+
+The reference is built and run first: a model or data that the FP32 reference
+cannot run stops the run before minutes of exporting and quantizing.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bakeoff import cache as variant_cache
+from bakeoff.backends import Variant
+from bakeoff.errors import BakeoffError
+from bakeoff.inference.context import RunContext
+from bakeoff.trials.jobs import BuildJob, LoadSpec, ReferenceJob
+from bakeoff.trials.launcher import Launcher, WorkerFailed
+from bakeoff.trials.worker import alt_outputs_path
+
+
+@dataclass
+class Builds:
+    """What building found: each variant's artifact (or why it failed) and what
+    the variant cache saved."""
+
+    built: dict[str, dict[str, Any] | str] = field(default_factory=dict)
+    build_s: dict[str, float] = field(default_factory=dict)
+    reused: int = 0  # build steps taken from the cache
+    with_steps: int = 0  # variants that had steps to build
+    saved_s: float = 0.0
+    nothing_to_build: list[str] = field(default_factory=list)
+
+    def artifacts(self) -> dict[str, dict[str, Any]]:
+        return {vid: b for vid, b in self.built.items() if not isinstance(b, str)}
+
+    def summary(self, artifacts_dir: Path) -> dict[str, Any]:
+        """The document's `variant_cache` section."""
+        return {
+            "reused": self.reused,
+            "variants": self.with_steps,
+            "nothing_to_build": self.nothing_to_build,
+            "saved_s": round(self.saved_s, 3),
+            "enabled": (artifacts_dir / variant_cache.KEY_FILE).exists(),
+        }
+
+    def describe(self) -> str:
+        return (
+            f"variant cache: {self.reused} of {self.with_steps} variants reused, "
+            f"{self.saved_s:.1f} s of building saved"
+            + (
+                f" ({', '.join(self.nothing_to_build)}: nothing to build)"
+                if self.nothing_to_build
+                else ""
+            )
+        )
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The FP32 reference's outputs on the quality hold-out (and at the second
+    shape, when axes are variable), and how long computing them took."""
+
+    variant: Variant
+    outputs: np.ndarray
+    outputs_alt: np.ndarray | None
+    seconds: float
+
+
+def _variants(ctx: RunContext, reference: Variant) -> dict[str, Variant]:
+    variants: dict[str, Variant] = {reference.id: reference}
+    for c in ctx.candidates:
+        if c.status == "pending":
+            variants.setdefault(c.variant.id, c.variant)
+    return variants
+
+
+def _build(ctx: RunContext, launcher: Launcher, builds: Builds, variant: Variant) -> None:
+    """One variant in its own process; its candidates get the artifact or the failure."""
+    vid = variant.id
+    artifacts_dir = ctx.folder.artifacts
+    ctx.rep.stage(f"building {vid}")
+    mark = variant_cache.events_offset(artifacts_dir)
+    try:
+        reply = launcher.run(
+            BuildJob(base=ctx.job_base, variant=variant, threads=ctx.threads),
+            f"build-{vid}",
+            ctx.opts.build_timeout_s,
+        )
+    except WorkerFailed as exc:
+        if exc.not_needed:
+            ctx.leave_out(vid, str(exc))
+            return
+        builds.built[vid] = f"build failed: {exc}"
+        ctx.rep.stage(f"{vid}: {builds.built[vid]}")
+    else:
+        # Which of its steps were built, reused in this run or taken from the cache.
+        use = variant_cache.summarize(variant_cache.read_events(artifacts_dir, mark))
+        builds.built[vid] = {**reply["artifact"], "cache_hit": use.from_cache}
+        builds.build_s[vid] = reply["build_s"]
+        ctx.rep.stage(use.describe(vid, reply["build_s"]))
+        builds.saved_s += use.saved_s
+        if use.from_cache is None:
+            builds.nothing_to_build.append(vid)
+        else:
+            builds.with_steps += 1
+            builds.reused += use.from_cache
+    for c in ctx.candidates:
+        if c.variant.id == vid and c.status == "pending":
+            b = builds.built[vid]
+            if isinstance(b, str):
+                c.set_status("failed", b)
+            else:
+                c.artifact, c.build_s = dict(b), builds.build_s[vid]
+            ctx.save(c)
+    ctx.show()
+
+
+def _reference_outputs(
+    ctx: RunContext, launcher: Launcher, builds: Builds, variant: Variant
+) -> Reference:
+    t_ref = time.perf_counter()
+    ctx.rep.stage(f"computing reference outputs ({variant.id})")
+    artifact = builds.built[variant.id]
+    if isinstance(artifact, str):
+        raise BakeoffError(f"the FP32 reference {variant.id} could not be built: {artifact}")
+    path = ctx.folder.reference
+    first_bs = ctx.batch_sizes[0]
+    try:
+        launcher.run(
+            ReferenceJob(
+                base=ctx.job_base,
+                load=LoadSpec(
+                    variant=variant, artifact=artifact, batch_size=first_bs, threads=ctx.threads
+                ),
+                outputs_path=str(path),
+            ),
+            "reference",
+            ctx.opts.trial_timeout_s,
+        )
+    except WorkerFailed as exc:
+        raise BakeoffError(
+            f"the FP32 reference ({variant.id}, batch {first_bs}) failed, so "
+            f"no variant can be quality-checked: {exc}"
+        ) from None
+    alt_path = alt_outputs_path(path)
+    return Reference(
+        variant,
+        np.load(path, allow_pickle=False),
+        np.load(alt_path, allow_pickle=False) if alt_path.exists() else None,
+        time.perf_counter() - t_ref,
+    )
+
+
+def build_all(
+    ctx: RunContext, launcher: Launcher, reference: Variant
+) -> tuple[Builds, Reference, float]:
+    """Every distinct variant of the pending candidates, the reference first and its
+    outputs next. Returns the builds, the reference and the seconds spent building
+    (the reference's outputs not counted)."""
+    t_build = time.perf_counter()
+    # The run's base key for the variant cache: model files, calibration data and
+    # library versions hashed once here; each build step adds its own name.
+    ctx.rep.stage(
+        variant_cache.prepare_run(
+            ctx.folder.artifacts,
+            ctx.workload.source,
+            Path(ctx.job_base.data_path),
+            list(ctx.job_base.input_names),
+            ctx.env.get("packages", {}),
+        )
+    )
+    variants = _variants(ctx, reference)
+    builds = Builds()
+    ctx.rep.progress("building", 0, len(variants))
+    _build(ctx, launcher, builds, reference)
+    ref = _reference_outputs(ctx, launcher, builds, reference)
+    for i, variant in enumerate(variants.values()):
+        if i > 0:
+            ctx.rep.progress("building", i, len(variants))
+            _build(ctx, launcher, builds, variant)
+    ctx.rep.progress("building", len(variants), len(variants))
+    build_s = time.perf_counter() - t_build - ref.seconds
+    variant_cache.record_variants(ctx.folder.artifacts, builds.artifacts())
+    ctx.rep.stage(builds.describe())
+    return builds, ref, build_s

@@ -1,0 +1,83 @@
+"""Workload specs: a TOML file validated with pydantic, and the data it names.
+
+A spec says what model, what data, how quality is judged and what to search.
+`workload_from_spec` turns a spec into a `Workload`: the spec plus the data
+arrays, ready for the orchestrator (`bakeoff.loader.load_workload` reads a
+reference, built-in or file). Every mistake in a spec becomes a `UserError`
+that names the file, the key and what was expected.
+
+The modules, bottom first; each imports only from those below it:
+
+- `spec`: the pydantic models, the runtime and precision defaults, and the checks
+  of the spec's own values;
+- `parse`: TOML text to a `WorkloadSpec`, pydantic's errors rewritten for people;
+- `checks`: the model files and folders the spec names, checked on disk;
+- `data`: the data read (factory, .npz / .npy, tokenized text) and normalized;
+- `build`: `Workload` and `workload_from_spec`, which put the others together.
+
+Everything other modules use is imported from here, `bakeoff.workload`.
+"""
+
+from bakeoff.workload.build import Workload, workload_from_spec
+from bakeoff.workload.data import normalize_data, read_text_lines, tokenize_texts
+from bakeoff.workload.parse import MODEL_KEYS_BY_KIND, parse_spec
+from bakeoff.workload.spec import (
+    DEFAULT_HF_TASK,
+    DEFAULT_MAX_LENGTH,
+    DEFAULT_PRECISIONS,
+    DEFAULT_RUNTIMES,
+    DEFAULT_RUNTIMES_BY_KIND,
+    JAX_PARAMS_SUFFIXES,
+    KERAS_DEFAULT_RUNTIMES,
+    KERAS_LEGACY_SUFFIXES,
+    MXNET_RETIRED,
+    MXNET_SUFFIXES,
+    PRECISIONS,
+    SAFETENSORS_SUFFIXES,
+    CandidateSpec,
+    ConstraintsSpec,
+    DataSpec,
+    HfTask,
+    Metric,
+    ModelSpec,
+    Objective,
+    Precision,
+    QualitySpec,
+    SearchSpec,
+    WorkloadSpec,
+    default_runtimes,
+)
+
+__all__ = [
+    "DEFAULT_HF_TASK",
+    "DEFAULT_MAX_LENGTH",
+    "DEFAULT_PRECISIONS",
+    "DEFAULT_RUNTIMES",
+    "DEFAULT_RUNTIMES_BY_KIND",
+    "JAX_PARAMS_SUFFIXES",
+    "KERAS_DEFAULT_RUNTIMES",
+    "KERAS_LEGACY_SUFFIXES",
+    "MODEL_KEYS_BY_KIND",
+    "MXNET_RETIRED",
+    "MXNET_SUFFIXES",
+    "PRECISIONS",
+    "SAFETENSORS_SUFFIXES",
+    "CandidateSpec",
+    "ConstraintsSpec",
+    "DataSpec",
+    "HfTask",
+    "Metric",
+    "ModelSpec",
+    "Objective",
+    "Precision",
+    "QualitySpec",
+    "SearchSpec",
+    "Workload",
+    "WorkloadSpec",
+    "default_runtimes",
+    "normalize_data",
+    "parse_spec",
+    "read_text_lines",
+    "tokenize_texts",
+    "workload_from_spec",
+]

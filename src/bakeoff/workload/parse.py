@@ -1,0 +1,113 @@
+"""Reading a spec: TOML text to a `WorkloadSpec`, every mistake a `UserError`.
+
+pydantic's errors are rewritten for people: the file, the key, what was expected,
+and for an unknown key the keys that fit where it was written (those of the
+model's own kind, of the data's own source) with the closest one as a hint.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+import typing
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from bakeoff.errors import UserError
+from bakeoff.workload.spec import DataSpec, ModelSpec, WorkloadSpec
+
+
+def _format_validation_error(
+    origin: str, err: ValidationError, spec_cls: type, raw: Any = None
+) -> str:
+    lines = [f"{origin}: invalid workload"]
+    for e in err.errors():
+        loc = list(e["loc"])
+        key = ".".join(str(p) for p in loc) if loc else "(top level)"
+        if e["type"] == "extra_forbidden":
+            known = _known_keys(spec_cls, loc[:-1], raw)
+            hint = difflib.get_close_matches(str(loc[-1]), known, n=1)
+            more = f"; did you mean {hint[0]!r}?" if hint else ""
+            lines.append(f"  {key}: unknown key{more} (expected one of: {', '.join(known)})")
+        elif e["type"] == "missing":
+            lines.append(f"  {key}: required key is missing")
+        else:
+            msg = e["msg"].removeprefix("Value error, ")
+            lines.append(f"  {key}: {msg} (got {e.get('input')!r})")
+    return "\n".join(lines)
+
+
+# [model] keys by kind: a misspelled key is answered with the keys its own kind takes,
+# not with every key of every kind.
+MODEL_KEYS_BY_KIND: dict[str, tuple[str, ...]] = {
+    "torch": ("kind", "factory", "weights"),
+    "hf": ("kind", "path", "task", "num_labels"),
+    "onnx": ("kind", "path"),
+    "openvino": ("kind", "path"),
+    "keras": ("kind", "path", "factory"),
+    "jax": ("kind", "function", "params"),
+    "savedmodel": ("kind", "path"),
+    "builtin": ("kind", "name"),
+    "fake": ("kind", "options"),
+}
+# [data] keys that go with one source only (the rest go with every source).
+_DATA_KEYS_FOR_SOURCE = {"max_length": "text"}
+_DATA_SOURCES = ("factory", "path", "text")
+
+
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    """The spec class behind a field: `DataSpec | None` and `list[CandidateSpec]` too."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _section_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _known_keys(spec_cls: type, path: list[Any], raw: Any = None) -> list[str]:
+    """The keys allowed where an unknown key was found, in the order the spec lists them.
+
+    `path` is pydantic's location of the key's table (list indices included, as for
+    `[[candidates]]`); `raw` is the parsed TOML, which says the model's kind and the
+    data's source, so the list is the one that applies to this file.
+    """
+    cls: Any = spec_cls
+    section: Any = raw
+    for part in path:
+        if isinstance(part, int):  # one entry of an array of tables
+            section = section[part] if isinstance(section, list) and part < len(section) else None
+            continue
+        found = (
+            _section_model(cls.model_fields[part].annotation) if part in cls.model_fields else None
+        )
+        if found is None:
+            return []
+        cls = found
+        section = section.get(part) if isinstance(section, dict) else None
+    keys = list(cls.model_fields)
+    if cls is ModelSpec and isinstance(section, dict):
+        keys = list(MODEL_KEYS_BY_KIND.get(str(section.get("kind")), keys))
+    elif cls is DataSpec and isinstance(section, dict):
+        given = [s for s in _DATA_SOURCES if s in section]
+        if len(given) == 1:
+            keys = [
+                k
+                for k in keys
+                if (k not in _DATA_SOURCES or k == given[0])
+                and _DATA_KEYS_FOR_SOURCE.get(k, given[0]) == given[0]
+            ]
+    return keys
+
+
+def parse_spec(text: str, origin: str) -> WorkloadSpec:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{origin}: not valid TOML: {exc}") from None
+    try:
+        return WorkloadSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise UserError(_format_validation_error(origin, exc, WorkloadSpec, raw)) from None

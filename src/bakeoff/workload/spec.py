@@ -1,0 +1,359 @@
+"""The workload spec: what a TOML file may say, as pydantic models.
+
+The bottom of `bakeoff.workload`: every other module of the package builds on
+these models and names, and this one imports none of them. Each check here looks
+at the spec's own values (a runtime name, a file suffix, keys that go together);
+what is on disk is checked by `bakeoff.workload.checks` and `bakeoff.workload.data`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from bakeoff.backends import is_runtime, runtime_names
+from bakeoff.source import PICKLE_SUFFIXES
+
+# Runtime names are checked against the one registry, `bakeoff.backends.runtime_names`
+# (the built-ins and what the `bakeoff.backends` entry points register).
+PRECISIONS = ("fp32", "fp16", "bf16", "int8", "int4")
+DEFAULT_RUNTIMES = ["torch", "torch-compile", "onnxruntime", "openvino"]
+# Model kinds whose default candidates differ from DEFAULT_RUNTIMES (used when
+# neither --runtimes nor [search] runtimes is given).
+# A Keras model natively on each Keras backend, then exported (LiteRT, ONNX).
+KERAS_DEFAULT_RUNTIMES = [
+    "keras-jax",
+    "keras-tensorflow",
+    "keras-torch",
+    "tensorflow",
+    "litert",
+    "onnxruntime",
+    "openvino",
+]
+DEFAULT_RUNTIMES_BY_KIND: dict[str, list[str]] = {
+    "fake": ["fake"],
+    "keras": KERAS_DEFAULT_RUNTIMES,
+    "jax": ["jax"],
+    "savedmodel": ["tensorflow"],
+}
+
+
+def default_runtimes(model_kind: str) -> list[str]:
+    return list(DEFAULT_RUNTIMES_BY_KIND.get(model_kind, DEFAULT_RUNTIMES))
+
+
+Precision = Literal["fp32", "fp16", "bf16", "int8", "int4"]
+DEFAULT_PRECISIONS: tuple[Precision, ...] = ("fp32", "int8")
+Metric = Literal["accuracy", "agreement", "cosine", "max_abs"]
+Objective = Literal["auto", "latency", "throughput"]
+HfTask = Literal["feature-extraction", "sequence-classification"]
+DEFAULT_HF_TASK: HfTask = "feature-extraction"
+# Checkpoint formats model.weights accepts. safetensors holds tensors only; the
+# pickle-based ones are read with torch.load(weights_only=True) and nothing else.
+SAFETENSORS_SUFFIXES = (".safetensors",)
+DEFAULT_MAX_LENGTH = 128
+# kind = "jax" parameter files: numpy arrays (read with allow_pickle=False) or Flax msgpack.
+JAX_PARAMS_SUFFIXES = (".npz", ".msgpack")
+
+
+# MXNet is refused by name (model.kind) and by its checkpoint files (model.path).
+MXNET_SUFFIXES = ("-symbol.json", ".params")
+MXNET_RETIRED = (
+    "MXNet is retired: Apache MXNet moved to the Apache Attic in 2023 and gets no more "
+    "releases or fixes, so bakeoff does not run it. Migrate through ONNX: export the model "
+    "with MXNet's own exporter, e.g. mx.onnx.export_model(sym, params, in_shapes=[...], "
+    "onnx_file_path='model.onnx'), then run bakeoff on the file with "
+    '[model] kind = "onnx", path = "model.onnx"'
+)
+
+
+def _check_runtime(name: str) -> None:
+    if not is_runtime(name):
+        known = runtime_names()
+        hint = difflib.get_close_matches(name, known, n=1)
+        more = f" (did you mean {hint[0]!r}?)" if hint else ""
+        raise ValueError(f"unknown runtime {name!r}{more}; expected one of {', '.join(known)}")
+
+
+# Keras model files other than Keras 3's own .keras zip, and why each is refused.
+KERAS_LEGACY_SUFFIXES = (".h5", ".hdf5")
+
+
+def _check_keras_source(path: str | None, factory: str | None) -> None:
+    if (path is None) == (factory is None):
+        raise ValueError(
+            'kind = "keras" needs exactly one of path = "model.keras" (saved with '
+            'model.save) or factory = "module:callable" returning a keras.Model'
+        )
+    if path is None or path.endswith(".keras"):
+        return
+    if path.endswith(KERAS_LEGACY_SUFFIXES):
+        raise ValueError(
+            f"path = {path!r} is a legacy HDF5 Keras file; Keras 3 loads .keras files only. "
+            "Load it once with tf.keras / keras 2 and save it again with "
+            "model.save('model.keras'), or give a factory that builds the model"
+        )
+    raise ValueError(
+        f'kind = "keras" needs path = "model.keras" (a Keras 3 file), got {path!r}; '
+        'for a TensorFlow SavedModel folder use kind = "savedmodel"'
+    )
+
+
+def resolve_path(base_dir: str | None, name: str) -> Path:
+    """A path from the spec, relative to the workload file, made absolute: build
+    steps change the working directory, so workers must never see a relative one."""
+    return Path(base_dir or ".", name).absolute()
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Strict):
+    kind: Literal[
+        "torch", "hf", "onnx", "openvino", "keras", "jax", "savedmodel", "builtin", "fake"
+    ]
+    name: str | None = Field(None, description="builtin: the built-in workload's name")
+    factory: str | None = Field(None, description='"module:callable" returning a torch.nn.Module')
+    weights: str | None = Field(
+        None, description="torch: a state_dict file (.safetensors, .pt, .pth, .bin) to load"
+    )
+    path: str | None = Field(
+        None, description="a model file (onnx, OpenVINO IR .xml) or a local folder (hf)"
+    )
+    task: HfTask | None = Field(None, description="hf: what the module returns")
+    num_labels: int | None = Field(
+        None, ge=2, description="hf sequence-classification: classes of an untrained head"
+    )
+    options: dict[str, Any] = Field(default_factory=dict, description="settings for kind=fake")
+    function: str | None = Field(
+        None, description='jax: "module:fn", a pure function called as fn(params, *inputs)'
+    )
+    params: str | None = Field(
+        None, description="jax: the function's parameters, a .npz ('/' in keys nests) or .msgpack"
+    )
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _not_mxnet_kind(cls, kind: Any) -> Any:
+        if isinstance(kind, str) and kind.lower() == "mxnet":
+            raise ValueError(MXNET_RETIRED)
+        return kind
+
+    @field_validator("path", mode="before")
+    @classmethod
+    def _not_mxnet_files(cls, path: Any, info: ValidationInfo) -> Any:
+        # An MXNet checkpoint is a NAME-symbol.json graph plus NAME-0000.params weights.
+        # Without a valid kind (kind = "mxnet" already said all this) it is not repeated.
+        if "kind" in info.data and isinstance(path, str) and path.endswith(MXNET_SUFFIXES):
+            raise ValueError(f"this looks like an MXNet checkpoint. {MXNET_RETIRED}")
+        return path
+
+    @model_validator(mode="after")
+    def _needs_source(self) -> ModelSpec:
+        if self.kind == "torch" and not self.factory:
+            raise ValueError('kind = "torch" needs factory = "module:callable"')
+        if self.kind in ("onnx", "hf", "openvino") and not self.path:
+            raise ValueError(f'kind = "{self.kind}" needs path = "..."')
+        if self.kind == "openvino" and self.path and not self.path.endswith(".xml"):
+            raise ValueError(
+                f'kind = "openvino" needs path = "model.xml" (an OpenVINO IR), got {self.path!r}'
+            )
+        if self.kind == "jax":
+            if not self.function or not self.params:
+                raise ValueError(
+                    'kind = "jax" needs function = "module:fn" (called as fn(params, *inputs)) '
+                    'and params = "params.npz" (or a Flax .msgpack)'
+                )
+            if ":" not in self.function:
+                raise ValueError(f'function must look like "module:fn", got {self.function!r}')
+            if not self.params.endswith(JAX_PARAMS_SUFFIXES):
+                raise ValueError(
+                    f"params = {self.params!r}: expected one of {', '.join(JAX_PARAMS_SUFFIXES)} "
+                    "(arrays only, never a pickle)"
+                )
+        elif self.function is not None or self.params is not None:
+            raise ValueError(f'function and params are for kind = "jax" only, not "{self.kind}"')
+        if self.kind == "savedmodel" and not self.path:
+            raise ValueError('kind = "savedmodel" needs path = "a SavedModel folder"')
+        if self.kind == "keras":
+            _check_keras_source(self.path, self.factory)
+        if self.kind == "builtin" and not self.name:
+            raise ValueError('kind = "builtin" needs name = "minilm", "digits" or "digits-keras"')
+        if self.factory is not None and ":" not in self.factory:
+            raise ValueError(f'factory must look like "module:callable", got {self.factory!r}')
+        if self.weights is not None:
+            if self.kind != "torch":
+                raise ValueError(f'weights is for kind = "torch" only, not kind = "{self.kind}"')
+            known = SAFETENSORS_SUFFIXES + PICKLE_SUFFIXES
+            if not self.weights.endswith(known):
+                raise ValueError(
+                    f"weights = {self.weights!r}: unknown file type; expected one of "
+                    f"{', '.join(known)} (a state_dict; .safetensors preferred)"
+                )
+        if self.task is not None and self.kind != "hf":
+            raise ValueError(f'task is for kind = "hf" only, not kind = "{self.kind}"')
+        if self.num_labels is not None and self.task != "sequence-classification":
+            raise ValueError('num_labels needs kind = "hf" and task = "sequence-classification"')
+        return self
+
+
+class DataSpec(_Strict):
+    factory: str | None = None
+    path: str | None = None
+    text: str | None = Field(
+        None, description="hf: a UTF-8 file, one text per line, tokenized by the model's folder"
+    )
+    max_length: PositiveInt | None = Field(
+        None,
+        description=f"text: tokens per text, padded or truncated (default {DEFAULT_MAX_LENGTH})",
+    )
+    quality_samples: PositiveInt | None = Field(
+        None, description="how many held-out samples the quality gate uses"
+    )
+    variable_axes: dict[str, list[NonNegativeInt]] = Field(
+        default_factory=dict,
+        description="input name -> axes besides the batch axis whose size may vary, "
+        "e.g. { input_ids = [1], attention_mask = [1] } for the sequence length",
+    )
+    batch_axes: dict[str, NonNegativeInt] = Field(
+        default_factory=dict,
+        description="input name -> the axis its samples are on, where that is not 0, "
+        "e.g. { state = 1 } for a recurrent state [layers, batch, hidden]",
+    )
+    constants: list[str] = Field(
+        default_factory=list,
+        description="inputs with no batch axis, fed unchanged to every call (a sample "
+        "rate, say); a 0-d array is one by default",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DataSpec:
+        if sum(x is not None for x in (self.factory, self.path, self.text)) != 1:
+            raise ValueError(
+                'give exactly one of factory = "module:callable", path = "x.npz" '
+                'or text = "lines.txt"'
+            )
+        if self.max_length is not None and self.text is None:
+            raise ValueError('max_length goes with text = "lines.txt"')
+        if self.factory is not None and ":" not in self.factory:
+            raise ValueError(f'factory must look like "module:callable", got {self.factory!r}')
+        return self
+
+
+class QualitySpec(_Strict):
+    metric: Metric = "cosine"
+    max_drop: float = Field(0.01, ge=0.0)
+
+
+class SearchSpec(_Strict):
+    runtimes: list[str] = Field(default_factory=lambda: list(DEFAULT_RUNTIMES))
+    precisions: list[Precision] = Field(default_factory=lambda: list(DEFAULT_PRECISIONS))
+    batch_sizes: list[PositiveInt] = Field(default_factory=lambda: [1, 32])
+    objective: Objective = "auto"
+    threads: PositiveInt | None = None
+    margin: float = Field(
+        default=0.02, ge=0.0, lt=0.5, description="equivalence margin: closer than this is a tie"
+    )
+    ci_target: float = Field(
+        default=0.02, gt=0.0, lt=0.5, description="stop sampling when CIs are this tight (relative)"
+    )
+
+    @model_validator(mode="after")
+    def _known_runtimes(self) -> SearchSpec:
+        for name in self.runtimes:
+            _check_runtime(name)
+        if not self.runtimes or not self.precisions or not self.batch_sizes:
+            raise ValueError("runtimes, precisions and batch_sizes must not be empty")
+        return self
+
+
+class ConstraintsSpec(_Strict):
+    """Limits a winner must meet; a measured candidate beyond one is not eligible."""
+
+    max_p50_ms: float | None = Field(default=None, gt=0)
+    max_p99_ms: float | None = Field(default=None, gt=0)
+    max_peak_memory_mb: float | None = Field(default=None, gt=0)
+    max_model_size_mb: float | None = Field(default=None, gt=0)
+    max_cold_start_s: float | None = Field(default=None, gt=0, description="load + first call")
+
+
+class CandidateSpec(_Strict):
+    """A hand-written candidate: one runtime with its settings, under a label."""
+
+    label: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+    runtime: str
+    precision: Precision = "fp32"
+    method: str | None = Field(None, description="e.g. dynamic | static | nncf")
+    options: dict[str, Any] = Field(default_factory=dict, description="runtime settings")
+    batch_sizes: list[PositiveInt] | None = None
+
+    @model_validator(mode="after")
+    def _known_runtime(self) -> CandidateSpec:
+        _check_runtime(self.runtime)
+        threads = self.options.get("threads")
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"options.threads must be a positive integer, got {threads!r}")
+        return self
+
+
+class WorkloadSpec(_Strict):
+    name: str = Field(min_length=1)
+    description: str = ""
+    model: ModelSpec
+    data: DataSpec | None = None  # optional only for kind = "builtin" (its own data)
+    quality: QualitySpec = Field(
+        default_factory=lambda: QualitySpec(metric="cosine", max_drop=0.01)
+    )
+    search: SearchSpec = SearchSpec()
+    constraints: ConstraintsSpec = ConstraintsSpec()
+    candidates: list[CandidateSpec] = Field(
+        default_factory=list, description="explicit candidates; replace the search grid"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _task_aware_metric(cls, raw: Any) -> Any:
+        """A classifier's natural gate is top-1 agreement with the reference, not cosine.
+
+        Only fills in a metric the user left out, so every other workload keeps the
+        cosine default; malformed input is left for the field validators to report.
+        """
+        if not isinstance(raw, dict):
+            return raw
+        model = raw.get("model")
+        if not (isinstance(model, dict) and model.get("task") == "sequence-classification"):
+            return raw
+        quality = raw.get("quality", {})
+        if isinstance(quality, dict) and "metric" not in quality:
+            return {**raw, "quality": {**quality, "metric": "agreement"}}
+        return raw
+
+    @model_validator(mode="after")
+    def _data_needed(self) -> WorkloadSpec:
+        if self.data is None and self.model.kind != "builtin":
+            raise ValueError(
+                '[data] is required: give factory = "module:callable", path or text (hf only)'
+            )
+        if self.data is not None and self.data.text is not None and self.model.kind != "hf":
+            raise ValueError(
+                'data.text needs model.kind = "hf": texts are tokenized with the model '
+                "folder's own tokenizer; for other models give data.factory or data.path"
+            )
+        labels = [c.label for c in self.candidates]
+        dupes = sorted({x for x in labels if labels.count(x) > 1})
+        if dupes:
+            raise ValueError(f"candidate labels must be unique; repeated: {', '.join(dupes)}")
+        return self

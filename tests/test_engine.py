@@ -1,0 +1,171 @@
+"""The trial engine on its own: it sees typed jobs, a Gate, a Launcher, settings
+and an event sink, and nothing of the inference pipeline. Real worker processes
+of the fake runtime (virtual clock), with a gate and a launcher written here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bakeoff.backends import Variant
+from bakeoff.candidates import Candidate
+from bakeoff.source import ModelSource
+from bakeoff.trials.engine import Checked, Engine, run_trials
+from bakeoff.trials.entrant import Entrant
+from bakeoff.trials.jobs import Job, JobBase, LoadJob, LoadSpec
+from bakeoff.trials.launcher import LocalLauncher, Worker
+from bakeoff.trials.settings import TrialSettings
+
+
+def _jobs(tmp_path: Path, candidates: list[Candidate]) -> dict[str, LoadJob]:
+    data = tmp_path / "data.npz"
+    rng = np.random.default_rng(0)
+    np.savez(
+        data,
+        **{"quality/input": rng.random((8, 4), np.float32)},
+        **{"pool/input": rng.random((32, 4), np.float32)},
+    )
+    base = JobBase(
+        source=ModelSource("fake", None, None, None),
+        data_path=str(data),
+        input_names=("input",),
+        artifacts_dir=str(tmp_path / "artifacts"),
+    )
+    return {
+        c.id: LoadJob(
+            base=base,
+            load=LoadSpec(c.variant, {}, c.batch_size, 1, c.options, c.id),
+            outputs_path=str(tmp_path / f"{c.id}.npy"),
+        )
+        for c in candidates
+    }
+
+
+@dataclass
+class RejectOneGate:
+    """Not a quality check: passes every worker whose outputs exist, except one
+    candidate's; counts what it was asked."""
+
+    reject: str
+    asked: list[tuple[str, bool]] = field(default_factory=list)
+
+    def check(self, entrant: Candidate, job: LoadJob, record: bool) -> Checked:
+        self.asked.append((entrant.id, record))
+        assert Path(job.outputs_path).exists()  # the worker saved its first outputs
+        if entrant.id == self.reject:
+            return Checked(False, "not wanted here")
+        return Checked(True, "wanted")
+
+
+class CountingLauncher(LocalLauncher):
+    """Local processes, counted: a cluster launcher would stand here."""
+
+    def __init__(self, logs: Path) -> None:
+        super().__init__(logs)
+        self.started: list[str] = []
+
+    def start(self, job: Job, name: str) -> Worker:
+        self.started.append(name)
+        return super().start(job, name)
+
+
+@dataclass
+class Recorder:
+    notes: list[str] = field(default_factory=list)
+    timed_rounds: list[tuple[str, int, str]] = field(default_factory=list)
+
+    def note(self, message: str, entrant: Entrant | None) -> None:
+        self.notes.append(message)
+
+    def timed(
+        self,
+        entrant: Entrant,
+        round_index: int,
+        kind: str,
+        latency_ns: list[int],
+        block_ns: int | None,
+        slot: int,
+    ) -> None:
+        self.timed_rounds.append((entrant.id, round_index, kind))
+
+
+def _settings(**changes: Any) -> TrialSettings:
+    base: dict[str, Any] = {
+        "threads": 1,
+        "trial_timeout_s": 60.0,
+        "warmup_s": 0.0,
+        "warmup_calls": 2,
+        "slice_s": 0.01,
+        "settle_s": 0.0,
+        "min_rounds": 3,
+        "max_rounds": 4,
+        "budget_s": 60.0,
+        "seed": 0,
+        "racing": False,
+    }
+    return TrialSettings(**{**base, **changes})
+
+
+def test_the_engine_runs_candidates_through_any_gate_launcher_and_hooks(tmp_path: Path) -> None:
+    fast = Candidate(Variant("fake", "fp32"), 1, "fast", {"latency_ms": 1.0})
+    slow = Candidate(Variant("fake", "fp32"), 1, "slow", {"latency_ms": 2.0})
+    unwanted = Candidate(Variant("fake", "fp32"), 1, "unwanted", {"latency_ms": 0.5})
+    entrants = [fast, slow, unwanted]
+    gate = RejectOneGate(reject="unwanted-b1")
+    launcher = CountingLauncher(tmp_path / "logs")
+    events = Recorder()
+    after: list[str] = []
+
+    def hook(entrant: Candidate, worker: Worker) -> bool:
+        after.append(entrant.id)
+        return True
+
+    outcome = run_trials(
+        entrants,
+        _jobs(tmp_path, entrants),
+        Engine(gate, launcher, _settings(), events, [hook]),
+    )
+    assert launcher.started == ["fast-b1", "slow-b1", "unwanted-b1"]
+    assert gate.asked == [("fast-b1", True), ("slow-b1", True), ("unwanted-b1", True)]
+    assert unwanted.status == "rejected" and unwanted.reason == "not wanted here"
+    assert not unwanted.rounds_ns and unwanted.validity == "invalid"
+    for c in (fast, slow):
+        assert c.status == "ok" and len(c.rounds_ns) == 4, c.reason
+        assert c.validity == "valid" and c.peak_rss_mb is not None
+        assert c.stopped == "stopped: the maximum of 4 rounds"
+        assert c.settings["virtual_clock"] and c.settings["calls_per_round"] >= 1
+    # The virtual clock: 1 ms and 2 ms a call.
+    assert np.median(fast.samples()) < np.median(slow.samples())
+    assert after == ["fast-b1", "slow-b1"]  # the hook ran on those still in the race
+    measured = [t for t in events.timed_rounds if t[2] == "measure"]
+    assert sorted(measured) == sorted(
+        (c, r, "measure") for c in ("fast-b1", "slow-b1") for r in range(4)
+    )
+    assert any(n.startswith("loaded fast-b1") and n.endswith("wanted") for n in events.notes)
+    assert set(outcome.phases) == {"load_and_quality", "warmup", "rounds"}
+
+
+def test_racing_starts_further_processes_through_the_gate_without_recording(
+    tmp_path: Path,
+) -> None:
+    """Close contenders get a second process each; the gate is asked again, but what
+    it finds is not the candidate's (record=False). A clearly slower one is raced out."""
+    a = Candidate(Variant("fake", "fp32"), 1, "a", {"latency_ms": 1.0})
+    b = Candidate(Variant("fake", "fp32"), 1, "b", {"latency_ms": 1.0})
+    slow = Candidate(Variant("fake", "fp32"), 1, "slow", {"latency_ms": 3.0})
+    entrants = [a, b, slow]
+    gate = RejectOneGate(reject="none")
+    launcher = CountingLauncher(tmp_path / "logs")
+    run_trials(
+        entrants,
+        _jobs(tmp_path, entrants),
+        Engine(gate, launcher, _settings(racing=True, max_rounds=12), Recorder()),
+    )
+    assert slow.stopped.startswith("raced out after 3 rounds"), slow.stopped
+    assert launcher.started.count("a-b1") >= 2 and launcher.started.count("b-b1") >= 2
+    assert ("a-b1", False) in gate.asked and ("b-b1", False) in gate.asked
+    assert len(set(a.round_slots)) >= 2  # its rounds came from more than one process
+    assert a.status == b.status == "ok"
