@@ -1,8 +1,14 @@
 """Time to a verdict for the default `builtin:minilm` run.
 
 Prints the wall time of bakeoff's adaptive run (interleaved rounds, racing,
-adaptive stopping), split into build, quality and measuring; target: the whole
-run in <= 5 minutes on 2 cores (--quick: <= 3 minutes).
+adaptive stopping), split into build, quality and measuring, and seconds per
+candidate; target: the whole run in <= 150 s on 2 cores (--quick: <= 90 s).
+
+With --before REV it runs the same workload with the code of commit REV too,
+side by side in this one invocation, each run in a fresh process with an empty
+variant cache and store (torch.compile's caches are a worker's own, and empty),
+for each of --modes (default and quick): it prints each phase's seconds for
+both, the ratio after/before, and whether the winners are the same candidates.
 
 With --compare-fixed it then runs the same candidates the way common tools do
 (10 warm-up calls, then at least 10 s per candidate, one after the other),
@@ -24,6 +30,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -120,6 +128,92 @@ def same_ranking(adaptive: dict[str, Any], fixed: dict[str, Any]) -> tuple[int, 
     return agree, total
 
 
+PHASES = (
+    ("build", "build (export, convert, quantize)"),
+    ("reference", "reference outputs"),
+    ("measure_load_and_quality", "load + quality check"),
+    ("measure_warmup", "warm-up"),
+    ("measure_rounds", "rounds (+ scenarios)"),
+    ("measure_cold_start", "repeated cold starts"),
+    ("total", "total (in the run)"),
+)
+
+
+def run_in_process(
+    workload: str, quick: bool, src: Path | None, tmp: Path
+) -> tuple[float, dict[str, Any]]:
+    """`bakeoff run` in a fresh process, with the code under `src` (None: this
+    checkout's), an empty variant cache and store of its own."""
+    env = dict(os.environ, BAKEOFF_CACHE_DIR=str(tmp / "cache"), HF_HUB_OFFLINE="1")
+    if src is not None:
+        env["PYTHONPATH"] = str(src)  # workers inherit it, so they run that code too
+    out = tmp / "result.json"
+    cmd = [sys.executable, "-m", "bakeoff.cli", "run", workload, "--store", str(tmp / "s.db")]
+    cmd += ["--json", str(out), *(["--quick"] if quick else [])]
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if not out.exists():
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    return wall, json.loads(out.read_text())
+
+
+def winners(doc: dict[str, Any]) -> dict[int, str | None]:
+    return {v["batch_size"]: v["winner"] for v in doc["verdicts"]}
+
+
+def side_by_side(label: str, runs: dict[str, tuple[float, dict[str, Any]]]) -> None:
+    names = list(runs)
+    print(f"== {label}")
+    print(
+        f"{'phase':38}"
+        + "".join(f"{n:>14}" for n in names)
+        + ("     after/before" if len(names) == 2 else "")
+    )
+
+    def row(name: str, values: list[float], fmt: str = "{:12.1f} s") -> None:
+        ratio = f"{values[-1] / values[0]:17.2f}" if len(values) == 2 and values[0] else ""
+        print(f"{name:38}" + "".join(fmt.format(v) for v in values) + ratio)
+
+    for key, name in PHASES:
+        row(name, [float(doc["timing_s"].get(key, 0.0)) for _, doc in runs.values()])
+    row("wall time (the whole command)", [wall for wall, _ in runs.values()])
+    counts = [
+        sum(c["status"] not in ("unavailable",) for c in doc["candidates"])
+        for _, doc in runs.values()
+    ]
+    row("candidates measured or tried", [float(n) for n in counts], "{:14.0f}")
+    row(
+        "seconds per candidate",
+        [wall / max(n, 1) for (wall, _), n in zip(runs.values(), counts, strict=True)],
+    )
+    for name, (_, doc) in runs.items():
+        print(f"  {name}: winners {winners(doc)}")
+    if len(runs) == 2:
+        a, b = (winners(doc) for _, doc in runs.values())
+        print(f"  same winners at every batch size: {'yes' if a == b else 'NO'}")
+
+
+def compare_with(workload: str, before: str, modes: list[str]) -> None:
+    """Each mode run with this checkout's code and with commit `before`'s."""
+    with tempfile.TemporaryDirectory(prefix="bakeoff-ttv-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        old = tmp / "before"
+        old.mkdir()
+        archive = subprocess.run(
+            ["git", "archive", before, "src"], capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+        for mode in modes:
+            runs: dict[str, tuple[float, dict[str, Any]]] = {}
+            for name, src in ((f"before {before[:10]}", old / "src"), ("after", None)):
+                where = tmp / f"{mode}-{name.split()[0]}"
+                where.mkdir()
+                print(f"running {mode} with the code {name} ...", flush=True)
+                runs[name] = run_in_process(workload, mode == "quick", src, where)
+            side_by_side(f"{workload} ({mode})", runs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("workload", nargs="?", default="builtin:minilm")
@@ -127,10 +221,15 @@ def main() -> None:
     parser.add_argument("--compare-fixed", action="store_true")
     parser.add_argument("--fixed-seconds", type=float, default=10.0)
     parser.add_argument("--save", help="write both result documents to this JSON file")
+    parser.add_argument("--before", help="a commit to time side by side with this checkout")
+    parser.add_argument("--modes", default="default,quick", help="with --before: which runs")
     args = parser.parse_args()
+    if args.before:
+        compare_with(args.workload, args.before, args.modes.split(","))
+        return
 
     wall, doc = timed_run(args.workload, quick=args.quick)
-    report("adaptive (bakeoff)", wall, doc, 180.0 if args.quick else 300.0)
+    report("adaptive (bakeoff)", wall, doc, 90.0 if args.quick else 150.0)
     if not args.compare_fixed:
         return
     fixed_wall, fixed_doc = timed_run(args.workload, fixed_seconds=args.fixed_seconds)

@@ -499,3 +499,41 @@ def test_cache_off_builds_every_run(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         assert "off" in cache.prepare_run(artifacts, source, data, ["x"], {})
         cached_step(str(artifacts), "step-w", _writer(calls))
     assert len(calls) == 2 and cache.entries() == []
+
+
+_STEP_SCRIPT = """
+import json, sys, time
+from pathlib import Path
+from bakeoff.transforms import cached_step
+
+def build(out):
+    with open(sys.argv[2], "a") as f:
+        f.write("built\\n")
+    time.sleep(1.0)  # long enough for the other process to arrive meanwhile
+    (out / "model.onnx").write_text("x")
+    return {"path": str(out / "model.onnx")}
+
+print(json.dumps(cached_step(sys.argv[1], "onnx-fp32", build)))
+"""
+
+
+def test_a_step_two_builds_need_at_once_is_built_once(tmp_path: Path) -> None:
+    """Builds run side by side and share steps: the second waits for the first and
+    reuses its output instead of building it again (or removing it half-built)."""
+    env = {**os.environ, "BAKEOFF_VARIANT_CACHE": "off"}
+    counter = tmp_path / "built.txt"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _STEP_SCRIPT, str(tmp_path / "artifacts"), str(counter)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    assert counter.read_text() == "built\n"
+    assert json.loads(outs[0].splitlines()[-1]) == json.loads(outs[1].splitlines()[-1])
+    events = [json.loads(line) for line in (tmp_path / "artifacts" / "steps.jsonl").open()]
+    assert sorted(e["outcome"] for e in events) == ["built", "run"]

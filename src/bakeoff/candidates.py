@@ -55,6 +55,9 @@ class Candidate:
     offline: dict[str, Any] | None = None  # the offline scenario's sweep, when run
     cold_starts: dict[str, list[float]] = field(default_factory=dict)  # repeated, fresh
     cold_start_error: str = ""
+    # How close its throughput came to this machine's GEMM peak (bakeoff.efficiency:
+    # flops_per_sample, achieved_gflops, peak_gflops, fraction); None: not counted.
+    efficiency: dict[str, Any] | None = None
 
     @property
     def id(self) -> str:
@@ -127,6 +130,7 @@ class Candidate:
             # True: every build step came from the variant cache; None: nothing to build.
             "cache_hit": self.artifact.get("cache_hit"),
             "settings": self.settings,
+            "efficiency": self.efficiency,
         }
 
     @classmethod
@@ -170,6 +174,7 @@ class Candidate:
             offline=doc.get("offline"),
             cold_starts=repeats,
             cold_start_error=cold.get("error", ""),
+            efficiency=doc.get("efficiency"),
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,11 +14,16 @@ from typing import Any
 
 from bakeoff.cache.layout import EVENTS_FILE, ORIGIN_FILE, VARIANTS_FILE, _write_atomic
 
+# Set in a build process to the variant it builds: builds of a run run side by
+# side, so each step event names its build and the orchestrator reads its own.
+BUILD_VARIABLE = "BAKEOFF_BUILD"
+
 
 def log_event(artifacts_dir: Path, event: dict[str, Any]) -> None:
-    """One line per step use in a run; builds of a run are sequential, so the
-    orchestrator reads the lines each build added."""
-    line = json.dumps(event) + "\n"
+    """One line per step use in a run, appended (one write of one short line, so
+    lines of builds running side by side do not mix)."""
+    build = os.environ.get(BUILD_VARIABLE)
+    line = json.dumps({**event, "build": build} if build else event) + "\n"
     with open(artifacts_dir / EVENTS_FILE, "a") as f:
         f.write(line)
 
@@ -29,7 +35,8 @@ def events_offset(artifacts_dir: Path) -> int:
         return 0
 
 
-def read_events(artifacts_dir: Path, offset: int) -> list[dict[str, Any]]:
+def read_events(artifacts_dir: Path, offset: int, build: str | None = None) -> list[dict[str, Any]]:
+    """The events after `offset`; with `build`, only that build's."""
     try:
         with open(artifacts_dir / EVENTS_FILE, "rb") as f:
             f.seek(offset)
@@ -40,7 +47,7 @@ def read_events(artifacts_dir: Path, offset: int) -> list[dict[str, Any]]:
     for line in text.splitlines():
         with contextlib.suppress(ValueError):
             out.append(json.loads(line))
-    return out
+    return [e for e in out if build is None or e.get("build") == build]
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from bakeoff import environment
 from bakeoff.backends import reference_variant, runtime_names
 from bakeoff.candidates import Candidate, enumerate_candidates, explicit_candidates
 from bakeoff.errors import UserError
+from bakeoff.inference import peak
 from bakeoff.inference.context import RunContext
 from bakeoff.inference.document import document, write_json
 from bakeoff.inference.groups import measure_all
@@ -351,8 +352,15 @@ def _stages(ctx: RunContext, t_start: float, advice: dict[str, Any] | None) -> R
     launcher = LocalLauncher(ctx.folder.logs)
     reference = reference_variant(ctx.workload.source.kind)
     builds, ref, build_s = build_all(ctx, launcher, reference)
+    # How close to the limit: a figure beside the measurement, for real runtimes
+    # with a graph to count; the GEMM peak is measured before anything is timed.
+    flops = None if ctx.workload.source.kind == "fake" else peak.model_flops(ctx)
+    if flops is not None:
+        ctx.env["peak_gflops"] = peak.measure_peaks(ctx)
     noise_before = environment.noise_snapshot()
     found = measure_all(ctx, launcher, ref)
+    if flops is not None:
+        peak.set_efficiency(ctx, flops, ctx.env["peak_gflops"])
     noise = {"before": noise_before, "after": environment.noise_snapshot()}
     doc = document(ctx, builds, build_s, ref, found, noise, t_start)
     if advice is not None:

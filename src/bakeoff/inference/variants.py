@@ -8,18 +8,20 @@ cannot run stops the run before minutes of exporting and quantizing.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 
 from bakeoff import cache as variant_cache
 from bakeoff.backends import Variant
 from bakeoff.errors import BakeoffError
 from bakeoff.inference.context import RunContext
 from bakeoff.trials.jobs import BuildJob, LoadSpec, ReferenceJob
-from bakeoff.trials.launcher import Launcher, WorkerFailed
+from bakeoff.trials.launcher import Launcher, Worker, WorkerFailed
 from bakeoff.trials.worker import alt_outputs_path
 
 
@@ -30,6 +32,9 @@ class Builds:
 
     built: dict[str, dict[str, Any] | str] = field(default_factory=dict)
     build_s: dict[str, float] = field(default_factory=dict)
+    # Per variant built: wall and CPU seconds of its build process, and its threads.
+    times: dict[str, dict[str, Any]] = field(default_factory=dict)
+    side_by_side: int = 1  # builds that ran at once after the reference
     reused: int = 0  # build steps taken from the cache
     with_steps: int = 0  # variants that had steps to build
     saved_s: float = 0.0
@@ -46,6 +51,10 @@ class Builds:
             "nothing_to_build": self.nothing_to_build,
             "saved_s": round(self.saved_s, 3),
             "enabled": (artifacts_dir / variant_cache.KEY_FILE).exists(),
+            # Each build process's wall and CPU seconds (builds run side by side, so
+            # their wall times overlap) and the threads it had.
+            "builds": self.times,
+            "side_by_side": self.side_by_side,
         }
 
     def describe(self) -> str:
@@ -79,29 +88,54 @@ def _variants(ctx: RunContext, reference: Variant) -> dict[str, Variant]:
     return variants
 
 
-def _build(ctx: RunContext, launcher: Launcher, builds: Builds, variant: Variant) -> None:
-    """One variant in its own process; its candidates get the artifact or the failure."""
-    vid = variant.id
-    artifacts_dir = ctx.folder.artifacts
-    ctx.rep.stage(f"building {vid}")
-    mark = variant_cache.events_offset(artifacts_dir)
+@dataclass
+class _Build:
+    """One variant's build job and, once it ended, its reply or failure."""
+
+    variant: Variant
+    threads: int
+    reply: dict[str, Any] | None = None
+    failure: WorkerFailed | None = None
+
+
+def _run(ctx: RunContext, launcher: Launcher, job: _Build, running: dict[str, Worker]) -> None:
+    """One build in its own process, to its reply (in a thread of its own when builds
+    run side by side); `running` lets the orchestrator stop it on Ctrl-C."""
+    vid = job.variant.id
+    worker = launcher.start(
+        BuildJob(base=ctx.job_base, variant=job.variant, threads=job.threads), f"build-{vid}"
+    )
+    running[vid] = worker
     try:
-        reply = launcher.run(
-            BuildJob(base=ctx.job_base, variant=variant, threads=ctx.threads),
-            f"build-{vid}",
-            ctx.opts.build_timeout_s,
-        )
+        job.reply = worker.reply(ctx.opts.build_timeout_s)
     except WorkerFailed as exc:
-        if exc.not_needed:
-            ctx.leave_out(vid, str(exc))
+        job.failure = exc
+    finally:
+        running.pop(vid, None)
+        worker.close()
+
+
+def _record(ctx: RunContext, builds: Builds, job: _Build, mark: int) -> None:
+    """What a finished build gives its candidates: the artifact, or the failure."""
+    vid = job.variant.id
+    if job.failure is not None:
+        if job.failure.not_needed:
+            ctx.leave_out(vid, str(job.failure))
             return
-        builds.built[vid] = f"build failed: {exc}"
+        builds.built[vid] = f"build failed: {job.failure}"
         ctx.rep.stage(f"{vid}: {builds.built[vid]}")
     else:
+        reply = job.reply or {}
         # Which of its steps were built, reused in this run or taken from the cache.
-        use = variant_cache.summarize(variant_cache.read_events(artifacts_dir, mark))
+        events = variant_cache.read_events(ctx.folder.artifacts, mark, build=vid)
+        use = variant_cache.summarize(events)
         builds.built[vid] = {**reply["artifact"], "cache_hit": use.from_cache}
         builds.build_s[vid] = reply["build_s"]
+        builds.times[vid] = {
+            "wall_s": round(reply["build_s"], 3),
+            "cpu_s": None if reply.get("build_cpu_s") is None else round(reply["build_cpu_s"], 3),
+            "threads": job.threads,
+        }
         ctx.rep.stage(use.describe(vid, reply["build_s"]))
         builds.saved_s += use.saved_s
         if use.from_cache is None:
@@ -118,6 +152,54 @@ def _build(ctx: RunContext, launcher: Launcher, builds: Builds, variant: Variant
                 c.artifact, c.build_s = dict(b), builds.build_s[vid]
             ctx.save(c)
     ctx.show()
+
+
+def _build(ctx: RunContext, launcher: Launcher, builds: Builds, variant: Variant) -> None:
+    """One variant, alone."""
+    ctx.rep.stage(f"building {variant.id}")
+    mark = variant_cache.events_offset(ctx.folder.artifacts)
+    job = _Build(variant, ctx.threads)
+    _run(ctx, launcher, job, {})
+    _record(ctx, builds, job, mark)
+
+
+def side_by_side(threads: int, variants: int) -> int:
+    """How many builds run at once: up to the physical cores (a build keeps about one
+    busy), never more than there are variants."""
+    cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+    return max(1, min(cores, threads, variants))
+
+
+def _build_side_by_side(
+    ctx: RunContext, launcher: Launcher, builds: Builds, variants: list[Variant], done: int
+) -> None:
+    """Independent variants built side by side, each process with its share of the
+    threads; nothing is timed meanwhile (measuring starts when all are done).
+    Results are recorded in the order the builds end."""
+    if not variants:
+        return
+    n = side_by_side(ctx.threads, len(variants))
+    builds.side_by_side = n
+    jobs = [_Build(v, max(1, ctx.threads // n)) for v in variants]
+    running: dict[str, Worker] = {}
+    mark = variant_cache.events_offset(ctx.folder.artifacts)
+    total = done + len(jobs)
+    at_a_time = f"{n} at a time, {jobs[0].threads} thread(s) each" if n > 1 else "one at a time"
+    ctx.rep.stage(f"building {', '.join(v.id for v in variants)} ({at_a_time})")
+    with ThreadPoolExecutor(max_workers=n, thread_name_prefix="build") as pool:
+        futures = {pool.submit(_run, ctx, launcher, job, running): job for job in jobs}
+        try:
+            for future in as_completed(futures):
+                future.result()
+                done += 1
+                ctx.rep.progress("building", done, total)
+                _record(ctx, builds, futures[future], mark)
+        except BaseException:  # Ctrl-C: stop the builds, or the pool would wait for them
+            for f in futures:
+                f.cancel()
+            for worker in list(running.values()):
+                worker.close()
+            raise
 
 
 def _reference_outputs(
@@ -179,10 +261,7 @@ def build_all(
     ctx.rep.progress("building", 0, len(variants))
     _build(ctx, launcher, builds, reference)
     ref = _reference_outputs(ctx, launcher, builds, reference)
-    for i, variant in enumerate(variants.values()):
-        if i > 0:
-            ctx.rep.progress("building", i, len(variants))
-            _build(ctx, launcher, builds, variant)
+    _build_side_by_side(ctx, launcher, builds, list(variants.values())[1:], done=1)
     ctx.rep.progress("building", len(variants), len(variants))
     build_s = time.perf_counter() - t_build - ref.seconds
     variant_cache.record_variants(ctx.folder.artifacts, builds.artifacts())

@@ -16,6 +16,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from bakeoff.efficiency import percent
 from bakeoff.judge.verdict_words import statement
 from bakeoff.paths import resume_command
 from bakeoff.report import html_charts
@@ -105,6 +106,8 @@ def _verdicts(run: StoredRun) -> str:
 def _results_table(run: StoredRun) -> str:
     led = leaders(run.verdicts)
     marks = {True: " <strong>★ winner</strong>", False: " <strong>☆ leads</strong> (not separated)"}
+    # A document from before issue 19 has no efficiency figures: its table stays as it was.
+    with_peak = any("efficiency" in c for c in run.candidates)
     head = (
         "candidate",
         "status",
@@ -112,6 +115,7 @@ def _results_table(run: StoredRun) -> str:
         "p50 ms [95% CI]",
         "p99 ms",
         "samples/s [95% CI]",
+        *(("% of GEMM peak",) if with_peak else ()),
         "rounds × calls",
         "peak MB",
         "size MiB",
@@ -132,6 +136,7 @@ def _results_table(run: StoredRun) -> str:
                 num(lat["p99"]) + (" (too few samples)" if "p99" in lat["unsupported"] else "")
             ),
             "–" if not thr else _e(num(thr["samples_per_s"]) + _ci(thr["ci95"])),
+            *((_of_peak(c.get("efficiency")),) if with_peak else ()),
             "–" if not lat else f"{lat['rounds']} × {lat['calls_per_round']}",
             _fmt(c.get("peak_rss_mb"), 0),
             _fmt(c.get("model_size_mb"), 3),
@@ -144,6 +149,17 @@ def _results_table(run: StoredRun) -> str:
         rows.append(f'<tr data-candidate="{_e(c["id"])}">{tds}</tr>')
     ths = "".join(f"<th>{_e(h)}</th>" for h in head)
     return f'<table id="results"><tr>{ths}</tr>{"".join(rows)}</table>'
+
+
+def _of_peak(eff: dict[str, Any] | None) -> str:
+    """The fraction of the GEMM peak, with the figures behind it on hover."""
+    if not eff:
+        return "–"
+    behind = (
+        f"{eff['flops_per_sample']:,} FLOPs per sample: {num(eff['achieved_gflops'])} GFLOP/s "
+        f"of a {num(eff['peak_gflops'])} GFLOP/s peak"
+    )
+    return f'<span title="{_e(behind)}">{_e(percent(eff["fraction"]))}</span>'
 
 
 def _not_ok(run: StoredRun) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from bakeoff.report.charts import num
 from bakeoff.report.data import StoredRun
 
 
@@ -27,7 +28,7 @@ def environment(run: StoredRun) -> str:
     """Four cards (hardware, software, workload, method), then the runtimes' settings."""
     return (
         '<div class="card" id="environment">'
-        f"<section><h3>Hardware</h3>{_hardware(run.environment)}</section>"
+        f"<section><h3>Hardware</h3>{_hardware(run.environment, _peak_gflops(run))}</section>"
         f"<section><h3>Software</h3>{_software(run.environment)}</section>"
         f"<section><h3>Workload</h3>{_workload(run)}</section>"
         f"<section><h3>Method</h3>{_method(run)}</section></div>"
@@ -51,7 +52,14 @@ def _gpu(gpu: Any) -> str:
     return "none (no CUDA device)"
 
 
-def _hardware(env: dict[str, Any]) -> str:
+def _peak_gflops(run: StoredRun) -> Any:
+    """The run's measured GEMM peaks: the result document's environment has them; the
+    stored environment, where a run recorded them there."""
+    doc_env = (run.document or {}).get("environment") or {}
+    return doc_env.get("peak_gflops") or run.environment.get("peak_gflops")
+
+
+def _hardware(env: dict[str, Any], peaks: Any = None) -> str:
     cpu = env.get("cpu") or {}
     return _dl(
         [
@@ -73,8 +81,24 @@ def _hardware(env: dict[str, Any]) -> str:
             ("memory", f"{env.get('memory_gb')} GiB"),
             ("GPU / driver", _gpu(env.get("gpu"))),
             ("machine", env.get("machine")),
+            ("GEMM peak", _peaks(peaks)),
         ]
     )
+
+
+def _peaks(peaks: Any) -> str | None:
+    """The measured GEMM peaks (efficiency.measure_peak) with how each was measured,
+    or why one was not; None for a run from before they were measured."""
+    if not isinstance(peaks, dict) or not peaks:
+        return None
+    parts = []
+    for precision, p in peaks.items():
+        if p.get("gflops") is None:
+            parts.append(f"{precision}: not measured ({p.get('why') or 'no reason recorded'})")
+            continue
+        note = f"; {p['note']}" if p.get("note") else ""
+        parts.append(f"{precision}: {num(p['gflops'])} GFLOP/s ({p.get('how')}{note})")
+    return "; ".join(parts)
 
 
 def _software(env: dict[str, Any]) -> str:

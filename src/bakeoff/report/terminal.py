@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from bakeoff.candidates import Candidate
+from bakeoff.efficiency import percent
 from bakeoff.judge.verdict_words import statement
 from bakeoff.report.charts import num
 from bakeoff.report.data import flagged, leaders, status_label
@@ -125,8 +126,16 @@ def _ci(ci: list[float] | None) -> str:
     return "" if not ci else f" [{num(ci[0])}-{num(ci[1])}]"
 
 
+def _of_peak(c: dict[str, Any]) -> str:
+    """The fraction of this machine's GEMM peak its throughput reached."""
+    eff = c.get("efficiency")
+    return "-" if not eff else percent(eff["fraction"])
+
+
 def results_table(document: dict[str, Any]) -> Table:
     t = Table(title=f"bakeoff {document['run_id']} - {document['workload']['name']}")
+    # A document from before issue 19 has no efficiency figures: its table stays as it was.
+    with_peak = any("efficiency" in c for c in document["candidates"])
     for col, justify in (
         ("candidate", "left"),
         ("status", "left"),
@@ -134,12 +143,13 @@ def results_table(document: dict[str, Any]) -> Table:
         ("p50 ms [95% CI]", "right"),
         ("p99 ms", "right"),
         ("samples/s [95% CI]", "right"),
+        *((("% of peak", "right"),) if with_peak else ()),
         ("peak MB", "right"),
         ("size MB", "right"),
         ("load s", "right"),
         ("1st call s", "right"),
     ):
-        t.add_column(col, justify=justify)  # type: ignore[arg-type]
+        t.add_column(col, justify=justify)
     led = leaders(document["verdicts"])
     for c in document["candidates"]:
         lat, thr, q = c["latency_ms"], c["throughput"], c["quality"]
@@ -160,6 +170,7 @@ def results_table(document: dict[str, Any]) -> Table:
             "-" if not lat else f"{num(lat['p50'])}{_ci(lat['ci95']['p50'])}",
             p99,
             "-" if not thr else f"{num(thr['samples_per_s'])}{_ci(thr['ci95'])}",
+            *((_of_peak(c),) if with_peak else ()),
             _fmt(c["peak_rss_mb"], 0),
             _sig(c.get("model_size_mb")),
             _sig(c["cold_start_s"]["load"]),
@@ -186,6 +197,12 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
         "[dim]* winner; ~ leads, but not separated (see the verdict); ? marks a p99 with "
         "too few samples to support it[/]"
     )
+    if any(c.get("efficiency") for c in candidates):
+        console.print(
+            "[dim]% of peak: the model's GEMM FLOPs (counted in its ONNX graph) at the "
+            "measured samples/s, over this machine's GEMM peak at the same threads and "
+            "precision[/]"
+        )
     _in_load(console, candidates)
     _cold_starts(console, candidates)
     _flags_and_notes(console, candidates)

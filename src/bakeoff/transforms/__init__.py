@@ -13,7 +13,8 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,25 @@ def cached_step(
     cache key (with the model, calibration data and library versions).
     """
     run_dir = Path(artifacts_dir)
+    # Builds run side by side and share steps (the ONNX export feeds ONNX Runtime
+    # and OpenVINO): one builds the step, the others wait and then reuse it.
+    with _step_lock(run_dir, name):
+        return _cached_step(run_dir, name, build)
+
+
+@contextmanager
+def _step_lock(run_dir: Path, name: str) -> Iterator[None]:
+    import fcntl
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / f".{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        yield
+
+
+def _cached_step(
+    run_dir: Path, name: str, build: Callable[[Path], dict[str, Any]]
+) -> dict[str, Any]:
     out_dir = run_dir / name
     done, failed = out_dir / "step.json", out_dir / "failed.json"
     if done.exists():

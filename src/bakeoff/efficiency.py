@@ -1,0 +1,476 @@
+"""How close to the limit: the FLOPs a sample costs, this machine's GEMM peak, and the
+fraction of that peak a candidate reaches at its measured throughput.
+
+- `flops_per_sample` counts the multiply-adds of the model's ONNX graph: MatMul,
+  Gemm, Conv (and their quantized forms), ConvTranspose, two-operand Einsum and the
+  ONNX Attention operator; attention that the exporter wrote out (as torch's does at
+  opset 18) is counted as its MatMuls. Elementwise operators, softmax and norms are
+  not counted: the peak they are compared with is a GEMM's, and they are not GEMM
+  work.
+- `measure_peak` times a large square GEMM in a fresh process with the run's
+  thread settings: FP32 always, INT8 where the CPU has an INT8 dot-product
+  instruction (VNNI, AMX-INT8), BF16 where it has native BF16.
+- `efficiency` turns a count, a throughput and a peak into the candidate document's
+  `efficiency` figure.
+
+Heavy libraries (onnx_ir, onnxscript, torch) are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from bakeoff import hardware
+
+log = logging.getLogger(__name__)
+
+# Long enough for torch's import and three GEMMs on a slow, busy machine; a hung
+# child must not hold the run.
+PEAK_TIMEOUT_S = 180.0
+# Each GEMM is called at least this often and for at least this long; the best call
+# counts (the peak, not the mean: anything else that ran only slows some calls down).
+PEAK_MIN_CALLS = 5
+PEAK_MIN_S = 0.5
+# Thread settings the child sets when the caller passes no environment of its own
+# (the run passes bakeoff.trials.launcher.worker_env(threads), which sets these too).
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+class _Uncountable(Exception):
+    """The graph holds work the count cannot see or size: the count would be low."""
+
+
+# ---------------------------------------------------------------- FLOPs per sample
+
+# op_type -> (index of the activation A, index of the weight B): the quantized forms
+# take their scales and zero points between them.
+_MATMULS = {"MatMul": (0, 1), "MatMulInteger": (0, 1), "QLinearMatMul": (0, 3)}
+_CONVS = {"Conv": (0, 1), "ConvInteger": (0, 1), "QLinearConv": (0, 3)}
+_COUNTED = {*_MATMULS, *_CONVS, "Gemm", "ConvTranspose", "Einsum", "Attention"}
+# In another domain (com.microsoft's fused operators, say) a name with one of these
+# in it is GEMM work this count does not know how to size.
+_GEMM_WORDS = ("MatMul", "Gemm", "Conv", "Attention")
+
+
+def flops_per_sample(
+    onnx_path: str | os.PathLike[str],
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    batch_size: int = 1,
+) -> int | None:
+    """FLOPs (2 per multiply-add) of one sample through the ONNX graph at `onnx_path`.
+
+    `shapes` gives each graph input's full shape for one call of `batch_size`
+    samples; the count at those shapes is divided by `batch_size`. Without `shapes`
+    the graph's own input shapes are used, with a dynamic first axis taken as
+    `batch_size`. None when the count would be wrong: an input axis of unknown
+    size, an operator whose shapes inference cannot settle, GEMM work inside a
+    loop or branch or an operator of another domain, a graph with no GEMM work at
+    all (a GEMM peak says nothing about it), or a file that does not load.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    try:
+        total = _graph_flops(str(onnx_path), shapes, batch_size)
+    except _Uncountable as exc:
+        log.info("FLOPs of %s not counted: %s", onnx_path, exc)
+        return None
+    except Exception as exc:
+        # A figure beside the measurement must never fail the run that measured it:
+        # a file the ONNX tools cannot read or infer has no count.
+        log.info("FLOPs of %s not counted: %s: %s", onnx_path, type(exc).__name__, exc)
+        return None
+    if total <= 0:
+        return None
+    return round(total / batch_size)
+
+
+def _graph_flops(path: str, shapes: Mapping[str, Sequence[int]] | None, batch_size: int) -> int:
+    """The count at one call's shapes.
+
+    onnx-tool 1.0.1 (a ready-made counter) installs beside our pins, but its own
+    shape engine fails on the MiniLM export that bakeoff ships (its Squeeze
+    mishandles negative axes) and it counts MACs with bias and elementwise work mixed
+    in; ONNX's own shape inference leaves the batch axis unknown past the `Range`
+    that transformers' attention masks use. So: onnxscript's constant folder (the
+    torch exporter's own optimizer) first turns every shape computation of the fixed
+    input shapes into constants, then ONNX shape inference sizes every tensor, and
+    the count below reads them.
+    """
+    import onnx_ir as ir
+    import onnxscript.optimizer
+    from onnx_ir.passes.common import InlinePass, ShapeInferencePass
+
+    model = ir.load(path)
+    InlinePass()(model)  # a model-local function's MatMuls count like any other
+    graph = model.graph
+    initializers = set(graph.initializers)
+    for value in graph.inputs:
+        if value.name in initializers:
+            continue  # an initializer listed as an input (older exporters): a weight
+        value.shape = ir.Shape(_input_shape(value, shapes, batch_size))
+    # The exporter's shapes carry its symbolic batch; they are inferred again below
+    # from the fixed inputs, so none is left to merge with the new ones.
+    for node in ir.traversal.RecursiveGraphIterator(graph):
+        for out in node.outputs:
+            out.shape = None
+    # The folder logs each node it tried and could not fold (MiniLM's mask has some)
+    # as a warning; what it leaves unfolded shows up below as an unknown shape.
+    folder_log = logging.getLogger("onnxscript.optimizer._constant_folding")
+    level = folder_log.level
+    folder_log.setLevel(logging.ERROR)
+    try:
+        onnxscript.optimizer.fold_constants(model)
+    finally:
+        folder_log.setLevel(level)
+    ShapeInferencePass(strict_mode=False)(model)
+
+    total = 0
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if node.domain not in ("", "ai.onnx"):
+            if any(word in node.op_type for word in _GEMM_WORDS):
+                raise _Uncountable(f"{node.domain}.{node.op_type} is not counted")
+            continue
+        if node.op_type not in _COUNTED:
+            continue
+        if node.graph is not model.graph:
+            # A loop's body runs a data-dependent number of times; a branch may not
+            # run at all.
+            raise _Uncountable(f"{node.op_type} {node.name!r} is inside a loop or branch")
+        total += _node_flops(node)
+    return total
+
+
+def _input_shape(
+    value: Any, shapes: Mapping[str, Sequence[int]] | None, batch_size: int
+) -> list[int]:
+    if shapes is not None and value.name in shapes:
+        return [int(d) for d in shapes[value.name]]
+    if value.shape is None:
+        raise _Uncountable(f"input {value.name!r} has no declared shape")
+    dims = []
+    for axis, dim in enumerate(value.shape):
+        if isinstance(dim, int):
+            dims.append(dim)
+        elif axis == 0:
+            dims.append(batch_size)
+        else:
+            raise _Uncountable(f"input {value.name!r} axis {axis} ({dim}) has no given size")
+    return dims
+
+
+def _dims(node: Any, value: Any) -> list[int]:
+    """A tensor's static shape, or `_Uncountable`."""
+    shape = None if value is None else value.shape
+    if shape is None or not shape.is_static():
+        what = "a missing input" if value is None else repr(value.name)
+        raise _Uncountable(f"{node.op_type} {node.name!r}: the shape of {what} is unknown")
+    return [int(d) for d in shape]
+
+
+def _attr(node: Any, name: str, default: Any) -> Any:
+    attr = node.attributes.get(name)
+    return default if attr is None else attr.value
+
+
+def _input(node: Any, index: int) -> Any:
+    return node.inputs[index] if index < len(node.inputs) else None
+
+
+def _node_flops(node: Any) -> int:
+    op = node.op_type
+    out = _dims(node, node.outputs[0])
+    if op in _MATMULS:
+        # Y = A @ B: every output element is a K-long dot product (1-D A too: K = A[-1]).
+        return 2 * math.prod(out) * _dims(node, _input(node, _MATMULS[op][0]))[-1]
+    if op == "Gemm":
+        a = _dims(node, _input(node, 0))
+        k = a[0] if _attr(node, "transA", 0) else a[1]
+        return 2 * math.prod(out) * k  # 2*M*N*K; the bias add is not GEMM work
+    if op in _CONVS:
+        # 2 * N*Cout*Hout*Wout * (Cin/groups)*kh*kw: the weight is [Cout, Cin/groups, k...]
+        weight = _dims(node, _input(node, _CONVS[op][1]))
+        return 2 * math.prod(out) * math.prod(weight[1:])
+    if op == "ConvTranspose":
+        # Each input element meets (Cout/groups)*k... weights: [Cin, Cout/groups, k...].
+        x, w = _dims(node, _input(node, 0)), _dims(node, _input(node, 1))
+        return 2 * math.prod(x) * math.prod(w[1:])
+    if op == "Einsum":
+        return _einsum_flops(node)
+    if op == "Attention":
+        return _attention_flops(node, out)
+    raise AssertionError(op)
+
+
+def _einsum_flops(node: Any) -> int:
+    equation = str(_attr(node, "equation", "")).replace(" ", "")
+    terms = equation.partition("->")[0].split(",")
+    if len(terms) == 1:
+        return 0  # a transpose, trace or sum: no multiplications to speak of
+    if len(terms) != 2:
+        raise _Uncountable(f"Einsum {node.name!r} of {len(terms)} operands")
+    sizes: dict[str, int] = {}
+    for index, term in enumerate(terms):
+        dims = _dims(node, _input(node, index))
+        head, ellipsis, tail = term.partition("...")
+        n = len(dims) - len(head) - len(tail)
+        # Ellipsis axes broadcast from the right: name them by their distance from its end.
+        labels = [*head, *(f".{n - i}" for i in range(n) if ellipsis), *tail]
+        for label, dim in zip(labels, dims, strict=True):
+            sizes[label] = max(sizes.get(label, 1), dim)
+    output = equation.partition("->")[2]
+    contracted = any(label not in output for label in sizes if not label.startswith("."))
+    # One multiply per point of the joint index space, and an add where a label is
+    # summed away (ij,jk->ik: 2*i*j*k; ij,ij->ij: i*j).
+    return (2 if contracted else 1) * math.prod(sizes.values())
+
+
+def _attention_flops(node: Any, out: list[int]) -> int:
+    """ONNX Attention (opset 23): Q·Kᵀ costs 2·Lkv per element of Q, softmax·V 2·Lkv
+    per element of Y, in its 4-D [B, H, L, D] and 3-D [B, L, H·D] layouts alike."""
+    q = _dims(node, _input(node, 0))
+    present = node.outputs[1] if len(node.outputs) > 1 else None
+    if present is not None and present.shape is not None and present.shape.is_static():
+        keys = _dims(node, present)  # past and new keys together
+        kv_len = keys[-2]
+    else:
+        k = _dims(node, _input(node, 1))
+        kv_len = k[-2] if len(k) == 4 else k[1]
+        past = _input(node, 4)
+        if past is not None and past.name:
+            kv_len += _dims(node, past)[-2]
+    return 2 * kv_len * (math.prod(q) + math.prod(out))
+
+
+# ---------------------------------------------------------------- the peak
+
+
+def measure_peak(
+    threads: int,
+    precisions: Collection[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    size: int | None = None,
+    timeout_s: float = PEAK_TIMEOUT_S,
+) -> dict[str, dict[str, Any]]:
+    """This machine's GEMM peak at `threads` threads, per precision:
+    {"fp32": {"gflops": 98.2, "how": "torch.matmul 2048x2048 fp32, 2 threads, best
+    of 6 calls"}, "int8": {...} or {"gflops": None, "why": "..."}}.
+
+    FP32 is always measured (the fallback peak of precisions without their own);
+    INT8 when asked for and the CPU has an INT8 dot-product instruction, BF16 when
+    asked for and native. The GEMMs run in a child process started with `env`
+    (the run passes `worker_env(threads)`, what its workers get; None: this
+    process's environment with the thread variables set), pinned where this process
+    is; call it while nothing is being timed. `size` overrides the matrix size
+    (tests use a small one).
+    """
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
+    kinds = ["fp32"]
+    out: dict[str, dict[str, Any]] = {}
+    wanted = set(precisions)
+    if "int8" in wanted:
+        path = hardware.int8_path()
+        if path in ("amx", "vnni"):
+            kinds.append("int8")
+        else:
+            out["int8"] = {"gflops": None, "why": _no_int8_why(path)}
+    if "bf16" in wanted:
+        if hardware.native_flags("bf16"):
+            kinds.append("bf16")
+        else:
+            out["bf16"] = {
+                "gflops": None,
+                "why": "no native bf16 arithmetic on this CPU "
+                f"({'/'.join(hardware.NATIVE['bf16'])}): bf16 candidates are compared "
+                "with the fp32 peak",
+            }
+    # Large enough that the GEMM is compute-bound at this thread count: 2048 keeps
+    # 8 cores busy for milliseconds per call, more cores get 4096.
+    n = size or (2048 if threads <= 8 else 4096)
+    measured = _run_child({"threads": threads, "kinds": kinds, "size": n}, env, timeout_s)
+    for kind in kinds:
+        out[kind] = measured.get(kind) or {"gflops": None, "why": "not measured"}
+    fp32, int8 = out["fp32"].get("gflops"), out.get("int8", {}).get("gflops")
+    if fp32 and int8 is not None and int8 < 1.5 * fp32:
+        # VNNI's 4-way int8 dot products give several times fp32's rate: a figure
+        # below that is another path (oneDNN capped by ONEDNN_MAX_CPU_ISA, say).
+        out["int8"]["note"] = (
+            f"only {int8 / fp32:.1f}x the fp32 peak: the int8 GEMM may not be using "
+            "the CPU's int8 dot-product instructions"
+        )
+    return {k: out[k] for k in ("fp32", "int8", "bf16") if k in out}
+
+
+def _no_int8_why(path: str) -> str:
+    wanted = "/".join(hardware.NATIVE["int8"])
+    if path == "avx2":
+        return (
+            f"no int8 dot-product instructions on this CPU ({wanted}): int8 runs through "
+            "AVX2's 16-bit multiply-adds, and no int8 peak is measured"
+        )
+    if path == "none":
+        return f"neither {wanted} nor AVX2 on this CPU: int8 is emulated"
+    return "not an x86 CPU: the int8 peak is measured only for VNNI and AMX"
+
+
+def _run_child(
+    spec: dict[str, Any], env: Mapping[str, str] | None, timeout_s: float
+) -> dict[str, dict[str, Any]]:
+    """The GEMMs in a fresh process: the run's thread settings, not this process's
+    threads, and nothing of this process's state in the way."""
+    if env is None:
+        child_env = dict(os.environ)
+        child_env.update({name: str(spec["threads"]) for name in _THREAD_VARIABLES})
+    else:
+        child_env = dict(env)
+    failed = {kind: {"gflops": None, "why": ""} for kind in spec["kinds"]}
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "bakeoff.efficiency", json.dumps(spec)],
+            env=child_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired:
+        why = f"the GEMM benchmark ran past {timeout_s:g} s"
+        return {kind: {**v, "why": why} for kind, v in failed.items()}
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = " | ".join(proc.stderr.strip().splitlines()[-2:])
+        why = f"the GEMM benchmark exited with code {proc.returncode}: {tail}"
+        return {kind: {**v, "why": why} for kind, v in failed.items()}
+    try:
+        result: dict[str, dict[str, Any]] = json.loads(lines[-1])
+    except ValueError:
+        why = f"the GEMM benchmark printed no result: {lines[-1][:200]!r}"
+        return {kind: {**v, "why": why} for kind, v in failed.items()}
+    return result
+
+
+def _peak_child(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """In the child: each GEMM's best call, as GFLOP/s."""
+    import torch
+
+    threads, n = int(spec["threads"]), int(spec["size"])
+    torch.set_num_threads(threads)
+    # One inter-op thread, as every runtime gets; it refuses once parallel work ran.
+    with contextlib.suppress(RuntimeError):
+        torch.set_num_interop_threads(1)
+    gen = torch.Generator().manual_seed(0)
+    plural = "" if threads == 1 else "s"
+    out: dict[str, dict[str, Any]] = {}
+    for kind in spec["kinds"]:
+        if kind == "int8":
+            a = torch.randint(-128, 128, (n, n), dtype=torch.int8, generator=gen)
+            b = torch.randint(-128, 128, (n, n), dtype=torch.int8, generator=gen)
+            c = torch.empty(n, n, dtype=torch.int32)
+            # oneDNN's s8 x s8 -> s32 GEMM: on a VNNI or AMX CPU, its int8 path.
+            what = f"torch._int_mm (oneDNN, s32 accumulate) {n}x{n} int8"
+            call = functools.partial(torch._int_mm, a, b, out=c)
+        else:
+            dtype = torch.bfloat16 if kind == "bf16" else torch.float32
+            a = torch.randn(n, n, generator=gen).to(dtype)
+            b = torch.randn(n, n, generator=gen).to(dtype)
+            c = torch.empty(n, n, dtype=dtype)
+            what = f"torch.matmul {n}x{n} {kind}"
+            call = functools.partial(torch.matmul, a, b, out=c)
+        try:
+            best, calls = _best_call(call)
+        except Exception as exc:  # a torch build without this GEMM on this CPU
+            out[kind] = {"gflops": None, "why": f"{what} failed: {type(exc).__name__}: {exc}"}
+            continue
+        out[kind] = {
+            "gflops": round(2 * n**3 / best / 1e9, 2),
+            "how": f"{what}, {threads} thread{plural}, best of {calls} calls",
+        }
+    return out
+
+
+def _best_call(call: Any) -> tuple[float, int]:
+    call()  # the first call creates oneDNN's primitive and touches the memory
+    best, calls, started = math.inf, 0, time.perf_counter()
+    while calls < PEAK_MIN_CALLS or time.perf_counter() - started < PEAK_MIN_S:
+        t0 = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - t0)
+        calls += 1
+    return best, calls
+
+
+# ---------------------------------------------------------------- the fraction
+
+
+def peak_for(peaks: Mapping[str, Any] | None, precision: str) -> float | None:
+    """The peak a candidate of `precision` is measured against: its own where
+    measured (int8, bf16), else fp32 for the float precisions; None for int8
+    without a measured peak and for int4 (weight-only: its kernels mix int8 and
+    fp32, so no one GEMM is its limit)."""
+    if not peaks:
+        return None
+    own = (peaks.get(precision) or {}).get("gflops")
+    if own:
+        return float(own)
+    if precision in ("fp32", "bf16", "fp16"):
+        fp32 = (peaks.get("fp32") or {}).get("gflops")
+        return float(fp32) if fp32 else None
+    return None
+
+
+def efficiency(flops_per_sample: int, samples_per_s: float, peak_gflops: float) -> dict[str, Any]:
+    """The candidate document's `efficiency`: {"flops_per_sample", "achieved_gflops",
+    "peak_gflops", "fraction"} (fraction of the peak, 0.12 for 12%)."""
+    if flops_per_sample <= 0 or samples_per_s < 0 or peak_gflops <= 0:
+        raise ValueError(
+            f"efficiency needs positive figures: {flops_per_sample} FLOPs, "
+            f"{samples_per_s} samples/s, {peak_gflops} GFLOP/s peak"
+        )
+    achieved = flops_per_sample * samples_per_s / 1e9
+    return {
+        "flops_per_sample": int(flops_per_sample),
+        "achieved_gflops": _sig(achieved),
+        "peak_gflops": _sig(peak_gflops),
+        "fraction": _sig(achieved / peak_gflops),
+    }
+
+
+def candidate_efficiency(
+    flops: int | None,
+    samples_per_s: float | None,
+    peaks: Mapping[str, Any] | None,
+    precision: str,
+) -> dict[str, Any] | None:
+    """`efficiency` for a candidate, or None where a figure is missing (no count, not
+    measured, no peak for its precision)."""
+    peak = peak_for(peaks, precision)
+    if not flops or samples_per_s is None or peak is None:
+        return None
+    return efficiency(flops, samples_per_s, peak)
+
+
+def percent(fraction: float) -> str:
+    """A fraction of the peak as the reports print it: "12%", "3.4%", "0.12%"."""
+    pct = fraction * 100
+    if pct >= 10 or pct == 0:
+        return f"{pct:.0f}%"
+    return f"{pct:.2g}%"
+
+
+def _sig(x: float) -> float:
+    """Four significant figures: a tiny model's 0.0004 GFLOP/s is not 0.0."""
+    return float(f"{x:.4g}")
+
+
+if __name__ == "__main__":
+    print(json.dumps(_peak_child(json.loads(sys.argv[1]))))
