@@ -197,13 +197,14 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
         "[dim]* winner; ~ leads, but not separated (see the verdict); ? marks a p99 with "
         "too few samples to support it[/]"
     )
+    # Right under the legend: "of the load time" reads on from the load s column.
+    _in_load(console, candidates)
     if any(c.get("efficiency") for c in candidates):
         console.print(
             "[dim]% of peak: the model's GEMM FLOPs (counted in its ONNX graph) at the "
             "measured samples/s, over this machine's GEMM peak at the same threads and "
             "precision[/]"
         )
-    _in_load(console, candidates)
     _cold_starts(console, candidates)
     _flags_and_notes(console, candidates)
     _not_ok(console, candidates)
