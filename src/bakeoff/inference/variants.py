@@ -102,17 +102,19 @@ def _run(ctx: RunContext, launcher: Launcher, job: _Build, running: dict[str, Wo
     """One build in its own process, to its reply (in a thread of its own when builds
     run side by side); `running` lets the orchestrator stop it on Ctrl-C."""
     vid = job.variant.id
-    worker = launcher.start(
-        BuildJob(base=ctx.job_base, variant=job.variant, threads=job.threads), f"build-{vid}"
-    )
-    running[vid] = worker
+    worker: Worker | None = None
     try:
+        worker = launcher.start(
+            BuildJob(base=ctx.job_base, variant=job.variant, threads=job.threads), f"build-{vid}"
+        )
+        running[vid] = worker
         job.reply = worker.reply(ctx.opts.build_timeout_s)
-    except WorkerFailed as exc:
+    except WorkerFailed as exc:  # it crashed, hung or said why (a start that failed too)
         job.failure = exc
     finally:
         running.pop(vid, None)
-        worker.close()
+        if worker is not None:
+            worker.close()
 
 
 def _record(ctx: RunContext, builds: Builds, job: _Build, mark: int) -> None:
