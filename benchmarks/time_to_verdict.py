@@ -131,6 +131,7 @@ def same_ranking(adaptive: dict[str, Any], fixed: dict[str, Any]) -> tuple[int, 
 PHASES = (
     ("build", "build (export, convert, quantize)"),
     ("reference", "reference outputs"),
+    ("efficiency", "FLOP count + GEMM peak"),
     ("measure_load_and_quality", "load + quality check"),
     ("measure_warmup", "warm-up"),
     ("measure_rounds", "rounds (+ scenarios)"),

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 from bakeoff import api
+from bakeoff.efficiency import peak_for
+from bakeoff.paths import RunFolder
 
 MODEL_MODULE = textwrap.dedent(
     """
@@ -202,6 +204,34 @@ def test_user_model_on_torch_onnxruntime_openvino(tmp_path: Path, store_path: Pa
     for v in doc["verdicts"]:
         assert v["winner"] in v["ranking"]
         assert v["baseline"] == f"torch-fp32-b{v['batch_size']}"
+    # How close to the limit: one FLOP count for the model (its ONNX graph), each ok
+    # candidate's achieved rate at its own throughput, over the peak of its precision.
+    peaks = doc["environment"]["peak_gflops"]
+    assert peaks["fp32"]["gflops"] > 0
+    ok = [c for c in doc["candidates"] if c["status"] == "ok"]
+    # An int8 peak exists only where the CPU has int8 dot products (VNNI, AMX).
+    counted = [c for c in ok if peak_for(peaks, c["precision"]) is not None]
+    assert {c["id"] for c in counted} >= {c["id"] for c in ok if c["precision"] == "fp32"}
+    assert all(c["efficiency"] is None for c in ok if c not in counted)
+    assert len({c["efficiency"]["flops_per_sample"] for c in counted}) == 1
+    for c in counted:
+        eff = c["efficiency"]
+        assert eff["peak_gflops"] == pytest.approx(peak_for(peaks, c["precision"]), rel=1e-3)
+        achieved = eff["flops_per_sample"] * c["throughput"]["samples_per_s"] / 1e9
+        assert eff["achieved_gflops"] == pytest.approx(achieved, rel=1e-2)
+        assert eff["fraction"] == pytest.approx(achieved / eff["peak_gflops"], rel=1e-2)
+    # Each variant's build is recorded; the ONNX export they share is built once.
+    builds = doc["variant_cache"]["builds"]
+    assert {"onnxruntime-fp32", "openvino-fp32", "onnxruntime-int8-dynamic"} <= set(builds)
+    assert builds["onnxruntime-fp32"]["cpu_s"] > 0
+    artifacts = RunFolder.of(store_path, doc["run_id"]).artifacts
+    exports = [
+        json.loads(line)
+        for line in (artifacts / "steps.jsonl").read_text().splitlines()
+        if json.loads(line)["step"] == "onnx-fp32"
+    ]
+    assert sum(e["outcome"] in ("built", "cache") for e in exports) == 1
+    assert all(e.get("build") for e in exports)  # each event names the build it served
 
 
 def test_unsupported_operator_fails_export_but_torch_still_wins(

@@ -87,23 +87,38 @@ class Candidate:
             for q in latency:
                 lo, hi = _ci_pair(pct[q])
                 latency[q] = Figure(round(pct[q].value, 6), (lo, hi), q in unsupported)
-        state = self.to_json()
-        cold = state["cold_start_s"]
+        cold = _cold_start(self)
         load, first = cold.get("load"), cold.get("first_call")
         return Figures(
             p50_ms=latency["p50"],
             p99_ms=latency["p99"],
-            peak_memory_mb=Figure(state["peak_rss_mb"]),
-            model_size_mb=Figure(state["model_size_mb"]),
+            peak_memory_mb=Figure(self.peak_mb()),
+            model_size_mb=Figure(self.size_mb()),
             cold_start_s=Figure(None if load is None or first is None else load + first),
         )
+
+    def peak_mb(self) -> float | None:
+        """Peak memory as the document reports it."""
+        return None if self.peak_rss_mb is None else round(self.peak_rss_mb, 1)
+
+    def size_mb(self) -> float | None:
+        """The artifact's size on disk as the document reports it."""
+        return None if self.model_bytes is None else round(self.model_bytes / 2**20, 3)
+
+    def samples_per_s(self) -> float | None:
+        """Measured throughput, the document's figure without its CI (no bootstrap)."""
+        samples = self.samples()
+        if not self.rounds_ns or not samples.size:
+            return None
+        calls = np.full(samples.shape[0], samples.shape[1])
+        return round(stats.throughput_point(calls, np.asarray(self.block_ns), self.batch_size), 4)
 
     def to_json(self) -> dict[str, Any]:
         """What the candidate document records of the candidate itself; `from_json`
         reads it back. Not in it: the measured rounds and warm-up calls (the store
         keeps them as trials), the artifact beyond its exporter and cache use, and
         the figures computed from the rounds (`candidate_document` adds those)."""
-        second, size = self.quality_alt, self.model_bytes
+        second = self.quality_alt
         return {
             "id": self.id,
             "runtime": self.variant.runtime,
@@ -123,8 +138,8 @@ class Candidate:
             "offline": self.offline,
             "quality": None if self.quality is None else self.quality.to_json(),
             "quality_second_shape": None if second is None else second.to_json(),
-            "peak_rss_mb": None if self.peak_rss_mb is None else round(self.peak_rss_mb, 1),
-            "model_size_mb": None if size is None else round(size / 2**20, 3),
+            "peak_rss_mb": self.peak_mb(),
+            "model_size_mb": self.size_mb(),
             "cold_start_s": _cold_start(self),
             "exporter": self.artifact.get("exporter"),
             # True: every build step came from the variant cache; None: nothing to build.

@@ -24,7 +24,6 @@ SCHEMA_VERSION = 1
 
 def _workload_section(ctx: RunContext, reference: Reference) -> dict[str, Any]:
     workload = ctx.workload
-    limits = {k: v for k, v in workload.spec.constraints.model_dump().items() if v is not None}
     return {
         "name": workload.name,
         "origin": workload.origin,
@@ -37,7 +36,7 @@ def _workload_section(ctx: RunContext, reference: Reference) -> dict[str, Any]:
         "variable_axes": workload.source.variable_axes,
         "batch_axes": workload.source.batch_axes,
         "constants": workload.source.constants,
-        "constraints": limits,
+        "constraints": workload.limits,
         "notes": list(workload.notes),
     }
 
@@ -50,8 +49,10 @@ def document(
     found: Measuring,
     noise: dict[str, Any],
     t_start: float,
+    efficiency_s: float,
 ) -> dict[str, Any]:
-    """`noise`: the machine's noise snapshots before and after measuring."""
+    """`noise`: the machine's noise snapshots before and after measuring;
+    `efficiency_s`: counting the FLOPs and measuring the GEMM peak."""
     return {
         "schema_version": SCHEMA_VERSION,
         "bakeoff_version": bakeoff.__version__,
@@ -67,6 +68,7 @@ def document(
             "build": round(build_s, 3),
             "build_saved_by_cache": round(builds.saved_s, 3),
             "reference": round(reference.seconds, 3),
+            "efficiency": round(efficiency_s, 3),
             "measure": round(found.seconds, 3),
             **{f"measure_{k}": round(v, 3) for k, v in found.phases.items()},
             "total": round(time.perf_counter() - t_start, 3),

@@ -174,7 +174,6 @@ def measure_all(ctx: RunContext, launcher: Launcher, reference: Reference) -> Me
     """Every batch-size group in ascending order, each with its verdict."""
     workload = ctx.workload
     search = workload.spec.search
-    limits = {k: v for k, v in workload.spec.constraints.model_dump().items() if v is not None}
     t_measure = time.perf_counter()
     base = trial_settings(ctx.opts, ctx.threads, len(ctx.batch_sizes))
     scenario = scenario_settings(ctx.opts)
@@ -194,7 +193,7 @@ def measure_all(ctx: RunContext, launcher: Launcher, reference: Reference) -> Me
             objective=objective_for(bs, search.objective),
             margin=search.margin,
             ci_target=search.ci_target,
-            constraints=limits,
+            constraints=workload.limits,
         )
         hooks = after_rounds(jobs, scenario, s, events, launcher, gate)
         engine = Engine(gate, launcher, s, events, hooks)

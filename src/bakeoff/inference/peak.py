@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.batching import read_split
-from bakeoff.candidates import candidate_document
 from bakeoff.efficiency import candidate_efficiency, flops_per_sample, measure_peak
 from bakeoff.inference.context import RunContext
 from bakeoff.trials.launcher import worker_env
@@ -65,8 +64,5 @@ def set_efficiency(ctx: RunContext, flops: int | None, peaks: dict[str, Any] | N
     for c in ctx.candidates:
         if c.status != "ok":
             continue
-        throughput = candidate_document(c)["throughput"] or {}
-        c.efficiency = candidate_efficiency(
-            flops, throughput.get("samples_per_s"), peaks, c.variant.precision
-        )
+        c.efficiency = candidate_efficiency(flops, c.samples_per_s(), peaks, c.variant.precision)
         ctx.save(c)

@@ -354,15 +354,17 @@ def _stages(ctx: RunContext, t_start: float, advice: dict[str, Any] | None) -> R
     builds, ref, build_s = build_all(ctx, launcher, reference)
     # How close to the limit: a figure beside the measurement, for real runtimes
     # with a graph to count; the GEMM peak is measured before anything is timed.
+    t_efficiency = time.perf_counter()
     flops = None if ctx.workload.source.kind == "fake" else peak.model_flops(ctx)
     if flops is not None:
         ctx.env["peak_gflops"] = peak.measure_peaks(ctx)
+    efficiency_s = time.perf_counter() - t_efficiency
     noise_before = environment.noise_snapshot()
     found = measure_all(ctx, launcher, ref)
     if flops is not None:
         peak.set_efficiency(ctx, flops, ctx.env["peak_gflops"])
     noise = {"before": noise_before, "after": environment.noise_snapshot()}
-    doc = document(ctx, builds, build_s, ref, found, noise, t_start)
+    doc = document(ctx, builds, build_s, ref, found, noise, t_start, efficiency_s)
     if advice is not None:
         # Per piece of advice: did the measurement confirm it?
         doc["advice"] = advising.confirmations(advice, doc)

@@ -109,47 +109,39 @@ class BuildJob(_Job):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReferenceJob(_Job):
+class _LoadsVariant(_Job):
+    """A job whose worker loads a built variant."""
+
+    base: JobBase
+    load: LoadSpec
+
+    @property
+    def threads(self) -> int:
+        """The threads its worker runs with (per stream)."""
+        return self.load.threads
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReferenceJob(_LoadsVariant):
     """Load the variant, save its outputs on the quality inputs; reply: its settings."""
 
     kind: ClassVar[str] = "reference"
-    base: JobBase
-    load: LoadSpec
     outputs_path: str  # .npy; the second shape's outputs go beside it (.alt.npy)
-
-    @property
-    def threads(self) -> int:
-        """The threads its worker runs with (per stream)."""
-        return self.load.threads
 
 
 @dataclass(frozen=True, kw_only=True)
-class ColdStartJob(_Job):
+class ColdStartJob(_LoadsVariant):
     """Load the variant and time one call in a fresh process, nothing else."""
 
     kind: ClassVar[str] = "coldstart"
-    base: JobBase
-    load: LoadSpec
-
-    @property
-    def threads(self) -> int:
-        """The threads its worker runs with (per stream)."""
-        return self.load.threads
 
 
 @dataclass(frozen=True, kw_only=True)
-class LoadJob(_Job):
+class LoadJob(_LoadsVariant):
     """Load, time the first call, save the quality outputs, then answer commands."""
 
     kind: ClassVar[str] = "load"
-    base: JobBase
-    load: LoadSpec
     outputs_path: str  # .npy; the second shape's outputs go beside it (.alt.npy)
-
-    @property
-    def threads(self) -> int:
-        """The threads its worker runs with (per stream)."""
-        return self.load.threads
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -48,6 +48,11 @@ class Workload:
     def n_samples(self) -> int:
         return Layout.of(self.source).count(self.inputs)
 
+    @property
+    def limits(self) -> dict[str, float]:
+        """The [constraints] that are set (key -> limit)."""
+        return {k: v for k, v in self.spec.constraints.model_dump().items() if v is not None}
+
 
 def workload_from_spec(spec: WorkloadSpec, origin: str, base_dir: str | None) -> Workload:
     """A spec of the user's own model, with its data (a spec naming a built-in model
