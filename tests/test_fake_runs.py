@@ -108,7 +108,12 @@ def test_quality_gate_rejects_distorting_variant(gated: dict[str, Any]) -> None:
         assert bad["quality"]["drop"] > 0.01
         assert bad["latency_ms"] is None  # a rejected variant is never timed
         if bs == 4:  # rejected at batch size 1: the same variant is not loaded again
-            assert "at batch size 1; the same variant is not loaded again" in bad["reason"]
+            # Its worker ran the quality pass once, at the largest batch size.
+            assert cands["fake-int8-b1"]["worker"]["quality_batch_size"] == 4
+            assert (
+                "checked at batch size 4 by the worker of fake-int8-b1; "
+                "the same variant is not loaded again" in bad["reason"]
+            )
             assert bad["quality"] == cands["fake-int8-b1"]["quality"]
             assert bad["cold_start_s"]["load"] is None
         good = cands[f"fake-fp32-b{bs}"]

@@ -67,6 +67,7 @@ def test_run_options_round_trip_through_the_stored_settings(tmp_path: Path) -> N
         cold_starts=3,
         target="edge-intel",
         constraints={"max_p99_ms": 12.5},
+        worker_per_batch_size=True,
     )
     assert _unexercised(opts, api.RunOptions(), NOT_STORED - {"store", "json_path"}) == []
     settings = _through_json(opts.to_settings())
@@ -89,14 +90,18 @@ def test_run_options_round_trip_through_the_stored_settings(tmp_path: Path) -> N
         "cold_starts",
         "target",
         "explicit_constraints",
+        "worker_per_batch_size",
     }
 
 
 def test_run_options_from_settings_stored_before_an_option_existed() -> None:
-    # A run stored before (say) scenarios and targets: those run with their defaults.
+    # A run stored before (say) scenarios and targets: those run with their defaults,
+    # but one stored before workers were shared goes on with a worker per batch size.
     old = {"workload_ref": "builtin:digits", "batch_sizes": [1], "threads": 2, "quick": True}
     opts = api.RunOptions.from_settings(old, store="x.db")
-    assert opts == api.RunOptions(batch_sizes=[1], threads=2, quick=True, store="x.db")
+    assert opts == api.RunOptions(
+        batch_sizes=[1], threads=2, quick=True, store="x.db", worker_per_batch_size=True
+    )
 
 
 def test_quality_round_trip() -> None:
@@ -150,6 +155,13 @@ def _candidate() -> Candidate:
             "achieved_gflops": 1.35,
             "peak_gflops": 184.8,
             "fraction": 0.007305,
+        },
+        worker={
+            "quality_batch_size": 8,
+            "batch_sizes": [1, 8],
+            "first_call": "cold",
+            "loaded_alone": False,
+            "peak_memory": "load and first call, then the batch size timed",
         },
     )
 
@@ -235,7 +247,11 @@ def fake_document(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 # Candidate keys added since DIGITS was saved, each by its issue; nothing else may be.
 #   efficiency  issue 19: FLOPs per sample, achieved and peak GFLOP/s, their fraction
-ADDED = {"efficiency"}
+#   worker      issue 19: how its measuring worker was shared and loaded
+ADDED = {"efficiency", "worker"}
+# Run settings added since, likewise.
+#   worker_per_batch_size  issue 19: --worker-per-batch-size
+SETTINGS_ADDED = {"worker_per_batch_size"}
 
 
 def test_the_result_document_keeps_its_keys(fake_document: dict[str, Any]) -> None:
@@ -246,7 +262,7 @@ def test_the_result_document_keeps_its_keys(fake_document: dict[str, Any]) -> No
     assert all(set(d) == set(DIGITS["candidates"][0]) for d in DIGITS["candidates"])
     for v in doc["verdicts"]:
         assert set(v) == set(DIGITS["verdicts"][0])
-    assert set(doc["settings"]) == set(DIGITS["settings"])
+    assert set(doc["settings"]) == set(DIGITS["settings"]) | SETTINGS_ADDED
     assert set(doc["workload"]) == set(DIGITS["workload"])
 
 
@@ -288,6 +304,7 @@ def test_a_run_stored_before_the_round_trips_resumes(tmp_path: Path) -> None:
         margin=0.02,
         ci_target=0.02,
         store=db,
+        worker_per_batch_size=True,
     )
     before = _measured(db)
     out = tmp_path / "resumed.json"
@@ -309,7 +326,10 @@ def test_a_run_stored_before_the_round_trips_resumes(tmp_path: Path) -> None:
     assert record["status"] == "done"
     doc = json.loads(out.read_text())
     assert doc == record["document"] == _through_json(result.document)
-    assert set(doc["settings"]) == set(settings) == set(DIGITS["settings"])
+    assert set(doc["settings"]) == set(settings) | SETTINGS_ADDED
+    assert set(settings) == set(DIGITS["settings"])
+    # It was measured with a worker per batch size, and goes on so.
+    assert doc["settings"]["worker_per_batch_size"] is True
     by_id = {c["id"]: c for c in doc["candidates"]}
     assert sorted(by_id) == ["a-b1", "a-b2", "b-b1", "b-b2"]
     assert all(c["status"] == "ok" for c in by_id.values())

@@ -17,14 +17,32 @@ def test_fake_workload_end_to_end(tmp_path: Path, store_path: Path) -> None:
     assert result.exit_code == 0
     assert [v["winner"] for v in result.document["verdicts"]] == ["fake-int8-b1", "fake-int8-b32"]
     # Every variant's build is recorded (wall and CPU seconds, its threads); after the
-    # reference, the others were built side by side, as many as the cores allow.
+    # reference, the others were built side by side with the reference's outputs, as
+    # many as the cores allow.
     cache = result.document["variant_cache"]
     assert set(cache["builds"]) == {"fake-fp32", "fake-int8"}
     for build in cache["builds"].values():
         assert build["wall_s"] >= 0 and build["cpu_s"] >= 0 and build["threads"] >= 1
     threads = result.document["settings"]["threads"]
     cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
-    assert cache["side_by_side"] == max(1, min(cores, threads, 1))  # one variant after it
+    assert cache["side_by_side"] == max(1, min(cores, threads, 2))  # outputs, fake-int8
+    assert result.document["timing_s"]["reference_inside_build"] is True
+    # One worker per variant, timed at batch 1, then 32: its quality pass ran once, at
+    # 32; at 32 its first call came after batch 1's, so that is no cold start.
+    by_id = {c["id"]: c for c in result.document["candidates"]}
+    loaded_alone = cores == 1
+    for vid in ("fake-fp32", "fake-int8"):
+        small, large = by_id[f"{vid}-b1"], by_id[f"{vid}-b32"]
+        for c in (small, large):
+            assert c["worker"]["batch_sizes"] == [1, 32]
+            assert c["worker"]["quality_batch_size"] == 32
+            assert c["worker"]["loaded_alone"] is loaded_alone
+        assert small["worker"]["first_call"] == "cold"
+        assert large["worker"]["first_call"] == "after batch size 1"
+        assert small["cold_start_s"]["isolated"] is loaded_alone
+        assert large["cold_start_s"]["isolated"] is False
+        assert "after batch size 1" in large["cold_start_s"]["not_isolated"]
+        assert large["cold_start_s"]["load"] == small["cold_start_s"]["load"]  # one load
     # No FLOPs to count on a fake model: no peak measured, no efficiency claimed.
     assert "efficiency" in result.document["timing_s"]
     assert "peak_gflops" not in result.document["environment"]

@@ -33,6 +33,8 @@ from bakeoff.trials.jobs import (
     LoadSpec,
     Measure,
     Offline,
+    Peak,
+    Rebatch,
     ReferenceJob,
     Server,
     Timed,
@@ -142,6 +144,8 @@ COMMAND_EXAMPLES = [
     Offline(
         concurrency=2, expected_sps=1234.5, duration_s=5.0, out_dir="/data/run/loadgen/o", seed=1
     ),
+    Rebatch(batch_size=32, outputs_path="/data/run/outputs/c-b32.npy"),
+    Peak(),
     Exit(),
 ]
 

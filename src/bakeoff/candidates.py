@@ -58,6 +58,10 @@ class Candidate:
     # How close its throughput came to this machine's GEMM peak (bakeoff.efficiency:
     # flops_per_sample, achieved_gflops, peak_gflops, fraction); None: not counted.
     efficiency: dict[str, Any] | None = None
+    # Its measuring worker (trials.shared, trials.engine): the batch sizes that one
+    # process was timed at, where it ran the quality pass, what its first call came
+    # after, whether it loaded alone, and what its peak memory covers.
+    worker: dict[str, Any] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -141,6 +145,7 @@ class Candidate:
             "peak_rss_mb": self.peak_mb(),
             "model_size_mb": self.size_mb(),
             "cold_start_s": _cold_start(self),
+            "worker": self.worker,
             "exporter": self.artifact.get("exporter"),
             # True: every build step came from the variant cache; None: nothing to build.
             "cache_hit": self.artifact.get("cache_hit"),
@@ -190,6 +195,7 @@ class Candidate:
             cold_starts=repeats,
             cold_start_error=cold.get("error", ""),
             efficiency=doc.get("efficiency"),
+            worker=dict(doc.get("worker") or {}),
         )
 
 
@@ -289,9 +295,26 @@ def _cold_start(c: Candidate) -> dict[str, Any]:
             out[key] = round(iv.value, 6)
             out[f"{key}_samples"] = [round(x, 6) for x in c.cold_starts[key]]
             out[f"{key}_ci95"] = _ci_pair(iv)
+    elif c.worker:
+        why = not_isolated(c)
+        out["isolated"] = not why
+        if why:
+            out["not_isolated"] = why
     if c.cold_start_error:
         out["error"] = c.cold_start_error
     return out
+
+
+def not_isolated(c: Candidate) -> str:
+    """Why its measuring worker's load and first call are no cold start measured
+    alone ("" when they are): repeated cold starts then use fresh processes only."""
+    reasons = []
+    first = c.worker.get("first_call", "cold")
+    if first != "cold":
+        reasons.append(f"its first call came {first}, in the same process")
+    if c.worker.get("loaded_alone") is False:
+        reasons.append("it loaded beside other candidates")
+    return "; ".join(reasons)
 
 
 def _ci_pair(iv: stats.Interval) -> list[float]:

@@ -274,6 +274,28 @@ def get_backend(runtime: str) -> Backend:
     return RegisteredBackend(ep)
 
 
+def any_batch_size(runtime: str) -> bool:
+    """Whether a loaded runner of `runtime` runs any batch size, compiling per shape
+    on the fly if at all, so that one worker process can be timed at each batch size
+    in turn (a module says so with ``ANY_BATCH_SIZE = True``). A runtime that fixes
+    the batch shape when it loads (JAX, TVM, LiteRT, TensorRT), or that would change
+    what it runs after a second shape (tf.function's relaxed retracing), says
+    nothing and gets a fresh worker per batch size."""
+    if runtime in BUILTIN_BACKENDS:
+        return bool(getattr(get_backend(runtime), "ANY_BATCH_SIZE", False))
+    module = getattr(get_backend(runtime), "module", None)
+    return bool(getattr(module, "ANY_BATCH_SIZE", False))
+
+
+def compiles_when_loaded(runtime: str) -> bool:
+    """Whether `runtime` compiles while it loads or in its first calls (a module says
+    so with ``COMPILES_WHEN_LOADED = True``): such loads take the longest, so when
+    loads run side by side they start first and the others fill in beside them."""
+    backend = get_backend(runtime)
+    module = backend if runtime in BUILTIN_BACKENDS else getattr(backend, "module", None)
+    return bool(getattr(module, "COMPILES_WHEN_LOADED", False))
+
+
 @dataclass(frozen=True)
 class Reference:
     """A model kind's reference: its own framework at FP32, which every other variant's

@@ -29,6 +29,8 @@ from bakeoff.backends import Availability, BuildContext, LoadContext, Offer, Var
 from bakeoff.backends.common import check_options
 
 RUNTIME = "fake"
+# Its latency follows each call's batch, so one worker serves every batch size.
+ANY_BATCH_SIZE = True
 PRECISIONS = ("fp32", "int8")
 
 
@@ -79,10 +81,8 @@ class FakeRunner:
         # of one fake variant can then differ in speed.
         opts = {**ctx.source.options, **ctx.options}
         p = variant.precision
-        self.latency_ns = 1e6 * (
-            _option(opts, "latency_ms", p, 1.0)
-            + _option(opts, "per_sample_ms", p, 0.0) * ctx.batch_size
-        )
+        self.base_ns = 1e6 * _option(opts, "latency_ms", p, 1.0)
+        self.per_sample_ns = 1e6 * _option(opts, "per_sample_ms", p, 0.0)
         self.jitter = _option(opts, "jitter", p, 0.02)
         self.error = _option(opts, "error", p, 0.0)
         # Real sleeping per call, so tests can interrupt a run that is in flight.
@@ -91,7 +91,11 @@ class FakeRunner:
         seed = zlib.crc32(f"{name}/{opts.get('seed', 0)}".encode())
         self.rng = np.random.default_rng(seed)
         self.now = 0
-        self.settings = {"virtual_clock": True, "latency_ms": self.latency_ns / 1e6}
+        self.settings = {
+            "virtual_clock": True,
+            "latency_ms": self.base_ns / 1e6,
+            "per_sample_ms": self.per_sample_ns / 1e6,
+        }
         if "model_mb" in opts:
             self.model_bytes = int(_option(opts, "model_mb", p, 0.0) * 2**20)
 
@@ -103,7 +107,9 @@ class FakeRunner:
 
     def run(self, prepared: np.ndarray) -> np.ndarray:
         factor = float(self.rng.lognormal(0.0, self.jitter)) if self.jitter > 0 else 1.0
-        self.now += max(1, int(self.latency_ns * factor))
+        # The batch is the call's own (a worker goes on at another batch size).
+        latency_ns = self.base_ns + self.per_sample_ns * len(prepared)
+        self.now += max(1, int(latency_ns * factor))
         if self.wall_s:
             time.sleep(self.wall_s)
         out = prepared.reshape(len(prepared), -1)

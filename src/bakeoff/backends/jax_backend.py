@@ -33,6 +33,8 @@ from bakeoff.batching import read_split
 from bakeoff.hardware import emulation_note
 
 RUNTIME = "jax"
+# jax.jit compiles for the batch shape in `load`.
+COMPILES_WHEN_LOADED = True
 INSTALL = "pip install jax==0.10.2 jaxlib==0.10.2 (or: make frameworks)"
 OPTIONS = {"threads"}
 

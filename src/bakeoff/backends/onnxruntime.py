@@ -25,6 +25,8 @@ from bakeoff.tensors import ONNX_NUMPY_TYPES, map_inputs
 from bakeoff.transforms import cached_step
 
 RUNTIME = "onnxruntime"
+# A session runs any size of the graph's dynamic batch axis.
+ANY_BATCH_SIZE = True
 OPTIONS = {"threads", "graph_optimization_level", "allow_spinning"}
 INSTALL = "pip install onnxruntime==1.32.0"
 

@@ -33,6 +33,8 @@ from bakeoff.transforms import StepFailed, StepNotNeeded, cached_step
 from bakeoff.transforms.openvino_convert import input_types
 
 RUNTIME = "openvino"
+# A compiled model with a dynamic batch axis runs any size of it.
+ANY_BATCH_SIZE = True
 OPTIONS = {"threads", "inference_precision", "num_streams", "performance_hint"}
 INSTALL = "pip install openvino==2026.4.1 nncf==3.4.0"
 

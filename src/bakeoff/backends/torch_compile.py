@@ -11,6 +11,11 @@ from bakeoff.backends import torch_eager as eager
 from bakeoff.backends.common import check_options
 
 RUNTIME = "torch-compile"
+# dynamic=False compiles a static graph per new shape, in the call that meets it
+# (timed as that batch size's first call), and keeps the earlier ones.
+ANY_BATCH_SIZE = True
+# Inductor compiles in the first call at each shape: tens of seconds.
+COMPILES_WHEN_LOADED = True
 
 
 def availability() -> Availability:

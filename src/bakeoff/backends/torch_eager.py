@@ -21,6 +21,8 @@ from bakeoff.backends.common import check_options
 from bakeoff.hardware import emulation_note
 
 RUNTIME = "torch"
+# Eager runs whatever shape it is given.
+ANY_BATCH_SIZE = True
 INSTALL = "pip install torch==2.13.0"
 
 

@@ -34,6 +34,16 @@ ThreadsOpt = Annotated[
 MarginOpt = Annotated[
     float | None, typer.Option(help="equivalence margin for ties (default 0.02 = 2%)")
 ]
+WorkerPerBatchSizeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--worker-per-batch-size",
+        help="a fresh worker for each (variant, batch size), loaded one at a time and "
+        "quality-checked at its own batch size: slower, and every cold start is "
+        "measured alone (by default one worker per variant is timed at each batch "
+        "size in turn, and loads run side by side)",
+    ),
+]
 CiTargetOpt = Annotated[
     float | None,
     typer.Option(
@@ -145,6 +155,7 @@ def run(
     scenario: ScenarioOpt = "latency",
     latency_bound_ms: LatencyBoundOpt = 100.0,
     cold_starts: ColdStartsOpt = 1,
+    worker_per_batch_size: WorkerPerBatchSizeOpt = False,
     target: TargetOpt = None,
     max_p50_ms: MaxP50Opt = None,
     max_p99_ms: MaxP99Opt = None,
@@ -176,6 +187,7 @@ def run(
         scenario=scenario,
         latency_bound_ms=latency_bound_ms,
         cold_starts=cold_starts,
+        worker_per_batch_size=worker_per_batch_size,
         target=target,
         constraints=_constraints(
             max_p50_ms=max_p50_ms,

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import psutil
 
-from bakeoff.backends import Variant
+from bakeoff.backends import Variant, any_batch_size, compiles_when_loaded
 from bakeoff.candidates import Candidate
 from bakeoff.inference.context import RunContext, RunEvents
 from bakeoff.inference.gate import QualityGate
@@ -23,6 +24,7 @@ from bakeoff.judge.verdict import Measured, Verdict, decide, objective_for
 from bakeoff.trials.engine import Engine, run_trials
 from bakeoff.trials.launcher import Launcher
 from bakeoff.trials.settings import TrialSettings
+from bakeoff.trials.shared import SharedWorkers, build_key
 from bakeoff.trials.validity import set_validity
 
 
@@ -85,10 +87,11 @@ def _pending_group(ctx: RunContext, bs: int) -> list[Candidate]:
     for c in group:
         if (earlier := _rejected_at_another_batch_size(c, ctx.candidates)) is not None:
             c.quality, c.quality_alt = earlier.quality, earlier.quality_alt
+            checked_at = earlier.worker.get("quality_batch_size", earlier.batch_size)
             c.set_status(
                 "rejected",
-                f"{earlier.reason} (at batch size {earlier.batch_size}; "
-                "the same variant is not loaded again)",
+                f"{earlier.reason} (checked at batch size {checked_at} by the worker of "
+                f"{earlier.id}; the same variant is not loaded again)",
             )
             ctx.save(c)
             ctx.rep.stage(f"{c.id}: rejected: {c.reason}")
@@ -170,14 +173,50 @@ def _measure_group(
     return outcome.machine
 
 
+def _shared_plan(ctx: RunContext, jobs: CandidateJobs) -> dict[str, list[int]]:
+    """The batch sizes each build of a variant will be timed at, for the builds whose
+    runtime runs any batch size once loaded (one worker then serves them all)."""
+    plan: dict[str, list[int]] = {}
+    for c in ctx.candidates:
+        if c.status == "pending" and any_batch_size(c.variant.runtime):
+            plan.setdefault(build_key(jobs.load(c)), []).append(c.batch_size)
+    return plan
+
+
+def _loading(ctx: RunContext) -> tuple[bool, int]:
+    """Whether builds share one worker across batch sizes, and how many workers load
+    at once. Neither where cold starts must be measured alone: a cold-start limit,
+    or --worker-per-batch-size."""
+    if ctx.opts.worker_per_batch_size or "max_cold_start_s" in ctx.workload.limits:
+        return False, 1
+    cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+    return True, max(1, cores)
+
+
 def measure_all(ctx: RunContext, launcher: Launcher, reference: Reference) -> Measuring:
     """Every batch-size group in ascending order, each with its verdict."""
+    scenario = scenario_settings(ctx.opts)
+    jobs = CandidateJobs(ctx.job_base, ctx.folder, ctx.threads, scenario.cpus)
+    share, side_by_side = _loading(ctx)
+    shared = SharedWorkers(launcher, _shared_plan(ctx, jobs) if share else {})
+    try:
+        return _measure_groups(ctx, shared, reference, jobs, scenario, side_by_side)
+    finally:
+        shared.close()
+
+
+def _measure_groups(
+    ctx: RunContext,
+    launcher: Launcher,
+    reference: Reference,
+    jobs: CandidateJobs,
+    scenario: ScenarioSettings,
+    side_by_side: int,
+) -> Measuring:
     workload = ctx.workload
     search = workload.spec.search
     t_measure = time.perf_counter()
     base = trial_settings(ctx.opts, ctx.threads, len(ctx.batch_sizes))
-    scenario = scenario_settings(ctx.opts)
-    jobs = CandidateJobs(ctx.job_base, ctx.folder, ctx.threads, scenario.cpus)
     gate = QualityGate(
         reference=reference.outputs,
         reference_alt=reference.outputs_alt,
@@ -194,9 +233,11 @@ def measure_all(ctx: RunContext, launcher: Launcher, reference: Reference) -> Me
             margin=search.margin,
             ci_target=search.ci_target,
             constraints=workload.limits,
+            load_side_by_side=side_by_side,
         )
         hooks = after_rounds(jobs, scenario, s, events, launcher, gate)
-        engine = Engine(gate, launcher, s, events, hooks)
+        slow = frozenset(c.id for c in ctx.candidates if compiles_when_loaded(c.variant.runtime))
+        engine = Engine(gate, launcher, s, events, hooks, load_first=slow)
         use = _measure_group(ctx, bs, engine, jobs, scenario, found)
         if use is not None:
             found.during.append({"batch_size": bs, **use})

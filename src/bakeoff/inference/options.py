@@ -42,6 +42,9 @@ class RunOptions:
     target: str | None = None
     # Limits a winner must meet (max_p99_ms ...), each replacing the workload's own.
     constraints: dict[str, float] | None = None
+    # A fresh worker for each (variant, batch size), loaded one at a time and
+    # quality-checked at its own batch size: slower; every cold start isolated.
+    worker_per_batch_size: bool = False
 
     def to_settings(self) -> dict[str, Any]:
         """What a run's stored settings keep of its options: all a resume needs to
@@ -57,8 +60,9 @@ class RunOptions:
     ) -> RunOptions:
         """The options `to_settings` stored, for a run kept in `store`; what runs stored
         before an option was stored lack runs with its default."""
-        default = cls()
-        stored = {name: settings.get(key, getattr(default, name)) for key, name in _STORED.items()}
+        default = {name: getattr(cls(), name) for name in _STORED.values()}
+        default.update(_BEFORE_IT_WAS_STORED)
+        stored = {name: settings.get(key, default[name]) for key, name in _STORED.items()}
         return cls(**stored, store=store, json_path=json_path)
 
 
@@ -81,7 +85,13 @@ _STORED = {
     "cold_starts": "cold_starts",
     "target": "target",
     "explicit_constraints": "constraints",
+    "worker_per_batch_size": "worker_per_batch_size",
 }
+
+
+# An option whose default changed when it began to be stored: a run stored before
+# it ran the old way, and a resume goes on that way.
+_BEFORE_IT_WAS_STORED: dict[str, Any] = {"worker_per_batch_size": True}
 
 
 def _check_choices(values: list[str] | None, allowed: tuple[str, ...], flag: str) -> None:

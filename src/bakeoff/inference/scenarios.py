@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.candidates import Candidate
+from bakeoff.candidates import Candidate, not_isolated
 from bakeoff.inference.jobs import CandidateJobs
 from bakeoff.inference.options import ScenarioSettings
 from bakeoff.trials.engine import AfterRounds, Events, Gate, GateFailed
@@ -186,16 +186,19 @@ def repeat_cold_starts(
     timeout: float,
     events: Events,
 ) -> None:
-    """More fresh processes, one at a time, so cold start gets a CI of its own."""
+    """More fresh processes, one at a time, so cold start gets a CI of its own. The
+    measuring worker's load is the first of them when it was a cold start measured
+    alone; otherwise (one worker per build, or loads side by side) all are fresh."""
     assert c.load_s is not None and c.first_call_s is not None
-    loads, firsts = [c.load_s], [c.first_call_s]
-    imports = [c.settings.get("import_s")]
-    for i in range(cold_starts - 1):
-        events.note(f"{c.id}: cold start {i + 2} of {cold_starts}", None)
+    loads, firsts, imports = [c.load_s], [c.first_call_s], [c.settings.get("import_s")]
+    if not_isolated(c):
+        loads, firsts, imports = [], [], []
+    for n in range(len(loads) + 1, cold_starts + 1):
+        events.note(f"{c.id}: cold start {n} of {cold_starts}", None)
         try:
-            reply = launcher.run(jobs.cold_start(c), f"{c.id}-cold{i + 2}", timeout)
+            reply = launcher.run(jobs.cold_start(c), f"{c.id}-cold{n}", timeout)
         except WorkerFailed as exc:
-            c.cold_start_error = f"cold start {i + 2} failed: {exc}"
+            c.cold_start_error = f"cold start {n} failed: {exc}"
             break
         loads.append(reply["load_s"])
         firsts.append(reply["first_call_s"])

@@ -6,8 +6,9 @@ must pass, a `Launcher` that starts workers, the settings and an event sink;
 what a scenario adds after the rounds comes as `AfterRounds` hooks.
 
 Loads happen one at a time so cold-start figures are not inflated by a
-neighbour; during rounds exactly one worker runs while the others sit blocked
-on their sockets.
+neighbour, or `load_side_by_side` at a time when the run asks for it (each
+entrant's `worker` record then says it did not load alone); during rounds
+exactly one worker runs while the others sit blocked on their sockets.
 
 Sampling is adaptive (`racing`): after the minimum rounds, a candidate that the
 leader beats by more than `verdict.CLOSE_CALL` is raced out; closer contenders
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -149,6 +151,8 @@ class Engine(Generic[E]):
     settings: TrialSettings
     events: Events
     after_rounds: Sequence[AfterRounds[E]] = field(default_factory=tuple)
+    # Entrants whose loads take longest: when loads run side by side they start first.
+    load_first: frozenset[str] = frozenset()
 
 
 class _NotStarted(Exception):
@@ -168,10 +172,7 @@ def run_trials(entrants: Sequence[E], jobs: Mapping[str, LoadJob], engine: Engin
     rounds_cpu: list[dict[str, float]] = []  # what other processes used, round by round
     try:
         t_phase = time.perf_counter()
-        for c in entrants:
-            lane = _enter(c, jobs[c.id], engine)
-            if lane is not None:
-                lanes[c.id] = lane
+        lanes = _enter_all(entrants, jobs, engine)
         phases["load_and_quality"] = time.perf_counter() - t_phase
         t_phase = time.perf_counter()
         for cid in list(lanes):
@@ -207,20 +208,38 @@ def _fail(c: Entrant, worker: Worker | None, reason: str) -> None:
         worker.close()
 
 
-def _start_checked(c: E, job: LoadJob, engine: Engine[E], record: bool) -> Worker:
-    """A worker for `job` that has loaded, made its first call and passed the gate.
-
-    `record`: the entrant's measuring worker, whose load, first call and settings
-    are the entrant's (a further process only has to pass). Raises _NotStarted.
-    """
+def _launch(
+    c: Entrant, job: LoadJob, engine: Engine[E], started: list[Worker] | None = None
+) -> tuple[Worker, dict[str, Any]]:
+    """A worker for `job` that has loaded and made its first call, and what it said
+    (`started`, when given, gets the worker as soon as it exists). Raises _NotStarted."""
     worker = None
     try:
         worker = engine.launcher.start(job, c.id)
-        ready = worker.reply(engine.settings.trial_timeout_s)
+        if started is not None:
+            started.append(worker)
+        return worker, worker.reply(engine.settings.trial_timeout_s)
     except WorkerFailed as exc:
         if worker is not None:
             worker.close()
         raise _NotStarted("failed", f"load or first call failed: {exc}") from None
+
+
+def _checked(
+    c: E,
+    job: LoadJob,
+    engine: Engine[E],
+    started: tuple[Worker, dict[str, Any]],
+    record: bool,
+    alone: bool = True,
+) -> Worker:
+    """The started worker once it passed the gate.
+
+    `record`: the entrant's measuring worker, whose load, first call and settings
+    are the entrant's (a further process only has to pass); `alone`: it loaded
+    while no other worker did. Raises _NotStarted.
+    """
+    worker, ready = started
     if record:
         c.load_s, c.first_call_s = ready["load_s"], ready["first_call_s"]
         # A resumed candidate keeps the call counts its stored rounds were made with:
@@ -229,6 +248,7 @@ def _start_checked(c: E, job: LoadJob, engine: Engine[E], record: bool) -> Worke
         kept = {k: c.settings[k] for k in MEASURING_SETTINGS if k in c.settings and c.rounds_ns}
         c.settings = {**ready["settings"], **kept}
         c.model_bytes = ready.get("model_bytes")
+        c.worker = {**ready.get("worker", {}), "loaded_alone": alone}
     try:
         checked = engine.gate.check(c, job, record)
     except GateFailed as exc:
@@ -246,17 +266,67 @@ def _start_checked(c: E, job: LoadJob, engine: Engine[E], record: bool) -> Worke
     return worker
 
 
+def _start_checked(c: E, job: LoadJob, engine: Engine[E], record: bool) -> Worker:
+    """A worker for `job`, alone, that has loaded, made its first call and passed the
+    gate. Raises _NotStarted."""
+    return _checked(c, job, engine, _launch(c, job, engine), record)
+
+
+def _lane(c: E, job: LoadJob, worker: Worker) -> Lane[E]:
+    # A resumed run's worker is a new process: its rounds get a new slot.
+    return Lane(c, job, Processes([(max(c.round_slots, default=-1) + 1, worker)]))
+
+
+def _not_entered(c: Entrant, exc: _NotStarted, events: Events) -> None:
+    c.set_status(exc.status, exc.reason)
+    events.note(f"{c.id}: {c.status}: {c.reason}", c)
+
+
 def _enter(c: E, job: LoadJob, engine: Engine[E]) -> Lane[E] | None:
     """Load a candidate's measuring worker through the gate; None if it did not pass."""
     engine.events.note(f"loading {c.id}", c)
     try:
-        worker = _start_checked(c, job, engine, record=True)
+        return _lane(c, job, _start_checked(c, job, engine, record=True))
     except _NotStarted as exc:
-        c.set_status(exc.status, exc.reason)
-        engine.events.note(f"{c.id}: {c.status}: {c.reason}", c)
+        _not_entered(c, exc, engine.events)
         return None
-    # A resumed run's worker is a new process: its rounds get a new slot.
-    return Lane(c, job, Processes([(max(c.round_slots, default=-1) + 1, worker)]))
+
+
+def _enter_all(
+    entrants: Sequence[E], jobs: Mapping[str, LoadJob], engine: Engine[E]
+) -> dict[str, Lane[E]]:
+    """Every entrant's measuring worker, loaded and through the gate: one at a time,
+    or `load_side_by_side` at a time (nothing is timed yet; their cold starts are
+    then marked as not loaded alone). Lanes keep the entrants' order."""
+    n = min(engine.settings.load_side_by_side, len(entrants))
+    if n <= 1:
+        entered = [(c, _enter(c, jobs[c.id], engine)) for c in entrants]
+        return {c.id: lane for c, lane in entered if lane is not None}
+    engine.events.note(
+        f"loading {len(entrants)} candidates, {n} at a time (nothing is timed meanwhile; "
+        "their cold starts are marked as not loaded alone)",
+        None,
+    )
+    lanes: dict[str, Lane[E]] = {}
+    started: list[Worker] = []  # to stop on Ctrl-C, or the pool would wait for them
+    with ThreadPoolExecutor(max_workers=n, thread_name_prefix="load") as pool:
+        order = sorted(entrants, key=lambda c: c.id not in engine.load_first)
+        futures = {pool.submit(_launch, c, jobs[c.id], engine, started): c for c in order}
+        try:
+            for future in as_completed(futures):
+                c = futures[future]
+                try:
+                    worker = _checked(c, jobs[c.id], engine, future.result(), True, False)
+                    lanes[c.id] = _lane(c, jobs[c.id], worker)
+                except _NotStarted as exc:
+                    _not_entered(c, exc, engine.events)
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            for worker in started:
+                worker.close()
+            raise
+    return {c.id: lanes[c.id] for c in entrants if c.id in lanes}
 
 
 def _calls_per_round(c: Entrant, s: TrialSettings) -> tuple[int, int]:

@@ -29,6 +29,9 @@ class Entrant(Protocol):
     block_ns: list[int]
     round_slots: list[int]
     peak_rss_mb: float | None
+    # How its measuring worker was started and shared (what its worker said, and
+    # whether it loaded alone), so its cold start and memory can be read rightly.
+    worker: dict[str, Any]
     stopped: str
     validity: str
     validity_reason: str

@@ -19,7 +19,8 @@ Jobs (the first message, ``"kind"`` says which):
   answer commands until `Exit`.
 
 Commands (to a `LoadJob`'s worker): `Warmup`, `Measure` (answered with a
-`Timed`), `Server`, `Offline`, `Exit`.
+`Timed`), `Server`, `Offline`, `Rebatch` (go on at another batch size, the same
+process), `Peak` (the memory figure of the batch size it is at), `Exit`.
 """
 
 from __future__ import annotations
@@ -67,6 +68,10 @@ class LoadSpec:
     candidate_id: str = ""
     # Concurrent inference streams the offline scenario will run.
     streams: int = 1
+    # The batch size the quality outputs are computed at (None: `batch_size`). A
+    # worker that is timed at several batch sizes checks quality once, at the
+    # largest; its first call, the cold one, is still at `batch_size`.
+    quality_batch_size: int | None = None
 
 
 class _Message:
@@ -196,6 +201,26 @@ class Offline(_Command):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Rebatch(_Command):
+    """Go on at `batch_size` in the same process: a new pool of batches, a timed first
+    call at the new shape (a runtime that compiles per shape, such as torch.compile,
+    compiles there), the quality outputs copied to `outputs_path` (the gate reads
+    them there), and the memory peak started afresh. Refused by a runtime that fixes
+    the batch shape when it loads (`backends.any_batch_size`)."""
+
+    kind: ClassVar[str] = "rebatch"
+    batch_size: int
+    outputs_path: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Peak(_Command):
+    """Reply with the peak resident memory at the current batch size, and go on."""
+
+    kind: ClassVar[str] = "peak"
+
+
+@dataclass(frozen=True, kw_only=True)
 class Exit(_Command):
     """Reply with the peak resident memory and end."""
 
@@ -203,10 +228,12 @@ class Exit(_Command):
 
 
 Job = BuildJob | ReferenceJob | ColdStartJob | LoadJob
-Command = Warmup | Measure | Server | Offline | Exit
+Command = Warmup | Measure | Server | Offline | Rebatch | Peak | Exit
 
 JOBS: dict[str, type[Job]] = {c.kind: c for c in (BuildJob, ReferenceJob, ColdStartJob, LoadJob)}
-COMMANDS: dict[str, type[Command]] = {c.kind: c for c in (Warmup, Measure, Server, Offline, Exit)}
+COMMANDS: dict[str, type[Command]] = {
+    c.kind: c for c in (Warmup, Measure, Server, Offline, Rebatch, Peak, Exit)
+}
 
 
 def _dispatch(table: dict[str, type[Any]], what: str, data: Any) -> Any:

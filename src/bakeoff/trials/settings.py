@@ -26,3 +26,6 @@ class TrialSettings:
     # The workload's [constraints] (key -> limit): a candidate beyond one cannot win,
     # so it neither leads the race nor races on past the minimum rounds.
     constraints: dict[str, float] = field(default_factory=dict)
+    # Workers loaded and quality-checked at once before a group's first round
+    # (1: one at a time, so each cold start is measured alone).
+    load_side_by_side: int = 1

@@ -14,6 +14,8 @@ after a bad command the worker goes on answering commands.
 from __future__ import annotations
 
 import builtins
+import contextlib
+import ctypes
 import importlib
 import json
 import os
@@ -31,7 +33,7 @@ from typing import Any, assert_never
 
 import numpy as np
 
-from bakeoff.backends import BuildContext, LoadContext, Runner, get_backend
+from bakeoff.backends import BuildContext, LoadContext, Runner, any_batch_size, get_backend
 from bakeoff.batching import Layout, has_split, read_split
 from bakeoff.cache.events import BUILD_VARIABLE
 from bakeoff.sizes import model_bytes
@@ -47,6 +49,8 @@ from bakeoff.trials.jobs import (
     LoadSpec,
     Measure,
     Offline,
+    Peak,
+    Rebatch,
     ReferenceJob,
     Server,
     Timed,
@@ -132,8 +136,8 @@ def alt_outputs_path(outputs_path: str | Path) -> Path:
     return path.with_name(path.stem + ".alt.npy")
 
 
-def _save_quality_outputs(runner: Runner, job: ReferenceJob | LoadJob) -> None:
-    data_path, names, batch_size = job.base.data_path, job.base.input_names, job.load.batch_size
+def _quality_outputs(runner: Runner, job: ReferenceJob | LoadJob, batch_size: int) -> None:
+    data_path, names = job.base.data_path, job.base.input_names
     quality, layout = read_split(data_path, "quality", names)
     np.save(job.outputs_path, _outputs(runner, quality, layout, batch_size))
     if has_split(data_path, ALT_SPLIT, names):
@@ -147,6 +151,25 @@ def _save_quality_outputs(runner: Runner, job: ReferenceJob | LoadJob) -> None:
                 f" per sample): {type(exc).__name__}: {exc}"
             ) from exc
         np.save(alt_outputs_path(job.outputs_path), outputs)
+
+
+def _save_quality_outputs(runner: Runner, job: ReferenceJob | LoadJob) -> dict[str, Any]:
+    """The quality outputs, at the job's quality batch size: where the variant fails
+    there (a model exported for one batch size), at its own, and says why."""
+    own = job.load.batch_size
+    at = job.load.quality_batch_size or own
+    if at == own:
+        _quality_outputs(runner, job, own)
+        return {"quality_batch_size": own}
+    try:
+        _quality_outputs(runner, job, at)
+        return {"quality_batch_size": at}
+    except Exception as exc:
+        _quality_outputs(runner, job, own)
+        return {
+            "quality_batch_size": own,
+            "not_at": f"batch size {at} failed: {type(exc).__name__}: {exc}"[:300],
+        }
 
 
 class ImportClock:
@@ -266,20 +289,177 @@ def do_cold_start(job: ColdStartJob, started: float) -> dict[str, Any]:
     }
 
 
+class PeakMemory:
+    """The peak resident memory charged to the batch size a worker is timed at: the
+    larger of the load (up to and including the first call) and everything since the
+    peak was last restarted (after the quality pass, and at each `Rebatch`), so the
+    gate's pass at the largest batch size is not charged to a smaller one. Memory a
+    runtime's allocator kept from that pass still counts: it is resident.
+
+    The kernel restarts a process's peak (VmHWM) through /proc/self/clear_refs;
+    where that cannot be written, the figure is the whole process's peak.
+    """
+
+    def __init__(self) -> None:
+        self.load_kib = 0
+        self.restarts = True
+
+    @staticmethod
+    def _peak_kib() -> int:
+        try:
+            with open("/proc/self/status") as status:
+                for line in status:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+    def loaded(self) -> None:
+        self.load_kib = self._peak_kib()
+
+    def restart(self) -> None:
+        # What the allocator holds free goes back to the system first (glibc's heap
+        # keeps it otherwise), so a larger batch's freed buffers are not resident.
+        _malloc_trim()
+        try:
+            with open("/proc/self/clear_refs", "w") as refs:
+                refs.write("5")
+        except OSError:
+            self.restarts = False
+
+    def scope(self) -> str:
+        if self.restarts:
+            return "load and first call, then the batch size timed (quality pass apart)"
+        return "the whole process (its peak could not be restarted here)"
+
+    def mb(self) -> float:
+        return max(self.load_kib, self._peak_kib()) / 1024
+
+
+def _malloc_trim() -> None:
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: not glibc
+        ctypes.CDLL(None).malloc_trim(0)
+
+
+def _timing_pool(runner: Runner, base: JobBase, batch_size: int) -> list[Any]:
+    """Distinct real batches, cycled: docs/method.md rule 5 (never one tensor repeated)."""
+    arrays, layout = read_split(base.data_path, "pool", base.input_names)
+    count = min(16, max(4, -(-layout.count(arrays) // batch_size)))
+    return [runner.prepare(b) for b in _batches(arrays, layout, batch_size, count)]
+
+
+class Serving:
+    """A loaded variant answering commands at one batch size at a time."""
+
+    def __init__(self, runner: Runner, job: LoadJob) -> None:
+        self.runner, self.job = runner, job
+        self.clock: Callable[[], int] = getattr(runner, "clock_ns", time.perf_counter_ns)
+        self.memory = PeakMemory()
+        self.batch_size = job.load.batch_size
+        self.pool = _timing_pool(runner, job.base, self.batch_size)
+
+    def first_call(self) -> float:
+        t0 = self.clock()
+        self.runner.run(self.pool[0])
+        return (self.clock() - t0) / 1e9
+
+    def rebatch(self, cmd: Rebatch) -> dict[str, Any]:
+        runtime = self.job.load.variant.runtime
+        if not any_batch_size(runtime):
+            raise JobError(f"{runtime} fixes the batch shape when it loads: start a new worker")
+        self.memory.restart()
+        self.batch_size = cmd.batch_size
+        self.pool = _timing_pool(self.runner, self.job.base, cmd.batch_size)
+        first_call_s = self.first_call()
+        # The outputs this process gave on the quality hold-out, where the gate reads
+        # them for the candidate at the new batch size.
+        shutil.copyfile(self.job.outputs_path, cmd.outputs_path)
+        if alt_outputs_path(self.job.outputs_path).exists():
+            shutil.copyfile(
+                alt_outputs_path(self.job.outputs_path), alt_outputs_path(cmd.outputs_path)
+            )
+        return {"first_call_s": first_call_s, "settings": self.runner.settings}
+
+    def warm_up(self, cmd: Warmup) -> dict[str, Any]:
+        """At least `seconds` and `min_calls`: caches, allocators and thread pools
+        reach steady state before any sample is kept."""
+        lat: list[int] = []
+        deadline = self.clock() + int(cmd.seconds * 1e9)
+        while len(lat) < cmd.min_calls or self.clock() < deadline:
+            lat += timed_calls(self.runner.run, self.pool, 1, self.clock)[0]
+            if len(lat) >= cmd.max_calls:
+                break
+        return {"latency_ns": lat}
+
+    def measure(self, cmd: Measure) -> dict[str, Any]:
+        # Untimed settling calls first: right after another worker ran, the first
+        # call pays for that worker's spinning threads and our cold caches, a cost
+        # of the interleaving, not of this runtime.
+        for i in range(cmd.settle):
+            self.runner.run(self.pool[i % len(self.pool)])
+        lat, block_ns = timed_calls(self.runner.run, self.pool, cmd.calls, self.clock)
+        return Timed(lat, block_ns).to_json()
+
+    def server(self, cmd: Server) -> dict[str, Any]:
+        from bakeoff.trials.loadgen import find_peak_rate
+
+        found = find_peak_rate(
+            self.runner.run,
+            self.pool,
+            single_stream_s=cmd.single_stream_s,
+            bound_ms=cmd.bound_ms,
+            duration_s=cmd.duration_s,
+            min_queries=cmd.min_queries,
+            steps=cmd.steps,
+            out_dir=Path(cmd.out_dir),
+            seed=cmd.seed,
+        )
+        return {"server": found}
+
+    def offline(self, cmd: Offline) -> dict[str, Any]:
+        from bakeoff.trials.loadgen import offline_trial
+
+        new_stream = getattr(self.runner, "new_stream", None)
+        streams = [new_stream() if new_stream else self.runner.run for _ in range(cmd.concurrency)]
+        found = offline_trial(
+            streams,
+            self.pool,
+            self.batch_size,
+            expected_sps=cmd.expected_sps,
+            duration_s=cmd.duration_s,
+            out_dir=Path(cmd.out_dir),
+            seed=cmd.seed,
+        )
+        return {"offline": found}
+
+    def answer(self, cmd: Command) -> dict[str, Any]:
+        """What one command measures, as the reply's fields."""
+        match cmd:
+            case Warmup():
+                return self.warm_up(cmd)
+            case Measure():
+                return self.measure(cmd)
+            case Server():
+                return self.server(cmd)
+            case Offline():
+                return self.offline(cmd)
+            case Rebatch():
+                return self.rebatch(cmd)
+            case Peak() | Exit():
+                return {"peak_rss_mb": self.memory.mb()}
+            case _:
+                assert_never(cmd)
+
+
 def serve_measure(conn: Connection, job: LoadJob, started: float) -> None:
     runner = _load_runner(job.base, job.load)
     load_s = time.perf_counter() - started
-    clock: Callable[[], int] = getattr(runner, "clock_ns", time.perf_counter_ns)
-    names, batch_size = job.base.input_names, job.load.batch_size
-    pool_arrays, layout = read_split(job.base.data_path, "pool", names)
-    pool_n = layout.count(pool_arrays)
-    # A pool of distinct real batches, cycled: docs/method.md rule 5 (never one tensor repeated).
-    count = min(16, max(4, -(-pool_n // batch_size)))
-    pool = [runner.prepare(b) for b in _batches(pool_arrays, layout, batch_size, count)]
-    t0 = clock()
-    runner.run(pool[0])
-    first_call_s = (clock() - t0) / 1e9
-    _save_quality_outputs(runner, job)
+    serving = Serving(runner, job)
+    first_call_s = serving.first_call()
+    serving.memory.loaded()
+    quality = _save_quality_outputs(runner, job)
+    serving.memory.restart()
     send(
         conn,
         {
@@ -290,79 +470,19 @@ def serve_measure(conn: Connection, job: LoadJob, started: float) -> None:
             "settings": runner.settings,
             "model_bytes": model_bytes(runner, job.load.artifact),
             "pid": os.getpid(),
+            "worker": {**quality, "peak_memory": serving.memory.scope()},
         },
     )
     while True:
         try:
             cmd = command_from_json(recv(conn))
-        except JobError as exc:  # not JSON, or not a command: say so, and go on
+            reply = serving.answer(cmd)
+        except JobError as exc:  # not JSON, not a command, or one refused: say so, go on
             send(conn, {"ok": False, "reason": str(exc)})
             continue
-        send(conn, {"ok": True, **_answer(cmd, runner, pool, clock, batch_size)})
+        send(conn, {"ok": True, **reply})
         if isinstance(cmd, Exit):
             return
-
-
-def _answer(
-    cmd: Command, runner: Runner, pool: list[Any], clock: Callable[[], int], batch_size: int
-) -> dict[str, Any]:
-    """What one command measures, as the reply's fields."""
-    match cmd:
-        case Warmup():
-            # Warm up for at least `seconds` and `min_calls`: caches, allocators
-            # and thread pools reach steady state before any sample is kept.
-            lat: list[int] = []
-            deadline = clock() + int(cmd.seconds * 1e9)
-            while len(lat) < cmd.min_calls or clock() < deadline:
-                lat += timed_calls(runner.run, pool, 1, clock)[0]
-                if len(lat) >= cmd.max_calls:
-                    break
-            return {"latency_ns": lat}
-        case Measure():
-            # Untimed settling calls first: right after another worker ran, the
-            # first call pays for that worker's spinning threads and our cold
-            # caches, a cost of the interleaving, not of this runtime.
-            for i in range(cmd.settle):
-                runner.run(pool[i % len(pool)])
-            lat, block_ns = timed_calls(runner.run, pool, cmd.calls, clock)
-            return Timed(lat, block_ns).to_json()
-        case Server():
-            from bakeoff.trials.loadgen import find_peak_rate
-
-            return {
-                "server": find_peak_rate(
-                    runner.run,
-                    pool,
-                    single_stream_s=cmd.single_stream_s,
-                    bound_ms=cmd.bound_ms,
-                    duration_s=cmd.duration_s,
-                    min_queries=cmd.min_queries,
-                    steps=cmd.steps,
-                    out_dir=Path(cmd.out_dir),
-                    seed=cmd.seed,
-                )
-            }
-        case Offline():
-            from bakeoff.trials.loadgen import offline_trial
-
-            new_stream = getattr(runner, "new_stream", None)
-            streams = [new_stream() if new_stream else runner.run for _ in range(cmd.concurrency)]
-            return {
-                "offline": offline_trial(
-                    streams,
-                    pool,
-                    batch_size,
-                    expected_sps=cmd.expected_sps,
-                    duration_s=cmd.duration_s,
-                    out_dir=Path(cmd.out_dir),
-                    seed=cmd.seed,
-                )
-            }
-        case Exit():
-            peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            return {"peak_rss_mb": peak_kib / 1024}
-        case _:
-            assert_never(cmd)
 
 
 def main(fd: int) -> int:

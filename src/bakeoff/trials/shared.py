@@ -1,0 +1,172 @@
+"""One measuring worker per build of a variant, kept from one batch-size group to the
+next instead of a fresh process per (variant, batch size).
+
+`SharedWorkers` is a `Launcher` around another one. It is told, before the first
+group, at which batch sizes each build will be timed (`plan`). The first measuring
+worker of a build with several loads the variant once, makes its first (cold) call
+at the group's batch size, runs the quality pass once at the largest batch size
+and is timed there. When its group ends, the engine's `Exit` becomes a `Peak`
+(the memory figure of that batch size) and the process is kept; the next group's
+`start` for the same build gets it back, moved on with `Rebatch`. Its first call
+at the new shape is timed there (a runtime that compiles per shape compiles in
+it), and it is marked as no cold start.
+
+Everything else passes through unchanged: a further process for a close call
+while the build's worker is in use, jobs of runtimes that fix the batch shape
+when they load (`backends.any_batch_size`), builds, cold starts, and workers
+whose quality pass could not run at the largest batch size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bakeoff.trials.jobs import Command, Exit, Job, LoadJob, Measure, Peak, Rebatch, Timed
+from bakeoff.trials.launcher import Launcher, Worker
+
+
+def build_key(job: LoadJob) -> str:
+    """What makes two measuring jobs the same loaded build: everything they load
+    with except the batch size, the candidate's name and where outputs go."""
+    doc = job.to_json()
+    load = dict(doc["load"])
+    for name in ("batch_size", "candidate_id", "quality_batch_size"):
+        load.pop(name, None)
+    doc["load"] = load
+    doc.pop("outputs_path", None)
+    return json.dumps(doc, sort_keys=True)
+
+
+class SharedWorkers:
+    """A launcher that keeps each build's measuring worker across batch sizes."""
+
+    def __init__(self, inner: Launcher, plan: Mapping[str, Sequence[int]]) -> None:
+        # build_key -> the batch sizes it will be timed at, ascending; a build timed
+        # at one batch size only is never kept.
+        self.inner = inner
+        self.plan = {key: sorted(set(sizes)) for key, sizes in plan.items() if len(set(sizes)) > 1}
+        self.kept: dict[str, _Held] = {}  # free between groups
+        self.leased: dict[str, _Held] = {}  # measuring a group now
+        self._lock = threading.Lock()  # the engine may load a group side by side
+
+    def run(self, job: Job, name: str, timeout: float) -> dict[str, Any]:
+        return self.inner.run(job, name, timeout)
+
+    def start(self, job: Job, name: str) -> Worker:
+        if not isinstance(job, LoadJob):
+            return self.inner.start(job, name)
+        key = build_key(job)
+        sizes = self.plan.get(key)
+        with self._lock:
+            if sizes is None or key in self.leased or job.load.batch_size not in sizes:
+                held = None  # as without sharing: a process of its own
+            else:
+                held = self.kept.pop(key, None)
+                if held is None:
+                    load = dataclasses.replace(job.load, quality_batch_size=max(sizes))
+                    held = _Held(None, dataclasses.replace(job, load=load), sizes)
+                self.leased[key] = held
+        if held is None:
+            return self.inner.start(job, name)
+        if held.worker is None:
+            try:
+                held.worker = self.inner.start(held.first, name)
+            except BaseException:
+                self.release(key, keep=False)
+                raise
+        return SharedWorker(self, key, held, job)
+
+    def release(self, key: str, keep: bool) -> None:
+        with self._lock:
+            held = self.leased.pop(key)
+            if keep:
+                self.kept[key] = held
+                return
+        if held.worker is not None:
+            held.worker.close()
+
+    def close(self) -> None:
+        """End every kept worker (the run is over, or stopped)."""
+        with self._lock:
+            ending = [*self.kept.values(), *self.leased.values()]
+            self.kept.clear()
+            self.leased.clear()
+        for held in ending:
+            if held.worker is not None:
+                held.worker.close()
+
+
+@dataclasses.dataclass
+class _Held:
+    """A build's kept worker: the process, the job it was started with, what its ready
+    message said, and the batch size it is at."""
+
+    worker: Worker | None  # None until started
+    first: LoadJob
+    sizes: list[int]
+    ready: dict[str, Any] | None = None
+    batch_size: int = 0
+    shareable: bool = True  # its quality pass ran at the largest batch size
+
+
+class SharedWorker:
+    """The engine's handle on a kept worker for one candidate (one batch size)."""
+
+    def __init__(self, owner: SharedWorkers, key: str, held: _Held, job: LoadJob) -> None:
+        assert held.worker is not None
+        self.owner, self.key, self.held, self.job = owner, key, held, job
+        self.worker: Worker = held.worker
+        self.released = False
+
+    def reply(self, timeout: float) -> dict[str, Any]:
+        """The ready message: the load's own for the worker's first batch size, or,
+        for a later one, the load's figures with the first call at the new shape."""
+        held, bs = self.held, self.job.load.batch_size
+        if held.ready is None:  # a fresh process: its load, its cold first call
+            ready = self.worker.reply(timeout)
+            held.ready, held.batch_size = ready, bs
+            info = dict(ready.get("worker", {}))
+            held.shareable = info.get("quality_batch_size") == max(held.sizes)
+            info.update(batch_sizes=held.sizes, first_call="cold")
+            return {**ready, "worker": info}
+        moved = self.worker.request(
+            Rebatch(batch_size=bs, outputs_path=self.job.outputs_path), timeout
+        )
+        earlier = held.batch_size
+        held.batch_size = bs
+        info = dict(held.ready.get("worker", {}))
+        info.update(batch_sizes=held.sizes, first_call=f"after batch size {earlier}")
+        return {
+            **held.ready,
+            "first_call_s": moved["first_call_s"],
+            "settings": moved["settings"],
+            "worker": info,
+        }
+
+    def request(self, cmd: Command, timeout: float) -> dict[str, Any]:
+        if isinstance(cmd, Exit) and self._keep():
+            reply = self.worker.request(Peak(), timeout)
+            self.released = True
+            self.owner.release(self.key, keep=True)
+            return reply
+        return self.worker.request(cmd, timeout)
+
+    def measure(self, cmd: Measure, timeout: float) -> Timed:
+        return self.worker.measure(cmd, timeout)
+
+    def close(self) -> None:
+        """After a kept worker's release, nothing; otherwise the process ends (an exit,
+        or a failure the engine is dropping it for)."""
+        if not self.released:
+            self.released = True
+            self.owner.release(self.key, keep=False)
+
+    def _keep(self) -> bool:
+        """Whether a later group times this build at a larger batch size."""
+        if not self.held.shareable:
+            return False
+        return any(size > self.job.load.batch_size for size in self.held.sizes)
