@@ -142,12 +142,10 @@ PHASES = (
 
 
 def phase_seconds(timing: dict[str, Any], key: str) -> float:
-    """A phase's seconds from a run's `timing_s`. Builds and the reference's outputs
-    are one phase: a run that computes the reference beside the builds counts it in
-    "build", an older one after the reference build, alone."""
+    """A phase's seconds from a run's `timing_s`; builds and the reference's outputs
+    together are one phase, before anything is loaded to be timed."""
     if key == "build_and_reference":
-        build = float(timing.get("build", 0.0))
-        return build if timing.get("reference_inside_build") else build + timing["reference"]
+        return float(timing.get("build", 0.0)) + float(timing.get("reference", 0.0))
     return float(timing.get(key, 0.0))
 
 

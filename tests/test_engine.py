@@ -10,14 +10,15 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.backends import Variant
-from bakeoff.candidates import Candidate
+from bakeoff.backends import Variant, any_batch_size
+from bakeoff.candidates import Candidate, not_isolated
 from bakeoff.source import ModelSource
 from bakeoff.trials.engine import Checked, Engine, run_trials
 from bakeoff.trials.entrant import Entrant
 from bakeoff.trials.jobs import Job, JobBase, LoadJob, LoadSpec
 from bakeoff.trials.launcher import LocalLauncher, Worker
 from bakeoff.trials.settings import TrialSettings
+from bakeoff.trials.shared import SharedWorkers, build_key
 
 
 def _jobs(tmp_path: Path, candidates: list[Candidate]) -> dict[str, LoadJob]:
@@ -169,3 +170,74 @@ def test_racing_starts_further_processes_through_the_gate_without_recording(
     assert ("a-b1", False) in gate.asked and ("b-b1", False) in gate.asked
     assert len(set(a.round_slots)) >= 2  # its rounds came from more than one process
     assert a.status == b.status == "ok"
+
+
+def _two_groups(
+    tmp_path: Path, gate: RejectOneGate, sizes: tuple[int, int] = (1, 4)
+) -> tuple[Candidate, Candidate, CountingLauncher]:
+    """One fake variant timed at two batch sizes, group after group, through
+    SharedWorkers as a run measures them."""
+    small, large = (
+        Candidate(Variant("fake", "fp32"), bs, options={"per_sample_ms": 1.0}) for bs in sizes
+    )
+    jobs = _jobs(tmp_path, [small, large])
+    launcher = CountingLauncher(tmp_path / "logs")
+    shared = SharedWorkers(launcher, {build_key(jobs[small.id]): list(sizes)})
+    try:
+        for c in (small, large):
+            run_trials([c], {c.id: jobs[c.id]}, Engine(gate, shared, _settings(), Recorder()))
+    finally:
+        shared.close()
+    return small, large, launcher
+
+
+def test_one_worker_times_a_build_at_each_batch_size(tmp_path: Path) -> None:
+    gate = RejectOneGate(reject="none")
+    small, large, launcher = _two_groups(tmp_path, gate)
+    assert launcher.started == ["fake-fp32-b1"]  # one process for both
+    assert small.status == large.status == "ok"
+    # Quality once, at the largest batch size; the gate judged both candidates on
+    # those outputs (copied where the second one's go).
+    assert small.worker["quality_batch_size"] == large.worker["quality_batch_size"] == 4
+    assert gate.asked == [("fake-fp32-b1", True), ("fake-fp32-b4", True)]
+    assert (small.worker["first_call"], large.worker["first_call"]) == (
+        "cold",
+        "after batch size 1",
+    )
+    assert small.worker["batch_sizes"] == large.worker["batch_sizes"] == [1, 4]
+    assert large.load_s == small.load_s  # one load
+    assert small.peak_rss_mb is not None and large.peak_rss_mb is not None
+    # Timed at its own batch: 1 ms + 1 ms a sample on the virtual clock.
+    assert 1.5e6 < np.median(small.samples()) < 2.5e6
+    assert 4.5e6 < np.median(large.samples()) < 5.5e6
+
+
+def test_a_rejected_worker_is_not_kept_for_the_next_batch_size(tmp_path: Path) -> None:
+    gate = RejectOneGate(reject="fake-fp32-b1")
+    small, large, launcher = _two_groups(tmp_path, gate)
+    assert small.status == "rejected"
+    assert launcher.started == ["fake-fp32-b1", "fake-fp32-b4"]  # a fresh one for 4
+    assert large.status == "ok" and large.worker["first_call"] == "cold"
+
+
+def test_loads_side_by_side_start_the_slowest_first_and_say_so(tmp_path: Path) -> None:
+    entrants = [Candidate(Variant("fake", "fp32"), 1, name, {"latency_ms": 1.0}) for name in "abc"]
+    launcher = CountingLauncher(tmp_path / "logs")
+    settings = _settings(load_side_by_side=2)
+    engine = Engine(
+        RejectOneGate(reject="b-b1"), launcher, settings, Recorder(), load_first=frozenset({"c-b1"})
+    )
+    run_trials(entrants, _jobs(tmp_path, entrants), engine)
+    assert launcher.started[0] == "c-b1" and sorted(launcher.started) == ["a-b1", "b-b1", "c-b1"]
+    a, b, c = entrants
+    assert a.status == c.status == "ok" and b.status == "rejected"
+    assert a.worker["loaded_alone"] is False and c.worker["loaded_alone"] is False
+    assert "loaded beside other candidates" in not_isolated(a)
+
+
+def test_which_runtimes_share_a_worker_across_batch_sizes() -> None:
+    # Those that run any batch once loaded; not those that fix the shape at load.
+    for runtime in ("fake", "torch", "torch-compile", "onnxruntime", "openvino"):
+        assert any_batch_size(runtime), runtime
+    for runtime in ("jax", "litert", "tvm", "tensorrt", "tensorflow"):
+        assert not any_batch_size(runtime), runtime

@@ -17,16 +17,14 @@ def test_fake_workload_end_to_end(tmp_path: Path, store_path: Path) -> None:
     assert result.exit_code == 0
     assert [v["winner"] for v in result.document["verdicts"]] == ["fake-int8-b1", "fake-int8-b32"]
     # Every variant's build is recorded (wall and CPU seconds, its threads); after the
-    # reference, the others were built side by side with the reference's outputs, as
-    # many as the cores allow.
+    # reference, the others were built side by side, as many as the cores allow.
     cache = result.document["variant_cache"]
     assert set(cache["builds"]) == {"fake-fp32", "fake-int8"}
     for build in cache["builds"].values():
         assert build["wall_s"] >= 0 and build["cpu_s"] >= 0 and build["threads"] >= 1
     threads = result.document["settings"]["threads"]
     cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
-    assert cache["side_by_side"] == max(1, min(cores, threads, 2))  # outputs, fake-int8
-    assert result.document["timing_s"]["reference_inside_build"] is True
+    assert cache["side_by_side"] == max(1, min(cores, threads, 1))  # one variant after it
     # One worker per variant, timed at batch 1, then 32: its quality pass ran once, at
     # 32; at 32 its first call came after batch 1's, so that is no cold start.
     by_id = {c["id"]: c for c in result.document["candidates"]}

@@ -68,8 +68,6 @@ def document(
             "build": round(build_s, 3),
             "build_saved_by_cache": round(builds.saved_s, 3),
             "reference": round(reference.seconds, 3),
-            # The reference's outputs are computed beside the builds, inside "build".
-            "reference_inside_build": True,
             "efficiency": round(efficiency_s, 3),
             "measure": round(found.seconds, 3),
             **{f"measure_{k}": round(v, 3) for k, v in found.phases.items()},

@@ -1,9 +1,8 @@
 """Building the run's variants, each distinct one once in its own process, and the
 FP32 reference's outputs that the quality gate compares every candidate with.
 
-The reference is built first, then its outputs are computed beside the other
-builds: a model or data that the FP32 reference cannot run stops the builds
-still running, before minutes of exporting and quantizing.
+The reference is built and run first: a model or data that the FP32 reference
+cannot run stops the run before minutes of exporting and quantizing.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from bakeoff import cache as variant_cache
 from bakeoff.backends import Variant
 from bakeoff.errors import BakeoffError
 from bakeoff.inference.context import RunContext
-from bakeoff.trials.jobs import BuildJob, Job, LoadSpec, ReferenceJob
+from bakeoff.trials.jobs import BuildJob, LoadSpec, ReferenceJob
 from bakeoff.trials.launcher import Launcher, Worker, WorkerFailed
 from bakeoff.trials.worker import alt_outputs_path
 
@@ -91,56 +90,29 @@ def _variants(ctx: RunContext, reference: Variant) -> dict[str, Variant]:
 
 @dataclass
 class _Build:
-    """One variant's build job, or the reference's outputs (`reference`), and once it
-    ended, its reply or failure and its wall time."""
+    """One variant's build job and, once it ended, its reply or failure."""
 
     variant: Variant
     threads: int
-    reference: bool = False
     reply: dict[str, Any] | None = None
     failure: WorkerFailed | None = None
-    seconds: float = 0.0
 
 
-def _job(ctx: RunContext, builds: Builds, job: _Build) -> tuple[Job, str, float]:
-    """The worker job, its log name and its timeout."""
-    if not job.reference:
-        build = BuildJob(base=ctx.job_base, variant=job.variant, threads=job.threads)
-        return build, f"build-{job.variant.id}", ctx.opts.build_timeout_s
-    artifact = builds.built[job.variant.id]
-    assert not isinstance(artifact, str)  # checked before it is started
-    load = LoadSpec(
-        variant=job.variant,
-        artifact=artifact,
-        batch_size=ctx.batch_sizes[0],
-        threads=job.threads,
-    )
-    outputs = str(ctx.folder.reference)
-    return (
-        ReferenceJob(base=ctx.job_base, load=load, outputs_path=outputs),
-        "reference",
-        (ctx.opts.trial_timeout_s),
-    )
-
-
-def _run(
-    ctx: RunContext, launcher: Launcher, builds: Builds, job: _Build, running: dict[str, Worker]
-) -> None:
-    """One job in its own process, to its reply (in a thread of its own when jobs run
-    side by side); `running` lets the orchestrator stop it on Ctrl-C."""
-    name = "reference" if job.reference else job.variant.id
+def _run(ctx: RunContext, launcher: Launcher, job: _Build, running: dict[str, Worker]) -> None:
+    """One build in its own process, to its reply (in a thread of its own when builds
+    run side by side); `running` lets the orchestrator stop it on Ctrl-C."""
+    vid = job.variant.id
     worker: Worker | None = None
-    t0 = time.perf_counter()
     try:
-        spec, log, timeout = _job(ctx, builds, job)
-        worker = launcher.start(spec, log)
-        running[name] = worker
-        job.reply = worker.reply(timeout)
+        worker = launcher.start(
+            BuildJob(base=ctx.job_base, variant=job.variant, threads=job.threads), f"build-{vid}"
+        )
+        running[vid] = worker
+        job.reply = worker.reply(ctx.opts.build_timeout_s)
     except WorkerFailed as exc:  # it crashed, hung or said why (a start that failed too)
         job.failure = exc
     finally:
-        job.seconds = time.perf_counter() - t0
-        running.pop(name, None)
+        running.pop(vid, None)
         if worker is not None:
             worker.close()
 
@@ -189,7 +161,7 @@ def _build(ctx: RunContext, launcher: Launcher, builds: Builds, variant: Variant
     ctx.rep.stage(f"building {variant.id}")
     mark = variant_cache.events_offset(ctx.folder.artifacts)
     job = _Build(variant, ctx.threads)
-    _run(ctx, launcher, builds, job, {})
+    _run(ctx, launcher, job, {})
     _record(ctx, builds, job, mark)
 
 
@@ -200,70 +172,72 @@ def side_by_side(threads: int, variants: int) -> int:
     return max(1, min(cores, threads, variants))
 
 
-def _reference(ctx: RunContext, job: _Build) -> Reference:
-    """The reference's outputs, or the error that stops the run."""
-    if job.failure is not None:
-        raise BakeoffError(
-            f"the FP32 reference ({job.variant.id}, batch {ctx.batch_sizes[0]}) failed, so "
-            f"no variant can be quality-checked: {job.failure}"
-        )
-    path = ctx.folder.reference
-    alt_path = alt_outputs_path(path)
-    return Reference(
-        job.variant,
-        np.load(path, allow_pickle=False),
-        np.load(alt_path, allow_pickle=False) if alt_path.exists() else None,
-        job.seconds,
-    )
-
-
 def _build_side_by_side(
-    ctx: RunContext, launcher: Launcher, builds: Builds, variants: list[Variant], reference: Variant
-) -> Reference:
-    """The reference's outputs and the other variants' builds, side by side, each
-    process with its share of the threads; nothing is timed meanwhile (measuring
-    starts when all are done). Results are recorded in the order the jobs end; a
-    reference that fails stops the others."""
-    artifact = builds.built[reference.id]
-    if isinstance(artifact, str):
-        raise BakeoffError(f"the FP32 reference {reference.id} could not be built: {artifact}")
-    n = side_by_side(ctx.threads, 1 + len(variants))
+    ctx: RunContext, launcher: Launcher, builds: Builds, variants: list[Variant], done: int
+) -> None:
+    """Independent variants built side by side, each process with its share of the
+    threads; nothing is timed meanwhile (measuring starts when all are done).
+    Results are recorded in the order the builds end."""
+    if not variants:
+        return
+    n = side_by_side(ctx.threads, len(variants))
     builds.side_by_side = n
-    threads = max(1, ctx.threads // n)
-    # The reference's outputs last: they are needed only when measuring starts, and
-    # the builds that others wait on (the shared ONNX export) should not wait for them.
-    jobs = [*(_Build(v, threads) for v in variants), _Build(reference, threads, reference=True)]
+    jobs = [_Build(v, max(1, ctx.threads // n)) for v in variants]
     running: dict[str, Worker] = {}
     mark = variant_cache.events_offset(ctx.folder.artifacts)
-    done, total = 1, 1 + len(variants)
-    at_a_time = f"{n} at a time, {threads} thread(s) each" if n > 1 else "one at a time"
-    what = ", ".join(v.id for v in variants)
-    ctx.rep.stage(
-        (f"building {what}, then " if variants else "")
-        + f"computing reference outputs ({reference.id}) ({at_a_time})"
-    )
-    ref: Reference | None = None
+    total = done + len(jobs)
+    at_a_time = f"{n} at a time, {jobs[0].threads} thread(s) each" if n > 1 else "one at a time"
+    ctx.rep.stage(f"building {', '.join(v.id for v in variants)} ({at_a_time})")
     with ThreadPoolExecutor(max_workers=n, thread_name_prefix="build") as pool:
-        futures = {pool.submit(_run, ctx, launcher, builds, job, running): job for job in jobs}
+        futures = {pool.submit(_run, ctx, launcher, job, running): job for job in jobs}
         try:
             for future in as_completed(futures):
                 future.result()
-                job = futures[future]
-                if job.reference:
-                    ref = _reference(ctx, job)
-                    ctx.rep.stage(f"reference outputs computed in {job.seconds:.1f} s")
-                    continue
                 done += 1
                 ctx.rep.progress("building", done, total)
-                _record(ctx, builds, job, mark)
-        except BaseException:  # Ctrl-C, or no reference: stop the rest, or the pool waits
+                _record(ctx, builds, futures[future], mark)
+        except BaseException:  # Ctrl-C: stop the builds, or the pool would wait for them
             for f in futures:
                 f.cancel()
             for worker in list(running.values()):
                 worker.close()
             raise
-    assert ref is not None
-    return ref
+
+
+def _reference_outputs(
+    ctx: RunContext, launcher: Launcher, builds: Builds, variant: Variant
+) -> Reference:
+    t_ref = time.perf_counter()
+    ctx.rep.stage(f"computing reference outputs ({variant.id})")
+    artifact = builds.built[variant.id]
+    if isinstance(artifact, str):
+        raise BakeoffError(f"the FP32 reference {variant.id} could not be built: {artifact}")
+    path = ctx.folder.reference
+    first_bs = ctx.batch_sizes[0]
+    try:
+        launcher.run(
+            ReferenceJob(
+                base=ctx.job_base,
+                load=LoadSpec(
+                    variant=variant, artifact=artifact, batch_size=first_bs, threads=ctx.threads
+                ),
+                outputs_path=str(path),
+            ),
+            "reference",
+            ctx.opts.trial_timeout_s,
+        )
+    except WorkerFailed as exc:
+        raise BakeoffError(
+            f"the FP32 reference ({variant.id}, batch {first_bs}) failed, so "
+            f"no variant can be quality-checked: {exc}"
+        ) from None
+    alt_path = alt_outputs_path(path)
+    return Reference(
+        variant,
+        np.load(path, allow_pickle=False),
+        np.load(alt_path, allow_pickle=False) if alt_path.exists() else None,
+        time.perf_counter() - t_ref,
+    )
 
 
 def build_all(
@@ -288,10 +262,10 @@ def build_all(
     builds = Builds()
     ctx.rep.progress("building", 0, len(variants))
     _build(ctx, launcher, builds, reference)
-    ref = _build_side_by_side(ctx, launcher, builds, list(variants.values())[1:], reference)
+    ref = _reference_outputs(ctx, launcher, builds, reference)
+    _build_side_by_side(ctx, launcher, builds, list(variants.values())[1:], done=1)
     ctx.rep.progress("building", len(variants), len(variants))
-    # The reference's outputs ran beside the builds: its seconds are inside these.
-    build_s = time.perf_counter() - t_build
+    build_s = time.perf_counter() - t_build - ref.seconds
     variant_cache.record_variants(ctx.folder.artifacts, builds.artifacts())
     ctx.rep.stage(builds.describe())
     return builds, ref, build_s

@@ -140,8 +140,8 @@ def _results_table(run: StoredRun) -> str:
             "–" if not lat else f"{lat['rounds']} × {lat['calls_per_round']}",
             _fmt(c.get("peak_rss_mb"), 0),
             _fmt(c.get("model_size_mb"), 3),
-            _fmt((c.get("cold_start_s") or {}).get("load")),
-            _fmt((c.get("cold_start_s") or {}).get("first_call")),
+            _cold(c.get("cold_start_s") or {}, "load"),
+            _cold(c.get("cold_start_s") or {}, "first_call"),
         ]
         tds = "".join(
             f"<td{' class=num' if i >= 2 else ''}>{cell}</td>" for i, cell in enumerate(cells)
@@ -149,6 +149,16 @@ def _results_table(run: StoredRun) -> str:
         rows.append(f'<tr data-candidate="{_e(c["id"])}">{tds}</tr>')
     ths = "".join(f"<th>{_e(h)}</th>" for h in head)
     return f'<table id="results"><tr>{ths}</tr>{"".join(rows)}</table>'
+
+
+def _cold(cold: dict[str, Any], key: str) -> str:
+    """A load or first-call figure; one that is no cold start measured alone says why
+    on hover, with a †."""
+    text = _fmt(cold.get(key))
+    if cold.get("isolated") is not False:
+        return text
+    why = f"no cold start measured alone: {cold.get('not_isolated', '')}"
+    return f'<span title="{_e(why)}">{text}†</span>'
 
 
 def _of_peak(eff: dict[str, Any] | None) -> str:

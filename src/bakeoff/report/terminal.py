@@ -173,10 +173,16 @@ def results_table(document: dict[str, Any]) -> Table:
             *((_of_peak(c),) if with_peak else ()),
             _fmt(c["peak_rss_mb"], 0),
             _sig(c.get("model_size_mb")),
-            _sig(c["cold_start_s"]["load"]),
-            _sig(c["cold_start_s"]["first_call"]),
+            _cold(c, "load"),
+            _cold(c, "first_call"),
         )
     return t
+
+
+def _cold(c: dict[str, Any], key: str) -> str:
+    """A load or first-call figure, with † where it is no cold start measured alone."""
+    cold = c["cold_start_s"]
+    return _sig(cold[key]) + ("†" if cold.get("isolated") is False else "")
 
 
 def _listing(console: Console, title: str, lines: dict[str, str]) -> None:
@@ -199,6 +205,7 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
     )
     # Right under the legend: "of the load time" reads on from the load s column.
     _in_load(console, candidates)
+    _not_alone(console, candidates)
     if any(c.get("efficiency") for c in candidates):
         console.print(
             "[dim]% of peak: the model's GEMM FLOPs (counted in its ONNX graph) at the "
@@ -249,6 +256,28 @@ def _in_load(console: Console, candidates: list[dict[str, Any]]) -> None:
             "[dim]of the load time (never in latency): " + "; ".join(in_load) + "[/]",
             highlight=False,
         )
+
+
+def _not_alone(console: Console, candidates: list[dict[str, Any]]) -> None:
+    """Why some load and first-call figures carry a †, and how to get ones that don't."""
+    why = {
+        c["cold_start_s"]["not_isolated"]
+        for c in candidates
+        if c["cold_start_s"].get("isolated") is False
+    }
+    if not why:
+        return
+    shared = any("same process" in w for w in why)
+    side = any("beside" in w for w in why)
+    parts = ["a later batch size's first call came in its variant's worker"] if shared else []
+    parts += ["workers loaded side by side"] if side else []
+    console.print(
+        "[dim]† no cold start measured alone ("
+        + "; ".join(parts)
+        + "): --cold-starts N measures N fresh processes one at a time, "
+        "--worker-per-batch-size loads each candidate alone[/]",
+        highlight=False,
+    )
 
 
 def _cold_starts(console: Console, candidates: list[dict[str, Any]]) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bakeoff.trials.jobs import Command, Exit, Job, LoadJob, Measure, Peak, Rebatch, Timed
-from bakeoff.trials.launcher import Launcher, Worker
+from bakeoff.trials.launcher import Launcher, Worker, WorkerFailed
 
 
 def build_key(job: LoadJob) -> str:
@@ -78,7 +78,13 @@ class SharedWorkers:
             except BaseException:
                 self.release(key, keep=False)
                 raise
-        return SharedWorker(self, key, held, job)
+        return SharedWorker(self, key, held, job, name)
+
+    def unshare(self, key: str) -> None:
+        """The build's shared worker failed: it ends, and the build's later batch sizes
+        get workers of their own."""
+        self.plan.pop(key, None)
+        self.release(key, keep=False)
 
     def release(self, key: str, keep: bool) -> None:
         with self._lock:
@@ -116,18 +122,29 @@ class _Held:
 class SharedWorker:
     """The engine's handle on a kept worker for one candidate (one batch size)."""
 
-    def __init__(self, owner: SharedWorkers, key: str, held: _Held, job: LoadJob) -> None:
+    def __init__(
+        self, owner: SharedWorkers, key: str, held: _Held, job: LoadJob, name: str
+    ) -> None:
         assert held.worker is not None
-        self.owner, self.key, self.held, self.job = owner, key, held, job
+        self.owner, self.key, self.held, self.job, self.name = owner, key, held, job, name
         self.worker: Worker = held.worker
         self.released = False
+        self.alone = False  # the shared worker failed; this one has a process of its own
 
     def reply(self, timeout: float) -> dict[str, Any]:
         """The ready message: the load's own for the worker's first batch size, or,
         for a later one, the load's figures with the first call at the new shape."""
         held, bs = self.held, self.job.load.batch_size
         if held.ready is None:  # a fresh process: its load, its cold first call
-            ready = self.worker.reply(timeout)
+            try:
+                ready = self.worker.reply(timeout)
+            except WorkerFailed as exc:
+                if bs == max(held.sizes):
+                    raise
+                # It may have died at the larger batch of the quality pass (out of
+                # memory, a kernel that crashes there): this batch size alone, as
+                # without sharing, so one batch size's failure is not another's.
+                return self._on_its_own(exc, timeout)
             held.ready, held.batch_size = ready, bs
             info = dict(ready.get("worker", {}))
             held.shareable = info.get("quality_batch_size") == max(held.sizes)
@@ -140,12 +157,25 @@ class SharedWorker:
         held.batch_size = bs
         info = dict(held.ready.get("worker", {}))
         info.update(batch_sizes=held.sizes, first_call=f"after batch size {earlier}")
+        # This process's first call at this shape came in the quality pass, where a
+        # runtime that compiles per shape compiled for it: that one is reported.
+        first_call_s = moved["first_call_s"]
+        if bs == info.get("quality_batch_size"):
+            first_call_s = info.get("first_call_at_quality_batch_size_s", first_call_s)
         return {
             **held.ready,
-            "first_call_s": moved["first_call_s"],
+            "first_call_s": first_call_s,
             "settings": moved["settings"],
             "worker": info,
         }
+
+    def _on_its_own(self, failed: WorkerFailed, timeout: float) -> dict[str, Any]:
+        self.released = self.alone = True
+        self.owner.unshare(self.key)
+        self.worker = self.owner.inner.start(self.job, self.name)
+        ready = self.worker.reply(timeout)
+        why = f"the worker for batch sizes {self.held.sizes} failed ({failed})"
+        return {**ready, "worker": {**ready.get("worker", {}), "alone_because": why[:400]}}
 
     def request(self, cmd: Command, timeout: float) -> dict[str, Any]:
         if isinstance(cmd, Exit) and self._keep():
@@ -161,12 +191,14 @@ class SharedWorker:
     def close(self) -> None:
         """After a kept worker's release, nothing; otherwise the process ends (an exit,
         or a failure the engine is dropping it for)."""
-        if not self.released:
+        if self.alone:
+            self.worker.close()
+        elif not self.released:
             self.released = True
             self.owner.release(self.key, keep=False)
 
     def _keep(self) -> bool:
         """Whether a later group times this build at a larger batch size."""
-        if not self.held.shareable:
+        if self.alone or not self.held.shareable:
             return False
         return any(size > self.job.load.batch_size for size in self.held.sizes)

@@ -112,17 +112,22 @@ def _batches(
 
 def _outputs(
     runner: Runner, arrays: dict[str, np.ndarray], layout: Layout, batch_size: int
-) -> np.ndarray:
-    """The first output on every sample. It is taken as batched on axis 0 (whatever
-    axis the inputs' batch is on): the batches' outputs are joined there and the
-    repeats that filled the last batch dropped."""
+) -> tuple[np.ndarray, float]:
+    """The first output on every sample, and the seconds of the first call. It is
+    taken as batched on axis 0 (whatever axis the inputs' batch is on): the batches'
+    outputs are joined there and the repeats that filled the last batch dropped."""
+    clock: Callable[[], int] = getattr(runner, "clock_ns", time.perf_counter_ns)
     n = layout.count(arrays)
     count = -(-n // batch_size)
-    outs = [
-        runner.to_numpy(runner.run(runner.prepare(b)))
-        for b in _batches(arrays, layout, batch_size, count)
-    ]
-    return np.concatenate(outs)[:n]
+    outs, first_s = [], 0.0
+    for i, batch in enumerate(_batches(arrays, layout, batch_size, count)):
+        prepared = runner.prepare(batch)
+        t0 = clock()
+        out = runner.run(prepared)
+        if i == 0:
+            first_s = (clock() - t0) / 1e9
+        outs.append(runner.to_numpy(out))
+    return np.concatenate(outs)[:n], first_s
 
 
 # The quality hold-out again with the workload's variable axes cut to half: every
@@ -136,14 +141,17 @@ def alt_outputs_path(outputs_path: str | Path) -> Path:
     return path.with_name(path.stem + ".alt.npy")
 
 
-def _quality_outputs(runner: Runner, job: ReferenceJob | LoadJob, batch_size: int) -> None:
+def _quality_outputs(runner: Runner, job: ReferenceJob | LoadJob, batch_size: int) -> float:
+    """Saves the outputs; returns the seconds of the first call (at a shape the
+    process had not run, the runtime's compile for it, if any, is in it)."""
     data_path, names = job.base.data_path, job.base.input_names
     quality, layout = read_split(data_path, "quality", names)
-    np.save(job.outputs_path, _outputs(runner, quality, layout, batch_size))
+    outputs, first_s = _outputs(runner, quality, layout, batch_size)
+    np.save(job.outputs_path, outputs)
     if has_split(data_path, ALT_SPLIT, names):
         alt, _ = read_split(data_path, ALT_SPLIT, names)
         try:
-            outputs = _outputs(runner, alt, layout, batch_size)
+            outputs, _ = _outputs(runner, alt, layout, batch_size)
         except Exception as exc:
             shapes = ", ".join(f"{k} {layout.sample_shape(k, v.shape)}" for k, v in alt.items())
             raise RuntimeError(
@@ -151,6 +159,7 @@ def _quality_outputs(runner: Runner, job: ReferenceJob | LoadJob, batch_size: in
                 f" per sample): {type(exc).__name__}: {exc}"
             ) from exc
         np.save(alt_outputs_path(job.outputs_path), outputs)
+    return first_s
 
 
 def _save_quality_outputs(runner: Runner, job: ReferenceJob | LoadJob) -> dict[str, Any]:
@@ -162,8 +171,10 @@ def _save_quality_outputs(runner: Runner, job: ReferenceJob | LoadJob) -> dict[s
         _quality_outputs(runner, job, own)
         return {"quality_batch_size": own}
     try:
-        _quality_outputs(runner, job, at)
-        return {"quality_batch_size": at}
+        # The first call at the larger shape: that batch size's first call, where the
+        # runtime compiles for it (torch.compile), reported for it (trials.shared).
+        first_s = _quality_outputs(runner, job, at)
+        return {"quality_batch_size": at, "first_call_at_quality_batch_size_s": first_s}
     except Exception as exc:
         _quality_outputs(runner, job, own)
         return {
