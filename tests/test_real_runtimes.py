@@ -255,6 +255,9 @@ def test_worker_killed_by_signal_is_one_failed_candidate(tmp_path: Path, store_p
     assert cands["torch-fp32-b32"]["status"] == "failed"
     assert "SIGKILL" in cands["torch-fp32-b32"]["reason"]
     assert cands["torch-fp32-b1"]["status"] == "ok"
+    # Its shared worker died in the quality pass at 32; batch 1 then got its own.
+    assert "SIGKILL" in cands["torch-fp32-b1"]["worker"]["alone_because"]
+    assert cands["torch-fp32-b1"]["worker"]["quality_batch_size"] == 1
     assert result.exit_code == 0
 
 

@@ -1,9 +1,12 @@
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
+from rich.console import Console
 
 from bakeoff import api
+from bakeoff.report.terminal import print_result
 
 
 def test_fake_workload_end_to_end(tmp_path: Path, store_path: Path) -> None:
@@ -41,7 +44,44 @@ def test_fake_workload_end_to_end(tmp_path: Path, store_path: Path) -> None:
         assert large["cold_start_s"]["isolated"] is False
         assert "after batch size 1" in large["cold_start_s"]["not_isolated"]
         assert large["cold_start_s"]["load"] == small["cold_start_s"]["load"]  # one load
+    # The table marks those figures, and says why and how to get isolated ones.
+    console = Console(record=True, width=220)
+    print_result(result.document, console)
+    text = console.export_text()
+    assert "†" in text and "no cold start measured alone" in text
+    assert "--worker-per-batch-size" in text
     # No FLOPs to count on a fake model: no peak measured, no efficiency claimed.
     assert "efficiency" in result.document["timing_s"]
     assert "peak_gflops" not in result.document["environment"]
     assert all(c["efficiency"] is None for c in result.document["candidates"])
+
+
+def _two_batch_sizes(folder: Path, **options: Any) -> dict[str, dict[str, Any]]:
+    folder.mkdir()
+    np.savez(folder / "d.npz", input=np.random.default_rng(0).random((64, 8), dtype=np.float32))
+    (folder / "w.toml").write_text(
+        'name = "fake"\n[model]\nkind = "fake"\n'
+        "options = { latency_ms = { fp32 = 2.0, int8 = 1.0 } }\n"
+        '[data]\npath = "d.npz"\n[search]\nruntimes = ["fake"]\n'
+        'precisions = ["fp32"]\nbatch_sizes = [1, 8]\n'
+    )
+    opts = api.RunOptions(quick=True, store=folder / "s.db", **options)
+    result = api.run(str(folder / "w.toml"), opts)
+    assert result.exit_code == 0
+    return {c["id"]: c for c in result.document["candidates"]}
+
+
+def test_a_worker_per_batch_size_when_cold_starts_must_be_alone(tmp_path: Path) -> None:
+    """--worker-per-batch-size, or a cold-start limit: each candidate is loaded alone
+    in a worker of its own, checked at its own batch size, its cold start isolated."""
+    for n, options in enumerate(
+        ({"worker_per_batch_size": True}, {"constraints": {"max_cold_start_s": 60.0}})
+    ):
+        cands = _two_batch_sizes(tmp_path / str(n), **options)
+        for bs in (1, 8):
+            c = cands[f"fake-fp32-b{bs}"]
+            assert c["status"] == "ok", c["reason"]
+            assert "batch_sizes" not in c["worker"], options
+            assert c["worker"]["quality_batch_size"] == bs
+            assert c["worker"]["loaded_alone"] is True
+            assert c["cold_start_s"]["isolated"] is True

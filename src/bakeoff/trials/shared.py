@@ -4,17 +4,20 @@ next instead of a fresh process per (variant, batch size).
 `SharedWorkers` is a `Launcher` around another one. It is told, before the first
 group, at which batch sizes each build will be timed (`plan`). The first measuring
 worker of a build with several loads the variant once, makes its first (cold) call
-at the group's batch size, runs the quality pass once at the largest batch size
-and is timed there. When its group ends, the engine's `Exit` becomes a `Peak`
-(the memory figure of that batch size) and the process is kept; the next group's
-`start` for the same build gets it back, moved on with `Rebatch`. Its first call
-at the new shape is timed there (a runtime that compiles per shape compiles in
-it), and it is marked as no cold start.
+at its group's batch size, runs the quality pass once at the largest batch size,
+and is then timed at its group's. When the group ends, the engine's `Exit` becomes
+a `Peak` (the memory figure of that batch size) and the process is kept; the next
+group's `start` for the same build gets it back, moved on with `Rebatch`. Its first
+call at the new shape is that batch size's (a runtime that compiles per shape
+compiles in it; at the largest, that came in the quality pass), marked as no cold
+start.
 
 Everything else passes through unchanged: a further process for a close call
 while the build's worker is in use, jobs of runtimes that fix the batch shape
-when they load (`backends.any_batch_size`), builds, cold starts, and workers
-whose quality pass could not run at the largest batch size.
+when they load (`backends.any_batch_size`), builds and cold starts. A shared worker
+whose quality pass could not run at the largest batch size is not kept; one that
+died before it was ready (out of memory at the larger batch, say) is replaced by a
+worker of the candidate's own, and the build is not shared again.
 """
 
 from __future__ import annotations
@@ -30,11 +33,14 @@ from bakeoff.trials.launcher import Launcher, Worker, WorkerFailed
 
 
 def build_key(job: LoadJob) -> str:
-    """What makes two measuring jobs the same loaded build: everything they load
-    with except the batch size, the candidate's name and where outputs go."""
+    """What makes two measuring jobs one candidate's build at two batch sizes:
+    everything they load with except the batch size and where outputs go. The
+    candidate's name without its batch size stays in: two hand-written candidates
+    of one build (an A/A pair) get a worker each, alike."""
     doc = job.to_json()
     load = dict(doc["load"])
-    for name in ("batch_size", "candidate_id", "quality_batch_size"):
+    load["candidate_id"] = job.load.candidate_id.removesuffix(f"-b{job.load.batch_size}")
+    for name in ("batch_size", "quality_batch_size"):
         load.pop(name, None)
     doc["load"] = load
     doc.pop("outputs_path", None)
