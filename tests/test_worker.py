@@ -348,3 +348,22 @@ def test_a_loaded_worker_answers_a_bad_command_and_goes_on(tmp_path: Path) -> No
         assert worker.proc.wait(timeout=60) == 0
     finally:
         worker.close()
+
+
+def test_peak_memory_restarts_so_a_larger_batch_is_not_charged_to_a_smaller() -> None:
+    from bakeoff.trials.memory import PeakMemory
+
+    memory = PeakMemory()
+    memory.restart()  # this process's earlier peaks (other tests) are not the load's
+    if not memory.restarts:  # the kernel would not restart the peak (VmHWM) here
+        assert memory.scope().startswith("the whole process")
+        return
+    memory.loaded()
+    loaded = memory.mb()
+    big = bytearray(200 * 2**20)  # 200 MiB touched: a larger batch's buffers
+    big[::4096] = b"x" * len(big[::4096])
+    assert memory.mb() >= loaded + 150
+    del big
+    memory.restart()
+    assert loaded <= memory.mb() < loaded + 150  # the load's peak stays charged
+    assert memory.scope().startswith("load and first call")
