@@ -206,6 +206,10 @@ def test_one_worker_times_a_build_at_each_batch_size(tmp_path: Path) -> None:
     )
     assert small.worker["batch_sizes"] == large.worker["batch_sizes"] == [1, 4]
     assert large.load_s == small.load_s  # one load
+    # At 4 its first call is the one this process made at that shape, in the quality
+    # pass (where a runtime that compiles per shape compiles), not a later warm one.
+    assert large.first_call_s == small.worker["first_call_at_quality_batch_size_s"]
+    assert large.first_call_s is not None and large.first_call_s > 0
     assert small.peak_rss_mb is not None and large.peak_rss_mb is not None
     # Timed at its own batch: 1 ms + 1 ms a sample on the virtual clock.
     assert 1.5e6 < np.median(small.samples()) < 2.5e6

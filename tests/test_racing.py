@@ -21,6 +21,7 @@ from rich.console import Console
 from bakeoff import api
 from bakeoff.backends import Variant
 from bakeoff.candidates import Candidate
+from bakeoff.paths import RunFolder
 from bakeoff.report.charts import num
 from bakeoff.report.terminal import print_result
 from bakeoff.trials.validity import set_validity
@@ -504,6 +505,13 @@ def test_cold_start_repeated_in_fresh_processes_has_a_ci(tmp_path: Path) -> None
         imports, loads = cold["import_samples"], cold["load_samples"]
         assert all(0 <= i <= x for i, x in zip(imports, loads, strict=True))
     assert doc["timing_s"]["measure_cold_start"] > 0
+    # Loaded side by side (more than one core), the measuring workers' loads are no
+    # cold starts measured alone: all three figures come from fresh processes.
+    logs = RunFolder.of(tmp_path / "s.db", doc["run_id"]).logs
+    for c in doc["candidates"]:
+        fresh = sorted(p.name for p in logs.glob(f"{c['id']}-cold*.log"))
+        alone = c["worker"]["loaded_alone"]
+        assert fresh == [f"{c['id']}-cold{n}.log" for n in ((2, 3) if alone else (1, 2, 3))]
     console = Console(record=True, width=200)
     print_result(doc, console)
     shown = console.export_text()

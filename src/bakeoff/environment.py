@@ -75,6 +75,11 @@ def _cpu_info() -> dict[str, Any]:
     return info
 
 
+def physical_cores() -> int:
+    """This machine's physical cores (logical ones where psutil cannot tell)."""
+    return psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+
+
 def default_threads() -> int:
     """Physical cores we may run on: the same explicit count for every runtime."""
     allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

@@ -274,6 +274,14 @@ def get_backend(runtime: str) -> Backend:
     return RegisteredBackend(ep)
 
 
+def _declares(runtime: str, name: str) -> bool:
+    """Whether the runtime's module sets `name` to True (a built-in module, or the one
+    a registered backend loaded; one that failed to load declares nothing)."""
+    backend = get_backend(runtime)
+    module = backend if runtime in BUILTIN_BACKENDS else getattr(backend, "module", None)
+    return bool(getattr(module, name, False))
+
+
 def any_batch_size(runtime: str) -> bool:
     """Whether a loaded runner of `runtime` runs any batch size, compiling per shape
     on the fly if at all, so that one worker process can be timed at each batch size
@@ -281,19 +289,14 @@ def any_batch_size(runtime: str) -> bool:
     the batch shape when it loads (JAX, TVM, LiteRT, TensorRT), or that would change
     what it runs after a second shape (tf.function's relaxed retracing), says
     nothing and gets a fresh worker per batch size."""
-    if runtime in BUILTIN_BACKENDS:
-        return bool(getattr(get_backend(runtime), "ANY_BATCH_SIZE", False))
-    module = getattr(get_backend(runtime), "module", None)
-    return bool(getattr(module, "ANY_BATCH_SIZE", False))
+    return _declares(runtime, "ANY_BATCH_SIZE")
 
 
 def compiles_when_loaded(runtime: str) -> bool:
     """Whether `runtime` compiles while it loads or in its first calls (a module says
     so with ``COMPILES_WHEN_LOADED = True``): such loads take the longest, so when
     loads run side by side they start first and the others fill in beside them."""
-    backend = get_backend(runtime)
-    module = backend if runtime in BUILTIN_BACKENDS else getattr(backend, "module", None)
-    return bool(getattr(module, "COMPILES_WHEN_LOADED", False))
+    return _declares(runtime, "COMPILES_WHEN_LOADED")
 
 
 @dataclass(frozen=True)

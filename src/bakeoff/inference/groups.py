@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import psutil
 
+from bakeoff import environment
 from bakeoff.backends import Variant, any_batch_size, compiles_when_loaded
 from bakeoff.candidates import Candidate
 from bakeoff.inference.context import RunContext, RunEvents
@@ -189,7 +189,7 @@ def _loading(ctx: RunContext) -> tuple[bool, int]:
     or --worker-per-batch-size."""
     if ctx.opts.worker_per_batch_size or "max_cold_start_s" in ctx.workload.limits:
         return False, 1
-    cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+    cores = environment.physical_cores()
     return True, max(1, cores)
 
 
@@ -226,6 +226,8 @@ def _measure_groups(
     )
     events = RunEvents(ctx)
     found = Measuring()
+    # Loads that compile start first when loads run side by side.
+    slow = frozenset(c.id for c in ctx.candidates if compiles_when_loaded(c.variant.runtime))
     for bs in sorted({c.batch_size for c in ctx.candidates}):
         s = dataclasses.replace(
             base,
@@ -236,7 +238,6 @@ def _measure_groups(
             load_side_by_side=side_by_side,
         )
         hooks = after_rounds(jobs, scenario, s, events, launcher, gate)
-        slow = frozenset(c.id for c in ctx.candidates if compiles_when_loaded(c.variant.runtime))
         engine = Engine(gate, launcher, s, events, hooks, load_first=slow)
         use = _measure_group(ctx, bs, engine, jobs, scenario, found)
         if use is not None:

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 
 from bakeoff import cache as variant_cache
+from bakeoff import environment
 from bakeoff.backends import Variant
 from bakeoff.errors import BakeoffError
 from bakeoff.inference.context import RunContext
@@ -168,7 +168,7 @@ def _build(ctx: RunContext, launcher: Launcher, builds: Builds, variant: Variant
 def side_by_side(threads: int, variants: int) -> int:
     """How many builds run at once: up to the physical cores (a build keeps about one
     busy), never more than there are variants."""
-    cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+    cores = environment.physical_cores()
     return max(1, min(cores, threads, variants))
 
 

@@ -122,7 +122,13 @@ class _Held:
     sizes: list[int]
     ready: dict[str, Any] | None = None
     batch_size: int = 0
-    shareable: bool = True  # its quality pass ran at the largest batch size
+
+    @property
+    def shareable(self) -> bool:
+        """Whether its quality pass ran at the largest batch size (it may not have:
+        `worker.not_at`), so later batch sizes can be judged on it."""
+        info = (self.ready or {}).get("worker", {})
+        return bool(info.get("quality_batch_size") == max(self.sizes))
 
 
 class SharedWorker:
@@ -153,7 +159,6 @@ class SharedWorker:
                 return self._on_its_own(exc, timeout)
             held.ready, held.batch_size = ready, bs
             info = dict(ready.get("worker", {}))
-            held.shareable = info.get("quality_batch_size") == max(held.sizes)
             info.update(batch_sizes=held.sizes, first_call="cold")
             return {**ready, "worker": info}
         moved = self.worker.request(

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import psutil
 
+from bakeoff import environment
 from bakeoff.judge import stats, verdict
 from bakeoff.trials.entrant import Entrant
 
@@ -114,7 +114,7 @@ def machine_use(rounds_cpu: list[dict[str, float]], threads: int) -> dict[str, A
     # and 2 threads measured, a busy neighbour on the other 30 is no noise.
     # Physical cores, since a process on the other hyperthread of a core the
     # worker runs on slows it down all the same.
-    cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+    cores = environment.physical_cores()
     gate = max(0, cores - threads) + BUSY_GATE_CORES
     return {
         "rounds": len(rounds_cpu),
