@@ -23,32 +23,13 @@ import pytest
 from bakeoff import api, cache
 from bakeoff.source import ModelSource
 from bakeoff.transforms import StepFailed, cached_step
-from tiny_mlp import TINY_MLP
+from tiny_mlp import TINY_MLP, write_tiny_workload
 
 MODEL_MODULE = TINY_MLP
 
 
 def _workload(folder: Path, module_text: str = MODEL_MODULE, extra: str = "") -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "tiny_model.py").write_text(module_text)
-    path = folder / "workload.toml"
-    path.write_text(
-        textwrap.dedent(
-            """
-            name = "tiny"
-            [model]
-            kind = "torch"
-            factory = "tiny_model:build"
-            [data]
-            factory = "tiny_model:inputs"
-            [quality]
-            metric = "cosine"
-            max_drop = 0.01
-            """
-        )
-        + textwrap.dedent(extra)
-    )
-    return path
+    return write_tiny_workload(folder, module_text, extra)
 
 
 def _by_id(doc: dict) -> dict[str, dict]:

@@ -6,6 +6,7 @@ Test files extend `TINY_MLP` with models of their own (a custom operator, say).
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 TINY_MLP = textwrap.dedent(
     """
@@ -34,3 +35,27 @@ TINY_MLP = textwrap.dedent(
         return (load_digits().data / 16.0).astype(np.float32)
     """
 )
+
+# Its workload: the model and its data from the module above, a cosine gate.
+TINY_WORKLOAD = textwrap.dedent(
+    """
+    name = "tiny"
+    [model]
+    kind = "torch"
+    factory = "tiny_model:build"
+    [data]
+    factory = "tiny_model:inputs"
+    [quality]
+    metric = "cosine"
+    max_drop = 0.01
+    """
+)
+
+
+def write_tiny_workload(folder: Path, module_text: str = TINY_MLP, extra: str = "") -> Path:
+    """`folder`/tiny_model.py and `folder`/workload.toml (plus `extra` TOML); the latter's path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tiny_model.py").write_text(module_text)
+    path = folder / "workload.toml"
+    path.write_text(TINY_WORKLOAD + textwrap.dedent(extra))
+    return path

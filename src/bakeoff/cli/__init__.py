@@ -4,7 +4,7 @@ Exit codes: 0 a verdict named a winner (or the command did its job), 2 invalid
 input, 130 Ctrl-C, 143 SIGTERM, 1 no winner or anything else. User errors print
 a message, never a traceback.
 
-One module per command group (run, runs, cache, advise, env, export); this one
+One module per command group (run, runs, cache, advise, env, export, serve); this one
 makes the app, registers their commands in the order --help lists them, and runs it.
 """
 
@@ -17,7 +17,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from bakeoff.cli import advise, cache, env, export, run, runs
+from bakeoff.cli import advise, cache, env, export, run, runs, serve
 from bakeoff.cli.output import err
 from bakeoff.errors import BakeoffError, UserError
 
@@ -34,6 +34,7 @@ app.command("ls")(runs.ls)
 app.command("show")(runs.show)
 app.command("env")(env.env)
 app.command("export")(export.export_cmd)
+app.command("serve")(serve.serve_cmd)
 app.command("advise")(advise.advise_cmd)
 app.command("report")(runs.report_cmd)
 app.command("compare")(runs.compare_cmd)

@@ -43,8 +43,10 @@ class Predictor:
         return np.asarray(self._run(ordered), dtype=np.float32)
 
 
-def load(path: str | Path) -> Predictor:
-    """Load an export folder: check its files, import only its runtime, return `predict`."""
+def load(path: str | Path, threads: int | None = None) -> Predictor:
+    """Load an export folder: check its files, import only its runtime, return `predict`.
+    `threads` overrides the measured thread count (a server sharing the cores out
+    between several instances); by default the run's own is used."""
     folder = Path(path)
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
@@ -68,7 +70,21 @@ def load(path: str | Path) -> Predictor:
     }
     if runtime not in loaders:
         raise UserError(f"{folder}: runtime {runtime!r} has no loader here")
+    if threads is not None:
+        manifest = {**manifest, "load": _with_threads(runtime, manifest["load"], threads)}
     return Predictor(manifest, loaders[runtime](folder, manifest))
+
+
+def _with_threads(runtime: str, load_config: dict[str, Any], threads: int) -> dict[str, Any]:
+    key = {
+        "onnxruntime": "intra_op_num_threads",
+        "openvino": "INFERENCE_NUM_THREADS",
+        "litert": "num_threads",
+    }.get(runtime, "threads")
+    config = {**load_config, key: threads}
+    if runtime == "openvino":
+        config["NUM_STREAMS"] = 1  # one stream per instance: its threads are the instance's
+    return config
 
 
 def manifest_layout(manifest: dict[str, Any]) -> Layout:

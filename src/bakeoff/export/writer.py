@@ -19,6 +19,7 @@ from bakeoff.errors import UserError
 from bakeoff.export.predictor import FORMAT, MANIFEST
 from bakeoff.export.program import torch_program
 from bakeoff.paths import RunFolder
+from bakeoff.workload.data import TOKENIZER_FILES
 
 EXPORTABLE = ("onnxruntime", "openvino", "torch", "torch-compile", "litert")
 # The package whose version the run recorded, per runtime.
@@ -74,12 +75,16 @@ def export(
             artifact = torch_program(record, cand, run, examples, layout, threads, tmp)
         else:
             artifact = _copy_artifact(cand, run, tmp)
+        text = _copy_tokenizer(record, tmp)
         files = {
             p.relative_to(tmp).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
             for p in sorted(tmp.rglob("*"))
             if p.is_file()
         }
         manifest = _manifest(record, cand, artifact, examples, layout, files)
+        manifest["outputs"] = _outputs(cand, run)
+        manifest["text"] = text
+        manifest["measured_by_batch_size"] = _variant_measurements(record, cand)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
         if out_dir.exists():
             out_dir.rmdir()  # empty, checked above
@@ -193,6 +198,73 @@ def _copy_artifact(cand: dict[str, Any], run: RunFolder, dest: Path) -> dict[str
         # the files' sha256 match what the run recorded when it built them
         "model_verified_against_run": verified,
     }
+
+
+# What AutoTokenizer reads from a model folder (the vocabulary files, and its
+# settings); the weights stay behind.
+_TOKENIZER_FILES = (
+    *TOKENIZER_FILES,
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "config.json",
+)
+TOKENIZER_DIR = "tokenizer"
+
+
+def _copy_tokenizer(record: dict[str, Any], dest: Path) -> dict[str, Any] | None:
+    """The model folder's tokenizer, when the run tokenized text with it, so the export
+    takes text again (`bakeoff serve` accepts BYTES inputs); None otherwise, or when
+    the folder is gone (the export still takes token ids)."""
+    text = ((record["document"] or {}).get("workload") or {}).get("text")
+    if not text or not text.get("tokenizer"):
+        return None
+    folder = Path(text["tokenizer"])
+    found = [folder / n for n in _TOKENIZER_FILES if (folder / n).is_file()]
+    if not any(f.name != "config.json" for f in found):
+        return None
+    (dest / TOKENIZER_DIR).mkdir()
+    for f in found:
+        shutil.copy2(f, dest / TOKENIZER_DIR / f.name)
+    return {
+        "tokenizer": TOKENIZER_DIR,
+        "max_length": int(text["max_length"]),
+        "inputs": list(text["inputs"]),
+    }
+
+
+def _outputs(cand: dict[str, Any], run: RunFolder) -> list[dict[str, Any]] | None:
+    """The one output `load` returns, with its shape at the candidate's batch size
+    (read from the outputs the quality gate judged); None when those are gone."""
+    path = run.outputs / f"{cand['id']}.npy"
+    if not path.is_file():
+        return None
+    shape = np.load(path, mmap_mode="r", allow_pickle=False).shape
+    return [{"name": "output", "dtype": "float32", "shape": [int(cand["batch_size"]), *shape[1:]]}]
+
+
+def _variant_measurements(record: dict[str, Any], cand: dict[str, Any]) -> list[dict[str, Any]]:
+    """This variant's figures at every batch size the run measured it, so a server
+    can choose its batching from them (`bakeoff serve --max-batch-size auto`)."""
+    doc = record["document"] or {}
+    vid = _variant_id(cand)
+    rows = []
+    for c in doc.get("candidates", []):
+        if c["status"] != "ok" or _variant_id(c) != vid or not c.get("latency_ms"):
+            continue
+        best = (c.get("offline") or {}).get("best") or {}
+        rows.append(
+            {
+                "candidate": c["id"],
+                "batch_size": int(c["batch_size"]),
+                "p50_ms": c["latency_ms"].get("p50"),
+                "p99_ms": c["latency_ms"].get("p99"),
+                "samples_per_s": (c.get("throughput") or {}).get("samples_per_s"),
+                "offline_streams": best.get("concurrency"),
+                "offline_samples_per_s": best.get("samples_per_s"),
+            }
+        )
+    return sorted(rows, key=lambda r: r["batch_size"])
 
 
 def _threads(record: dict[str, Any], cand: dict[str, Any]) -> int:

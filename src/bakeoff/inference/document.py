@@ -16,6 +16,7 @@ from bakeoff.candidates import candidate_document
 from bakeoff.inference.context import RunContext
 from bakeoff.inference.groups import Measuring
 from bakeoff.inference.variants import Builds, Reference
+from bakeoff.workload import DEFAULT_MAX_LENGTH, Workload
 
 SCHEMA_VERSION = 1
 # History of the result document:
@@ -38,6 +39,19 @@ def _workload_section(ctx: RunContext, reference: Reference) -> dict[str, Any]:
         "constants": workload.source.constants,
         "constraints": workload.limits,
         "notes": list(workload.notes),
+        # where text was tokenized, so an export can take text again (`bakeoff serve`)
+        "text": _text_section(workload),
+    }
+
+
+def _text_section(workload: Workload) -> dict[str, Any] | None:
+    data = workload.spec.data
+    if workload.source.kind != "hf" or data is None or data.text is None:
+        return None
+    return {
+        "tokenizer": workload.source.path,
+        "max_length": data.max_length or DEFAULT_MAX_LENGTH,
+        "inputs": sorted(workload.inputs),
     }
 
 

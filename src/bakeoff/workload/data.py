@@ -94,7 +94,7 @@ def read_text_lines(path: Path, key: str) -> list[str]:
 
 # Files that carry a tokenizer's vocabulary: without one, transformers builds an
 # empty tokenizer that maps every word to [UNK] instead of failing.
-_TOKENIZER_FILES = (
+TOKENIZER_FILES = (
     "tokenizer.json",
     "vocab.txt",
     "vocab.json",
@@ -111,10 +111,10 @@ def tokenize_texts(
 ) -> dict[str, np.ndarray]:
     """input_ids and attention_mask (int64), every text padded or cut to max_length
     tokens, so any batch of samples stacks and the benchmark runs that length."""
-    if not any((Path(folder) / name).is_file() for name in _TOKENIZER_FILES):
+    if not any((Path(folder) / name).is_file() for name in TOKENIZER_FILES):
         raise UserError(
             f"{key}: the model folder {folder} has no tokenizer (none of "
-            f"{', '.join(_TOKENIZER_FILES)}); give token ids with data.path or data.factory"
+            f"{', '.join(TOKENIZER_FILES)}); give token ids with data.path or data.factory"
         )
     from transformers import AutoTokenizer
 

@@ -1,0 +1,108 @@
+"""`bakeoff serve`: a run's winner (or an export folder) over the Open Inference
+Protocol v2, batched as the run's measurements say pays on this machine."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bakeoff.cli.options import DEFAULT_STORE, StoreOpt
+from bakeoff.cli.output import out
+from bakeoff.errors import UserError
+
+_NEEDS = ("fastapi", "uvicorn", "prometheus_client")
+
+
+def _auto_or(value: str, flag: str, kind: type[int] | type[float], minimum: float) -> float | None:
+    if value == "auto":
+        return None
+    try:
+        number = kind(value)
+    except ValueError:
+        raise UserError(f"{flag} {value!r}: expected a number or auto") from None
+    if number < minimum:
+        raise UserError(f"{flag} {value}: expected at least {minimum:g}, or auto")
+    return number
+
+
+def serve_cmd(
+    target: Annotated[str, typer.Argument(help="a run id (or prefix), or an export folder")],
+    candidate: Annotated[
+        str | None, typer.Option("--candidate", help="a candidate id (default: chosen, see auto)")
+    ] = None,
+    host: Annotated[
+        str, typer.Option(help="address to bind (off loopback a token is required)")
+    ] = ("127.0.0.1"),
+    port: Annotated[int, typer.Option(help="port (0: any free one, printed)")] = 8000,
+    max_batch_size: Annotated[
+        str, typer.Option("--max-batch-size", help="rows per batch, or auto (from the run)")
+    ] = "auto",
+    max_queue_delay_ms: Annotated[
+        str, typer.Option("--max-queue-delay-ms", help="longest a batch waits to fill, or auto")
+    ] = "auto",
+    instances: Annotated[
+        str, typer.Option("--instances", help="model instances taking batches at once, or auto")
+    ] = "auto",
+    max_queue: Annotated[
+        int, typer.Option("--max-queue", min=1, help="requests waiting before 503")
+    ] = 256,
+    token: Annotated[
+        str | None,
+        typer.Option("--token", envvar="BAKEOFF_SERVE_TOKEN", help="require Authorization: Bearer"),
+    ] = None,
+    max_body_mb: Annotated[
+        float, typer.Option("--max-body-mb", min=0.001, help="largest request body")
+    ] = 64.0,
+    drain_s: Annotated[
+        float, typer.Option("--drain-s", min=0.0, help="on SIGTERM, time left to finish requests")
+    ] = 30.0,
+    model_name: Annotated[
+        str | None, typer.Option("--model-name", help="the name in the URLs (default: workload's)")
+    ] = None,
+    latency_bound_ms: Annotated[
+        float | None,
+        typer.Option("--latency-bound-ms", help="auto: the p99 a batch size must meet"),
+    ] = None,
+    store: StoreOpt = DEFAULT_STORE,
+) -> None:
+    """Serve a measured candidate over the Open Inference Protocol (v2) REST API."""
+    missing = [m for m in _NEEDS if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UserError(f"bakeoff serve needs {', '.join(missing)}: pip install 'bakeoff[serve]'")
+    from bakeoff.serve import ExportedModel, ServeSettings, auto, serve, server, source
+
+    server.check_exposure(host, token)  # before anything is exported or loaded
+    batch = _auto_or(max_batch_size, "--max-batch-size", int, 1)
+    delay = _auto_or(max_queue_delay_ms, "--max-queue-delay-ms", float, 0)
+    n_instances = _auto_or(instances, "--instances", int, 1)
+    folder, why = source.export_folder(
+        target, Path(store), candidate, None if batch is None else int(batch), latency_bound_ms
+    )
+    model = ExportedModel(folder, model_name)
+    spec = model.spec
+    chosen = auto.choose(
+        spec.measured,
+        spec.batch_size,
+        None if batch is None else int(batch),
+        delay,
+        None if n_instances is None else int(n_instances),
+        latency_bound_ms,
+    )
+    out.print(f"serving {spec.name} ({spec.platform}, {spec.description}) from {folder}")
+    for line in why + chosen.why:
+        out.print(f"  {line}", highlight=False)
+    settings = ServeSettings(
+        max_batch_size=chosen.max_batch_size,
+        max_queue_delay_ms=chosen.max_queue_delay_ms,
+        instances=chosen.instances,
+        max_queue=max_queue,
+        token=token,
+        max_body_mb=max_body_mb,
+        drain_s=drain_s,
+    )
+    code = serve(model, settings, host=host, port=port)
+    if code:
+        raise typer.Exit(code)

@@ -1,0 +1,197 @@
+"""Dynamic batching: requests merged in arrival order up to a number of *rows*.
+
+One dispatcher task forms batches; each batch goes to an idle model instance and
+runs in a thread (the runtimes release the GIL), so with N instances N batches run
+at once. A batch closes when the next request would take it past `max_rows`, when
+the oldest request in it has waited `max_delay_s`, or when the next request cannot
+be stacked with it (other non-batch shapes, other constant inputs). A batch that
+fails fails its own requests only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bakeoff.serve.model import Runner
+
+Outputs = dict[str, np.ndarray]
+
+
+class QueueFull(Exception):
+    """The bounded queue is full: the client should retry later (503)."""
+
+
+class BatchFailed(Exception):
+    """The runtime failed on the batch this request was in (500, its message)."""
+
+
+@dataclass
+class Executed:
+    outputs: Outputs
+    queue_s: float
+    compute_s: float
+    batch_rows: int
+
+
+@dataclass
+class _Pending:
+    inputs: dict[str, np.ndarray]
+    rows: int
+    key: Hashable  # requests stack only with requests of the same key
+    arrived: float
+    future: asyncio.Future[Executed]
+    taken: float = 0.0
+
+
+@dataclass
+class Observer:
+    """Called once per executed batch (rows, seconds) and per finished request."""
+
+    batch: Callable[[int, float], None] = lambda rows, seconds: None
+    queued: Callable[[float], None] = lambda seconds: None
+
+
+@dataclass
+class Batcher:
+    runners: list[Runner]
+    batch_axes: dict[str, int | None]  # per input; None: a constant, fed whole
+    max_rows: int
+    max_delay_s: float
+    max_queue: int
+    observer: Observer = field(default_factory=Observer)
+
+    def __post_init__(self) -> None:
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._arrived = asyncio.Event()
+        self._idle: asyncio.Queue[int] = asyncio.Queue()
+        for i in range(len(self.runners)):
+            self._idle.put_nowait(i)
+        self._pool = ThreadPoolExecutor(len(self.runners), thread_name_prefix="bakeoff-instance")
+        self._task: asyncio.Task[None] | None = None
+        self._running: set[asyncio.Task[None]] = set()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._dispatch())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        for p in self._queue:
+            if not p.future.done():
+                p.future.set_exception(BatchFailed("the server is shutting down"))
+        self._queue.clear()
+        if self._running:
+            await asyncio.wait(self._running)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def infer(self, inputs: dict[str, np.ndarray], rows: int, key: Hashable) -> Executed:
+        """Queue one validated request of `rows` rows (never more than max_rows) and
+        wait for its own rows of the batch it ran in."""
+        assert rows <= self.max_rows
+        if len(self._queue) >= self.max_queue:
+            raise QueueFull(f"the queue is full ({self.max_queue} requests waiting)")
+        loop = asyncio.get_running_loop()
+        pending = _Pending(inputs, rows, key, time.perf_counter(), loop.create_future())
+        self._queue.append(pending)
+        self._arrived.set()
+        return await pending.future
+
+    async def _dispatch(self) -> None:
+        while True:
+            instance = await self._idle.get()
+            batch = await self._form()
+            task = asyncio.get_running_loop().create_task(self._execute(instance, batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _next(self) -> _Pending:
+        while True:
+            while not self._queue:
+                self._arrived.clear()
+                await self._arrived.wait()
+            first = self._queue.popleft()
+            if not first.future.done():  # a client that went away is dropped here
+                return first
+
+    async def _form(self) -> list[_Pending]:
+        first = await self._next()
+        batch, rows = [first], first.rows
+        deadline = first.arrived + self.max_delay_s
+        while rows < self.max_rows:
+            if self._queue:
+                nxt = self._queue[0]
+                if nxt.future.done():
+                    self._queue.popleft()
+                    continue
+                if nxt.key != first.key or rows + nxt.rows > self.max_rows:
+                    break  # arrival order: it opens the next batch
+                batch.append(self._queue.popleft())
+                rows += nxt.rows
+                continue
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                break
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), left)
+            except TimeoutError:
+                break
+        taken = time.perf_counter()
+        for p in batch:
+            p.taken = taken
+            self.observer.queued(taken - p.arrived)
+        return batch
+
+    async def _execute(self, instance: int, batch: list[_Pending]) -> None:
+        loop = asyncio.get_running_loop()
+        start = time.perf_counter()
+        try:
+            split = await loop.run_in_executor(self._pool, self._run, instance, batch)
+        except Exception as exc:  # the runtime's own error, for this batch's requests only
+            message = f"{type(exc).__name__}: {exc}"
+            for p in batch:
+                if not p.future.done():
+                    p.future.set_exception(BatchFailed(message))
+            return
+        finally:
+            self._idle.put_nowait(instance)
+        seconds = time.perf_counter() - start
+        rows = sum(p.rows for p in batch)
+        self.observer.batch(rows, seconds)
+        for p, outputs in zip(batch, split, strict=True):
+            if not p.future.done():
+                p.future.set_result(Executed(outputs, p.taken - p.arrived, seconds, rows))
+
+    def _run(self, instance: int, batch: list[_Pending]) -> list[Outputs]:
+        if len(batch) == 1:
+            return [self.runners[instance](batch[0].inputs)]
+        merged = {
+            name: batch[0].inputs[name]
+            if axis is None
+            else np.concatenate([p.inputs[name] for p in batch], axis=axis)
+            for name, axis in self.batch_axes.items()
+        }
+        outputs = self.runners[instance](merged)
+        rows = sum(p.rows for p in batch)
+        bounds = np.cumsum([p.rows for p in batch])[:-1]
+        parts: list[Outputs] = [{} for _ in batch]
+        for name, array in outputs.items():
+            if array.ndim == 0 or array.shape[0] != rows:
+                raise ValueError(
+                    f"output {name} has shape {list(array.shape)}, not {rows} rows on axis 0: "
+                    "it cannot be split back into the batch's requests"
+                )
+            for part, piece in zip(parts, np.split(array, bounds), strict=True):
+                part[name] = piece
+        return parts

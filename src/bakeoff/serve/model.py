@@ -1,0 +1,166 @@
+"""What the server serves: a model's tensors as the protocol describes them, and a way
+to load one instance of it. `ExportedModel` is an export folder (`bakeoff export`),
+loaded through the same `bakeoff.export.load` a deployment uses."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from bakeoff.errors import UserError
+
+# One loaded instance: input arrays by name -> output arrays by name.
+Runner = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+
+_DATATYPE = {
+    "bool": "BOOL",
+    "uint8": "UINT8",
+    "uint16": "UINT16",
+    "uint32": "UINT32",
+    "uint64": "UINT64",
+    "int8": "INT8",
+    "int16": "INT16",
+    "int32": "INT32",
+    "int64": "INT64",
+    "float16": "FP16",
+    "float32": "FP32",
+    "float64": "FP64",
+}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """`shape` has -1 where it varies (the batch, and any variable axis);
+    `batch_axis` is None for an input fed whole to every call (a constant)."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    batch_axis: int | None = 0
+
+    def metadata(self) -> dict[str, Any]:
+        return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
+
+
+@dataclass(frozen=True)
+class TextInput:
+    """A BYTES input taken instead of the token tensors, tokenized in the server by
+    the model folder's own tokenizer, padded or cut to `max_length` as in the run."""
+
+    name: str
+    tokenizer: Path
+    max_length: int
+    produces: tuple[str, ...]
+
+
+@dataclass
+class ServedSpec:
+    name: str
+    platform: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    threads: int  # what the run measured with, shared out between instances
+    text: TextInput | None = None
+    # the variant's measurements per batch size, for --max-batch-size auto
+    measured: list[dict[str, Any]] = field(default_factory=list)
+    batch_size: int = 1  # the batch size of the candidate served
+    description: str = ""
+
+
+class Servable(Protocol):
+    spec: ServedSpec
+
+    def load(self, threads: int) -> Runner:
+        """One instance with `threads` threads (the server may load several)."""
+        ...
+
+
+def datatype_of(dtype: str) -> str:
+    if dtype not in _DATATYPE:
+        raise UserError(f"input dtype {dtype} has no Open Inference Protocol datatype")
+    return _DATATYPE[dtype]
+
+
+class ExportedModel:
+    """An export folder's manifest as a `ServedSpec`; `load` is `bakeoff.export.load`."""
+
+    def __init__(self, folder: Path, name: str | None = None) -> None:
+        from bakeoff.export import MANIFEST
+
+        self.folder = folder
+        try:
+            manifest = json.loads((folder / MANIFEST).read_text())
+        except FileNotFoundError:
+            raise UserError(f"{folder}: no {MANIFEST}; not a bakeoff export") from None
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{folder}/{MANIFEST}: not JSON ({exc})") from None
+        self.manifest = manifest
+        inputs = [_input_spec(i) for i in manifest["inputs"]]
+        outputs = [
+            TensorSpec(o["name"], datatype_of(o["dtype"]), (-1, *o["shape"][1:]))
+            for o in manifest.get("outputs") or [{"name": "output", "dtype": "float32"}]
+            if "shape" in o
+        ] or [TensorSpec("output", "FP32", (-1,))]  # an older export: its shape is unknown
+        text = manifest.get("text")
+        self.spec = ServedSpec(
+            name=name or manifest.get("workload") or "model",
+            platform=f"{manifest['runtime']}_{manifest['precision']}",
+            inputs=inputs,
+            outputs=outputs,
+            threads=int(manifest.get("threads") or 1),
+            text=TextInput(
+                "text", folder / text["tokenizer"], int(text["max_length"]), tuple(text["inputs"])
+            )
+            if text
+            else None,
+            measured=list(manifest.get("measured_by_batch_size") or []),
+            batch_size=int(manifest.get("batch_size") or 1),
+            description=f"{manifest['candidate']} of run {manifest['run_id']}",
+        )
+
+    def load(self, threads: int) -> Runner:
+        from bakeoff import export
+
+        predictor = export.load(
+            self.folder, threads=None if threads == self.spec.threads else threads
+        )
+        output = self.spec.outputs[0].name
+
+        def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            return {output: predictor(inputs)}
+
+        return run
+
+
+def _input_spec(entry: dict[str, Any]) -> TensorSpec:
+    shape = list(entry["shape"])
+    axis = entry.get("batch_axis", 0)
+    if axis is not None:
+        shape[axis] = -1
+    return TensorSpec(entry["name"], datatype_of(entry["dtype"]), tuple(shape), axis)
+
+
+def make_tokenizer(text: TextInput) -> Callable[[list[str]], dict[str, np.ndarray]]:
+    """texts -> the token arrays the model takes, as the run tokenized its data."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        str(text.tokenizer), local_files_only=True, trust_remote_code=False
+    )
+
+    def tokenize(texts: list[str]) -> dict[str, np.ndarray]:
+        enc = tokenizer(
+            texts,
+            padding="max_length",
+            truncation=True,
+            max_length=text.max_length,
+            return_tensors="np",
+        )
+        return {n: np.asarray(enc[n], dtype=np.int64) for n in text.produces}
+
+    return tokenize

@@ -1,0 +1,101 @@
+"""What `bakeoff serve RUN_ID|EXPORT_DIR` serves: an export folder as it is, or a
+run's winner, exported first (into the run's folder, once per candidate) by the
+same `bakeoff export` a user would run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bakeoff.errors import UserError
+from bakeoff.paths import RunFolder
+from bakeoff.serve.auto import best_batch
+
+
+def _variant(c: dict[str, Any]) -> tuple[str, str, str | None]:
+    return (c["runtime"], c["precision"], c.get("method"))
+
+
+def _measured(candidates: list[dict[str, Any]], variant: tuple[str, str, str | None]) -> list:
+    return [
+        {
+            "candidate": c["id"],
+            "batch_size": int(c["batch_size"]),
+            "p50_ms": (c.get("latency_ms") or {}).get("p50"),
+            "p99_ms": (c.get("latency_ms") or {}).get("p99"),
+            "samples_per_s": (c.get("throughput") or {}).get("samples_per_s"),
+        }
+        for c in candidates
+        if c["status"] == "ok" and _variant(c) == variant and c.get("throughput")
+    ]
+
+
+def choose_candidate(
+    record: dict[str, Any], max_batch_size: int | None, latency_bound_ms: float | None
+) -> tuple[str, list[str]]:
+    """The candidate to export from a run, and why: with a batch size, the winner of
+    that batch size's verdict (else the first verdict's winner variant, measured at
+    the batch size nearest below it); with `auto`, of the verdicts' winners, the
+    variant and batch size with the best throughput within the latency bound."""
+    run_id, doc = record["run_id"], record["document"] or {}
+    verdicts = [v for v in doc.get("verdicts") or [] if v.get("winner")]
+    if not verdicts:
+        raise UserError(
+            f"run {run_id} has no verdict with a winner to serve; name one with --candidate ID"
+        )
+    candidates = doc["candidates"]
+    by_id = {c["id"]: c for c in candidates}
+    if max_batch_size is not None:
+        verdict = next((v for v in verdicts if v["batch_size"] == max_batch_size), verdicts[0])
+        variant = _variant(by_id[verdict["winner"]])
+        rows = _measured(candidates, variant)
+        below = [r for r in rows if r["batch_size"] <= max_batch_size] or rows
+        row = max(below, key=lambda r: r["batch_size"])
+        return row["candidate"], [
+            f"{row['candidate']}: the batch-{verdict['batch_size']} verdict's winner"
+            + (
+                f", measured at batch {row['batch_size']}"
+                if row["batch_size"] != max_batch_size
+                else ""
+            )
+        ]
+    best: tuple[float, str, list[str]] | None = None
+    for v in verdicts:
+        row, why = best_batch(_measured(candidates, _variant(by_id[v["winner"]])), latency_bound_ms)
+        if row is not None and (best is None or row["samples_per_s"] > best[0]):
+            why = [f"{row['candidate']}: of the verdicts' winners, the best throughput"]
+            best = (row["samples_per_s"], row["candidate"], why)
+    if best is None:
+        return str(verdicts[0]["winner"]), ["the first verdict's winner (no throughput measured)"]
+    return best[1], best[2]
+
+
+def export_folder(
+    target: str,
+    store: Path,
+    candidate: str | None,
+    max_batch_size: int | None,
+    latency_bound_ms: float | None,
+) -> tuple[Path, list[str]]:
+    """The export folder to serve, and what was chosen and why."""
+    path = Path(target)
+    if path.is_dir():
+        if candidate is not None:
+            raise UserError(
+                f"{target} is an export folder: it serves its own candidate, not --candidate"
+            )
+        return path, []
+    from bakeoff import api, export
+
+    record = api.show_run(target, store)
+    run_id = record["run_id"]
+    why: list[str] = []
+    if candidate is None:
+        candidate, why = choose_candidate(record, max_batch_size, latency_bound_ms)
+    folder = RunFolder.of(store, run_id).path / "serve" / candidate
+    if (folder / export.MANIFEST).is_file():
+        why.append(f"exported before to {folder}")
+    else:
+        export.export(run_id, folder, candidate, store)
+        why.append(f"exported to {folder}")
+    return folder, why

@@ -1,0 +1,667 @@
+"""`bakeoff serve`: the Open Inference Protocol server, driven over real HTTP.
+
+The served model is a real export: a tiny MLP measured on ONNX Runtime at batch
+sizes 1 and 4 and exported by `bakeoff export`. It is checked with the real
+`tritonclient.http` (in a venv of its own: its ml-dtypes pin clashes with ours),
+with schemathesis against the server's OpenAPI schema, and with httpx. Queueing,
+readiness and draining are tested on `serve_models.SlowModel`, whose timings are
+set, through the same server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from bakeoff import api, export
+from bakeoff.serve import auto
+from tiny_mlp import write_tiny_workload
+
+TESTS = Path(__file__).parent
+TOKEN = "s3cret-token"
+
+
+@dataclass
+class Served:
+    proc: subprocess.Popen[str]
+    url: str
+    lines: list[str] = field(default_factory=list)
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def stop(self, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+
+def _start(cmd: list[str], ready: bool = True, timeout: float = 120) -> Served:
+    """Start a server on a free port; wait for its address (and readiness)."""
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        cwd=TESTS,
+    )
+    lines: list[str] = []
+    found: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.rstrip())
+            m = re.search(r"listening on (http://[\d.]+:\d+)", line)
+            if m:
+                found.put(m.group(1))
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        url = found.get(timeout=timeout)
+    except queue.Empty:
+        proc.kill()
+        raise AssertionError("the server never listened:\n" + "\n".join(lines)) from None
+    served = Served(proc, url, lines)
+    if ready:
+        deadline = time.monotonic() + timeout
+        while httpx.get(f"{url}/v2/health/ready", headers=_auth()).status_code != 200:
+            assert proc.poll() is None, served.output()
+            assert time.monotonic() < deadline, served.output()
+            time.sleep(0.05)
+    return served
+
+
+def _auth() -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKEN}"}
+
+
+def _serve_cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "bakeoff.cli", "serve", *args, "--port", "0"]
+
+
+def _model_script(*args: str) -> list[str]:
+    return [sys.executable, str(TESTS / "serve_models.py"), *args, "--port", "0"]
+
+
+@dataclass
+class Tiny:
+    run_id: str
+    store: Path
+    folder: Path  # the export of the batch-4 candidate
+    examples: np.ndarray  # 64 distinct rows
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Tiny:
+    root = tmp_path_factory.mktemp("serve")
+    workload = write_tiny_workload(root / "wl")
+    store = root / "store" / "bakeoff.db"
+    opts = api.RunOptions(
+        quick=True,
+        store=store,
+        budget_s=2,
+        runtimes=["onnxruntime"],
+        precisions=["fp32"],
+        batch_sizes=[1, 4],
+    )
+    result = api.run(str(workload), opts)
+    folder = root / "export"
+    export.export(result.run_id, folder, "onnxruntime-fp32-b4", store)
+    rng = np.random.default_rng(0)
+    return Tiny(result.run_id, store, folder, rng.standard_normal((64, 64)).astype(np.float32))
+
+
+@pytest.fixture(scope="module")
+def in_process(tiny: Tiny) -> export.Predictor:
+    return export.load(tiny.folder)
+
+
+@pytest.fixture(scope="module")
+def served(tiny: Tiny) -> Iterator[Served]:
+    s = _start(_serve_cli(str(tiny.folder), "--max-batch-size", "4", "--max-queue-delay-ms", "2"))
+    yield s
+    assert s.stop() == 0, s.output()
+
+
+def _infer_json(rows: np.ndarray) -> dict:
+    return {
+        "inputs": [
+            {"name": "input", "shape": list(rows.shape), "datatype": "FP32", "data": rows.tolist()}
+        ]
+    }
+
+
+# -- tritonclient -----------------------------------------------------------------
+
+TRITON_CLIENT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import tritonclient.http as httpclient
+
+    url, name, rows_path, out_dir = sys.argv[1:5]
+    client = httpclient.InferenceServerClient(url.removeprefix("http://"))
+    facts = {
+        "live": client.is_server_live(),
+        "ready": client.is_server_ready(),
+        "model_ready": client.is_model_ready(name),
+        "model_ready_v1": client.is_model_ready(name, "1"),
+        "server": client.get_server_metadata(),
+        "model": client.get_model_metadata(name),
+        "model_v1": client.get_model_metadata(name, "1"),
+    }
+    rows = np.load(rows_path)
+    for binary_in in (False, True):
+        for binary_out in (False, True):
+            inp = httpclient.InferInput("input", list(rows.shape), "FP32")
+            inp.set_data_from_numpy(rows, binary_data=binary_in)
+            out = httpclient.InferRequestedOutput("output", binary_data=binary_out)
+            result = client.infer(name, [inp], model_version="1", outputs=[out])
+            np.save(f"{out_dir}/{int(binary_in)}{int(binary_out)}.npy", result.as_numpy("output"))
+    try:
+        client.get_model_metadata("no-such-model")
+    except Exception as exc:
+        facts["unknown_model"] = str(exc)
+    print(json.dumps(facts))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def triton_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv with only tritonclient[http] and numpy (its ml-dtypes pin clashes with
+    the frameworks'), made once for this module from the same package index."""
+    venv = tmp_path_factory.mktemp("tritonclient-venv")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    pip = subprocess.run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "tritonclient[http]==2.73.0",
+            "numpy==2.4.6",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    return python
+
+
+def test_tritonclient_reads_metadata_and_infers_with_every_json_binary_combination(
+    served: Served,
+    tiny: Tiny,
+    in_process: export.Predictor,
+    triton_python: Path,
+    tmp_path: Path,
+) -> None:
+    rows = tiny.examples[:3]
+    np.save(tmp_path / "rows.npy", rows)
+    script = tmp_path / "client.py"
+    script.write_text(TRITON_CLIENT)
+    proc = subprocess.run(
+        [
+            str(triton_python),
+            str(script),
+            served.url,
+            "tiny",
+            str(tmp_path / "rows.npy"),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert facts["live"] and facts["ready"] and facts["model_ready"] and facts["model_ready_v1"]
+    assert "binary_tensor_data" in facts["server"]["extensions"]
+    assert facts["model"] == facts["model_v1"]
+    assert facts["model"]["name"] == "tiny" and facts["model"]["versions"] == ["1"]
+    assert facts["model"]["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 64]}]
+    assert facts["model"]["outputs"] == [{"name": "output", "datatype": "FP32", "shape": [-1, 10]}]
+    assert "unknown model 'no-such-model'" in facts["unknown_model"]
+    expected = in_process({"input": rows})
+    for combo in ("00", "01", "10", "11"):
+        got = np.load(tmp_path / f"{combo}.npy")
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6, err_msg=combo)
+
+
+# -- schemathesis -------------------------------------------------------------------
+
+
+def test_schemathesis_finds_no_server_error_and_no_response_outside_the_schema(
+    served: Served,
+) -> None:
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+    from schemathesis.checks import not_a_server_error
+    from schemathesis.specs.openapi.checks import (
+        content_type_conformance,
+        response_schema_conformance,
+        status_code_conformance,
+    )
+
+    schema = schemathesis.openapi.from_url(f"{served.url}/openapi.json")
+    checks = [
+        not_a_server_error,
+        status_code_conformance,
+        content_type_conformance,
+        response_schema_conformance,
+    ]
+    operations = [op.ok() for op in schema.get_all_operations()]
+    assert len(operations) == 10  # every endpoint of the protocol, and /metrics
+    tried: list[str] = []
+    for operation in operations:
+
+        @given(case=operation.as_strategy())
+        @settings(
+            max_examples=15,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        def check(case: schemathesis.Case) -> None:
+            case.call_and_validate(base_url=served.url, checks=checks)
+            tried.append(case.operation.label)
+
+        check()
+    assert len(set(tried)) == len(operations)
+    assert served.proc.poll() is None  # still up
+
+
+# -- batching -----------------------------------------------------------------------
+
+
+def _metric(text: str, name: str, labels: str = "") -> float:
+    m = re.search(rf"^{re.escape(name)}{re.escape(labels)} (\S+)$", text, re.M)
+    assert m, f"{name}{labels} not in the metrics"
+    return float(m.group(1))
+
+
+async def _concurrent(url: str, bodies: list[dict], token: bool = False) -> list[httpx.Response]:
+    headers = _auth() if token else {}
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as client:
+        return list(
+            await asyncio.gather(*(client.post("/v2/models/tiny/infer", json=b) for b in bodies))
+        )
+
+
+def test_batches_never_pass_the_limit_and_every_answer_is_its_own(
+    tiny: Tiny, in_process: export.Predictor
+) -> None:
+    s = _start(
+        _serve_cli(
+            str(tiny.folder),
+            "--max-batch-size",
+            "4",
+            "--max-queue-delay-ms",
+            "50",
+            "--instances",
+            "1",
+        )
+    )
+    try:
+        rows = tiny.examples[:10]
+        responses = asyncio.run(_concurrent(s.url, [_infer_json(r[None]) for r in rows]))
+        assert [r.status_code for r in responses] == [200] * 10
+        expected = in_process({"input": rows})
+        for i, r in enumerate(responses):
+            out = r.json()["outputs"][0]
+            assert out["shape"] == [1, 10]
+            np.testing.assert_allclose(out["data"], expected[i], rtol=1e-5, atol=1e-6)
+        metrics = httpx.get(f"{s.url}/metrics").text
+        executions = _metric(metrics, "bakeoff_executions_total")
+        batches = _metric(metrics, "bakeoff_batch_size_count")
+        assert _metric(metrics, "bakeoff_batch_size_bucket", '{le="4.0"}') == batches
+        assert batches == executions and 3 <= executions < 10  # 10 rows, at most 4 a batch
+        assert _metric(metrics, "bakeoff_inference_rows_total") == 10
+        too_many = httpx.post(f"{s.url}/v2/models/tiny/infer", json=_infer_json(tiny.examples[:5]))
+        assert too_many.status_code == 400
+        assert "batch limit is 4 rows" in too_many.json()["error"]
+    finally:
+        assert s.stop() == 0, s.output()
+
+
+def test_a_full_queue_answers_503_at_once() -> None:
+    s = _start(_model_script("slow", "--call-s", "1.0", "--max-queue", "2"))
+    try:
+        body = {
+            "inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]
+        }
+
+        async def burst() -> list[tuple[int, float, dict[str, str]]]:
+            async with httpx.AsyncClient(base_url=s.url, timeout=30) as client:
+
+                async def one(delay: float) -> tuple[int, float, dict[str, str]]:
+                    await asyncio.sleep(delay)  # one running, two waiting, then the rest
+                    t0 = time.perf_counter()
+                    r = await client.post("/v2/models/slow/infer", json=body)
+                    return r.status_code, time.perf_counter() - t0, dict(r.headers)
+
+                return list(
+                    await asyncio.gather(*(one(0.2 if i >= 3 else 0.05 * i) for i in range(6)))
+                )
+
+        results = asyncio.run(burst())
+        codes = sorted(code for code, _, _ in results)
+        assert codes == [200, 200, 200, 503, 503, 503], results
+        for code, seconds, headers in results:
+            if code == 503:
+                assert seconds < 0.5  # refused at once, not after the batch ahead of it
+                assert headers["retry-after"] == "1"
+    finally:
+        assert s.stop() == 0, s.output()
+
+
+# -- readiness and shutdown ---------------------------------------------------------
+
+
+def test_ready_only_after_the_warm_up() -> None:
+    s = _start(_model_script("slow", "--warmup-s", "2.0"), ready=False)
+    try:
+        body = {
+            "inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]
+        }
+        assert httpx.get(f"{s.url}/v2/health/live").status_code == 200
+        assert httpx.get(f"{s.url}/v2/health/ready").status_code == 503
+        assert httpx.get(f"{s.url}/v2/models/slow/ready").status_code == 503
+        early = httpx.post(f"{s.url}/v2/models/slow/infer", json=body)
+        assert early.status_code == 503 and "warming up" in early.json()["error"]
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{s.url}/v2/health/ready").status_code != 200:
+            assert time.monotonic() < deadline, s.output()
+            time.sleep(0.05)
+        done = httpx.post(f"{s.url}/v2/models/slow/infer", json=body)
+        assert done.status_code == 200
+        assert done.json()["outputs"][0]["data"] == [2, 4, 6, 8]
+    finally:
+        assert s.stop() == 0, s.output()
+
+
+def test_sigterm_drains_then_exits_zero() -> None:
+    s = _start(_model_script("slow", "--call-s", "1.0"))
+    body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+    result: dict[str, httpx.Response] = {}
+
+    def in_flight() -> None:
+        result["r"] = httpx.post(f"{s.url}/v2/models/slow/infer", json=body, timeout=30)
+
+    t = threading.Thread(target=in_flight)
+    t.start()
+    time.sleep(0.3)  # the request is in the model now
+    s.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.1)
+    assert httpx.get(f"{s.url}/v2/health/ready").status_code == 503
+    late = httpx.post(f"{s.url}/v2/models/slow/infer", json=body)
+    assert late.status_code == 503 and "shutting down" in late.json()["error"]
+    t.join(30)
+    assert result["r"].status_code == 200
+    assert result["r"].json()["outputs"][0]["data"] == [2, 4, 6, 8]
+    assert s.proc.wait(30) == 0, s.output()
+
+
+# -- security -----------------------------------------------------------------------
+
+
+def test_token_body_limit_and_loopback(tiny: Tiny) -> None:
+    env = {**os.environ, "BAKEOFF_SERVE_TOKEN": TOKEN}
+    proc = subprocess.Popen(
+        _serve_cli(str(tiny.folder), "--max-body-mb", "0.01"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    s = Served(proc, "")
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout or []], daemon=True).start()
+    while not s.url:
+        m = re.search(r"listening on (http://[\d.]+:\d+)", lines.get(timeout=120))
+        s.url = m.group(1) if m else ""
+    try:
+        url = s.url
+        assert httpx.get(f"{url}/v2/health/live").status_code == 200  # no token needed
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+            for path in ("/v2", "/v2/health/ready", "/v2/models/tiny", "/metrics"):
+                r = httpx.get(url + path, headers=headers)
+                assert r.status_code == 401, (path, headers)
+                assert "token" in r.json()["error"]
+            r = httpx.post(f"{url}/v2/models/tiny/infer", headers=headers, json={})
+            assert r.status_code == 401
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{url}/v2/health/ready", headers=_auth()).status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        ok = httpx.post(
+            f"{url}/v2/models/tiny/infer", headers=_auth(), json=_infer_json(np.ones((1, 64)))
+        )
+        assert ok.status_code == 200
+        big = httpx.post(
+            f"{url}/v2/models/tiny/infer", headers=_auth(), content=b"{" + b" " * 20_000 + b"}"
+        )
+        assert big.status_code == 413 and "limit" in big.json()["error"]
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: counted while read
+            for _ in range(40):
+                yield b" " * 1000
+
+        streamed = httpx.post(f"{url}/v2/models/tiny/infer", headers=_auth(), content=chunks())
+        assert streamed.status_code == 413
+    finally:
+        assert s.stop() == 0
+    exposed = subprocess.run(
+        _serve_cli(str(tiny.folder), "--host", "0.0.0.0"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "BAKEOFF_SERVE_TOKEN"},
+    )
+    assert exposed.returncode == 2
+    assert "not a loopback address" in exposed.stderr and "--token" in exposed.stderr
+
+
+# -- errors -------------------------------------------------------------------------
+
+
+def test_bad_requests_get_a_clear_400_or_404_and_the_server_stays_up(served: Served) -> None:
+    url = served.url
+    infer = f"{url}/v2/models/tiny/infer"
+    cases = [
+        (b"not json", 400, "JSON"),
+        (
+            json.dumps(
+                {
+                    "inputs": [
+                        {"name": "x", "shape": [1, 64], "datatype": "FP32", "data": [0.0] * 64}
+                    ]
+                }
+            ).encode(),
+            400,
+            "unknown input x",
+        ),
+        (
+            json.dumps(
+                {
+                    "inputs": [
+                        {"name": "input", "shape": [1, 64], "datatype": "FP64", "data": [0.0] * 64}
+                    ]
+                }
+            ).encode(),
+            400,
+            "expected FP32",
+        ),
+        (
+            json.dumps(
+                {
+                    "inputs": [
+                        {"name": "input", "shape": [1, 63], "datatype": "FP32", "data": [0.0] * 63}
+                    ]
+                }
+            ).encode(),
+            400,
+            "expected [-1, 64]",
+        ),
+        (
+            json.dumps(
+                {
+                    "inputs": [
+                        {"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [0.0] * 3}
+                    ]
+                }
+            ).encode(),
+            400,
+            "input",
+        ),
+        (
+            json.dumps(_infer_json(np.ones((1, 64))) | {"outputs": [{"name": "nope"}]}).encode(),
+            400,
+            "nope",
+        ),
+    ]
+    for body, status, words in cases:
+        r = httpx.post(infer, content=body)
+        assert r.status_code == status, (body[:80], r.text)
+        assert words in r.json()["error"], (words, r.json())
+    framing = httpx.post(infer, content=b"{}", headers={"Inference-Header-Content-Length": "999"})
+    assert framing.status_code == 400
+    assert httpx.post(f"{url}/v2/models/other/infer", json={}).status_code == 404
+    assert httpx.post(f"{url}/v2/models/tiny/versions/2/infer", json={}).status_code == 404
+    assert httpx.get(f"{url}/v2/models/tiny/versions/2").status_code == 404
+    assert httpx.get(f"{url}/no/such/path").json() == {"error": "Not Found"}
+    assert httpx.get(f"{url}/v2/health/ready").status_code == 200
+
+
+def test_text_inputs_are_tokenized_by_the_model_folders_tokenizer() -> None:
+    from bakeoff.builtins.minilm import model_folder
+    from bakeoff.workload import tokenize_texts
+
+    s = _start(_model_script("text", "--max-batch-size", "4"))
+    try:
+        texts = ["a short sentence", "another, rather longer sentence about serving models"]
+        body = {"inputs": [{"name": "text", "shape": [2], "datatype": "BYTES", "data": texts}]}
+        r = httpx.post(f"{s.url}/v2/models/tokens/infer", json=body)
+        assert r.status_code == 200, r.text
+        tokens = tokenize_texts(model_folder(), texts, 16, "test")
+        expected = np.stack(
+            [tokens["input_ids"].sum(axis=1), tokens["attention_mask"].sum(axis=1)], axis=1
+        )
+        assert r.json()["outputs"][0]["data"] == expected.reshape(-1).tolist()
+        meta = httpx.get(f"{s.url}/v2/models/tokens").json()
+        assert meta["parameters"]["text_input"]["name"] == "text"
+        bad = {"inputs": [{"name": "text", "shape": [1], "datatype": "FP32", "data": [1.0]}]}
+        assert "expected BYTES" in httpx.post(f"{s.url}/v2/models/tokens/infer", json=bad).text
+    finally:
+        assert s.stop() == 0, s.output()
+
+
+# -- load ---------------------------------------------------------------------------
+
+
+def test_ten_thousand_requests_at_concurrency_32_no_errors_no_mismatches(
+    served: Served, tiny: Tiny, in_process: export.Predictor
+) -> None:
+    expected = in_process({"input": tiny.examples})
+    total, concurrency = 10_000, 32
+    bodies = [
+        json.dumps(_infer_json(tiny.examples[i : i + 1]) | {"id": str(i)}).encode()
+        for i in range(len(tiny.examples))
+    ]
+
+    async def load() -> tuple[int, int]:
+        errors = mismatches = 0
+        next_index = iter(range(total))
+        limits = httpx.Limits(max_connections=concurrency)
+        async with httpx.AsyncClient(base_url=served.url, timeout=30, limits=limits) as client:
+
+            async def user() -> None:
+                nonlocal errors, mismatches
+                for i in next_index:
+                    k = i % len(bodies)
+                    r = await client.post("/v2/models/tiny/infer", content=bodies[k])
+                    if r.status_code != 200:
+                        errors += 1
+                        continue
+                    doc = r.json()
+                    got = np.asarray(doc["outputs"][0]["data"], dtype=np.float32)
+                    if doc["id"] != str(k) or not np.allclose(got, expected[k], atol=1e-5):
+                        mismatches += 1
+
+            await asyncio.wait_for(asyncio.gather(*(user() for _ in range(concurrency))), 300)
+        return errors, mismatches
+
+    assert asyncio.run(load()) == (0, 0)
+    metrics = httpx.get(f"{served.url}/metrics").text
+    assert _metric(metrics, "bakeoff_requests_total", '{endpoint="infer",status="200"}') >= total
+
+
+# -- auto settings ------------------------------------------------------------------
+
+
+def _row(bs: int, sps: float, p50: float, p99: float, streams: int | None = None) -> dict:
+    return {
+        "candidate": f"c-b{bs}",
+        "batch_size": bs,
+        "p50_ms": p50,
+        "p99_ms": p99,
+        "samples_per_s": sps,
+        "offline_streams": streams,
+        "offline_samples_per_s": sps * 1.5 if streams else None,
+    }
+
+
+def test_auto_turns_batching_off_when_it_does_not_pay() -> None:
+    measured = [_row(1, 1000.0, 1.0, 1.2), _row(32, 1050.0, 30.0, 33.0)]
+    chosen = auto.choose(measured, 32, None, None, None)
+    assert (chosen.max_batch_size, chosen.max_queue_delay_ms, chosen.instances) == (1, 0.0, 1)
+    assert any("batching off" in w for w in chosen.why)
+
+
+def test_auto_batches_where_it_pays_within_the_latency_bound() -> None:
+    measured = [
+        _row(1, 1000.0, 1.0, 1.2),
+        _row(8, 3000.0, 2.6, 3.0, streams=2),
+        _row(32, 4000.0, 8.0, 12.0),
+    ]
+    free = auto.choose(measured, 1, None, None, None)
+    assert free.max_batch_size == 32 and free.max_queue_delay_ms == pytest.approx(4.0)
+    bound = auto.choose(measured, 1, None, None, None, latency_bound_ms=4.0)
+    assert bound.max_batch_size == 8 and bound.instances == 2
+    assert bound.max_queue_delay_ms == pytest.approx(1.0)  # 4 ms bound - 3 ms p99 < 1.3 ms
+    given = auto.choose(measured, 1, 4, 0.5, 3)
+    assert (given.max_batch_size, given.max_queue_delay_ms, given.instances) == (4, 0.5, 3)
+
+
+def test_serve_from_a_run_id_exports_the_winner_and_says_why(tiny: Tiny) -> None:
+    s = _start(_serve_cli(tiny.run_id[:12], "--store", str(tiny.store)))
+    try:
+        out = s.output()
+        assert "exported to" in out and "onnxruntime-fp32-b" in out
+        assert "measured in the run: batch 1:" in out
+        assert re.search(r"ready: tiny version 1 \(1 instance\(s\), batches of up to [14] ", out)
+        r = httpx.post(f"{s.url}/v2/models/tiny/infer", json=_infer_json(tiny.examples[:1]))
+        assert r.status_code == 200
+    finally:
+        assert s.stop() == 0, s.output()
