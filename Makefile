@@ -8,7 +8,7 @@ TEST_STAMP := $(VENV)/.installed-test
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test test-slow test-gpu test-report browser lint format typecheck bench clean frameworks
+.PHONY: demo test test-slow test-gpu test-report browser lint format typecheck bench bench-serve clean frameworks
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -80,6 +80,11 @@ typecheck: $(TEST_STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/harness_overhead.py
 	$(PY) benchmarks/time_to_verdict.py
+
+# bakeoff serve against the runtime in-process, for the MiniLM winner (a run first)
+bench-serve: $(STAMP)
+	$(PIP) install --quiet -e '.[serve]'
+	$(PY) benchmarks/serve_overhead.py
 
 clean:
 	rm -rf $(VENV) .bakeoff build *.egg-info src/*.egg-info

@@ -8,6 +8,7 @@ Run as a script it serves one of them with the real server:
 from __future__ import annotations
 
 import argparse
+import threading
 import time
 from pathlib import Path
 
@@ -19,16 +20,19 @@ from bakeoff.serve.model import Runner, TextInput
 
 class SlowModel:
     """y = 2x on rows of 4 floats; the first call (the warm-up) takes `warmup_s`,
-    every later call `call_s`."""
+    every later call `call_s`. Output `running` says, per row, how many calls of any
+    instance were running when this one started (itself included)."""
 
     def __init__(self, warmup_s: float, call_s: float) -> None:
         self.warmup_s, self.call_s = warmup_s, call_s
+        self.running = 0
+        self.lock = threading.Lock()
         self.spec = ServedSpec(
             name="slow",
             platform="test_slow",
             inputs=[TensorSpec("x", "FP32", (-1, 4))],
-            outputs=[TensorSpec("y", "FP32", (-1, 4))],
-            threads=1,
+            outputs=[TensorSpec("y", "FP32", (-1, 4)), TensorSpec("running", "INT64", (-1, 1))],
+            threads=2,
         )
 
     def load(self, threads: int) -> Runner:
@@ -36,8 +40,14 @@ class SlowModel:
 
         def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             calls[0] += 1
+            with self.lock:
+                self.running += 1
+                running = self.running
             time.sleep(self.warmup_s if calls[0] == 1 else self.call_s)
-            return {"y": inputs["x"] * 2}
+            with self.lock:
+                self.running -= 1
+            x = inputs["x"]
+            return {"y": x * 2, "running": np.full((x.shape[0], 1), running, dtype=np.int64)}
 
         return run
 
@@ -76,6 +86,8 @@ def main() -> None:
     parser.add_argument("--max-queue", type=int, default=256)
     parser.add_argument("--max-batch-size", type=int, default=1)
     parser.add_argument("--drain-s", type=float, default=30.0)
+    parser.add_argument("--instances", type=int, default=1)
+    parser.add_argument("--max-queue-delay-ms", type=float, default=0.0)
     args = parser.parse_args()
     if args.model == "slow":
         model: SlowModel | TokenSum = SlowModel(args.warmup_s, args.call_s)
@@ -84,7 +96,11 @@ def main() -> None:
 
         model = TokenSum(Path(model_folder()))
     settings = ServeSettings(
-        max_batch_size=args.max_batch_size, max_queue=args.max_queue, drain_s=args.drain_s
+        max_batch_size=args.max_batch_size,
+        max_queue=args.max_queue,
+        drain_s=args.drain_s,
+        instances=args.instances,
+        max_queue_delay_ms=args.max_queue_delay_ms,
     )
     raise SystemExit(serve(model, settings, port=args.port))
 

@@ -157,7 +157,7 @@ TRITON_CLIENT = textwrap.dedent(
     import numpy as np
     import tritonclient.http as httpclient
 
-    url, name, rows_path, out_dir = sys.argv[1:5]
+    url, name, inputs_path, out_dir, texts_path = sys.argv[1:6]
     client = httpclient.InferenceServerClient(url.removeprefix("http://"))
     facts = {
         "live": client.is_server_live(),
@@ -168,14 +168,26 @@ TRITON_CLIENT = textwrap.dedent(
         "model": client.get_model_metadata(name),
         "model_v1": client.get_model_metadata(name, "1"),
     }
-    rows = np.load(rows_path)
+    output = facts["model"]["outputs"][0]["name"]
+    datatypes = {i["name"]: i["datatype"] for i in facts["model"]["inputs"]}
+    arrays = dict(np.load(inputs_path))
+    texts = json.loads(open(texts_path).read())
+    if texts:  # the model also takes text, tokenized in the server
+        datatypes["text"] = "BYTES"
     for binary_in in (False, True):
         for binary_out in (False, True):
-            inp = httpclient.InferInput("input", list(rows.shape), "FP32")
-            inp.set_data_from_numpy(rows, binary_data=binary_in)
-            out = httpclient.InferRequestedOutput("output", binary_data=binary_out)
-            result = client.infer(name, [inp], model_version="1", outputs=[out])
-            np.save(f"{out_dir}/{int(binary_in)}{int(binary_out)}.npy", result.as_numpy("output"))
+            requests = {"": arrays}
+            if texts:
+                requests["text"] = {"text": np.array([t.encode() for t in texts], dtype=object)}
+            for kind, given in requests.items():
+                inputs = []
+                for n, a in given.items():
+                    inputs.append(httpclient.InferInput(n, list(a.shape), datatypes[n]))
+                    inputs[-1].set_data_from_numpy(a, binary_data=binary_in)
+                out = httpclient.InferRequestedOutput(output, binary_data=binary_out)
+                result = client.infer(name, inputs, model_version="1", outputs=[out])
+                got = result.as_numpy(output)
+                np.save(f"{out_dir}/{kind}{int(binary_in)}{int(binary_out)}.npy", got)
     try:
         client.get_model_metadata("no-such-model")
     except Exception as exc:
@@ -183,6 +195,37 @@ TRITON_CLIENT = textwrap.dedent(
     print(json.dumps(facts))
     """
 )
+
+
+def _drive_with_tritonclient(
+    python: Path, url: str, name: str, arrays: dict[str, np.ndarray], texts: list[str], tmp: Path
+) -> dict:
+    """Run the client script in tritonclient's venv; the facts it read (outputs in tmp)."""
+    np.savez(tmp / "inputs.npz", **arrays)
+    (tmp / "texts.json").write_text(json.dumps(texts))
+    (tmp / "client.py").write_text(TRITON_CLIENT)
+    proc = subprocess.run(
+        [
+            str(python),
+            str(tmp / "client.py"),
+            url,
+            name,
+            str(tmp / "inputs.npz"),
+            str(tmp),
+            str(tmp / "texts.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert facts["live"] and facts["ready"] and facts["model_ready"] and facts["model_ready_v1"]
+    assert "binary_tensor_data" in facts["server"]["extensions"]
+    assert facts["model"] == facts["model_v1"]
+    assert facts["model"]["name"] == name and facts["model"]["versions"] == ["1"]
+    assert "unknown model 'no-such-model'" in facts["unknown_model"]
+    return facts
 
 
 @pytest.fixture(scope="module")
@@ -218,35 +261,48 @@ def test_tritonclient_reads_metadata_and_infers_with_every_json_binary_combinati
     tmp_path: Path,
 ) -> None:
     rows = tiny.examples[:3]
-    np.save(tmp_path / "rows.npy", rows)
-    script = tmp_path / "client.py"
-    script.write_text(TRITON_CLIENT)
-    proc = subprocess.run(
-        [
-            str(triton_python),
-            str(script),
-            served.url,
-            "tiny",
-            str(tmp_path / "rows.npy"),
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    facts = _drive_with_tritonclient(
+        triton_python, served.url, "tiny", {"input": rows}, [], tmp_path
     )
-    assert proc.returncode == 0, proc.stderr
-    facts = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert facts["live"] and facts["ready"] and facts["model_ready"] and facts["model_ready_v1"]
-    assert "binary_tensor_data" in facts["server"]["extensions"]
-    assert facts["model"] == facts["model_v1"]
-    assert facts["model"]["name"] == "tiny" and facts["model"]["versions"] == ["1"]
     assert facts["model"]["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 64]}]
     assert facts["model"]["outputs"] == [{"name": "output", "datatype": "FP32", "shape": [-1, 10]}]
-    assert "unknown model 'no-such-model'" in facts["unknown_model"]
     expected = in_process({"input": rows})
     for combo in ("00", "01", "10", "11"):
         got = np.load(tmp_path / f"{combo}.npy")
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6, err_msg=combo)
+
+
+@pytest.mark.slow
+def test_the_minilm_winner_served_to_tritonclient_answers_as_in_process(
+    triton_python: Path, tmp_path: Path
+) -> None:
+    from bakeoff.batching import read_split, split_names
+    from bakeoff.builtins.minilm import SEQUENCE_LENGTH, model_folder
+    from bakeoff.paths import RunFolder
+    from bakeoff.workload import tokenize_texts
+
+    store = tmp_path / "store" / "bakeoff.db"
+    run_id = api.run("builtin:minilm", api.RunOptions(quick=True, store=store)).run_id
+    s = _start(_serve_cli(run_id, "--store", str(store)))
+    try:
+        folder = Path(re.search(r" from (\S+)$", s.lines[0]).group(1))  # type: ignore[union-attr]
+        data = RunFolder.of(store, run_id).data
+        with np.load(data, allow_pickle=False) as z:
+            names = split_names(z.files, "quality")
+        pool, _ = read_split(data, "quality", names)
+        arrays = {k: v[:3] for k, v in pool.items()}
+        texts = ["A sentence to embed.", "Serving the bake-off's winner over HTTP."]
+        facts = _drive_with_tritonclient(triton_python, s.url, "minilm", arrays, texts, tmp_path)
+        assert facts["model"]["parameters"]["text_input"]["name"] == "text"
+        predict = export.load(folder)
+        expected = predict(arrays)
+        from_text = predict(tokenize_texts(model_folder(), texts, SEQUENCE_LENGTH, "test"))
+        for combo in ("00", "01", "10", "11"):
+            np.testing.assert_allclose(np.load(tmp_path / f"{combo}.npy"), expected, atol=1e-4)
+            got = np.load(tmp_path / f"text{combo}.npy")
+            np.testing.assert_allclose(got, from_text, atol=1e-4)
+    finally:
+        assert s.stop() == 0, s.output()
 
 
 # -- schemathesis -------------------------------------------------------------------
@@ -374,6 +430,50 @@ def test_a_full_queue_answers_503_at_once() -> None:
                 assert headers["retry-after"] == "1"
     finally:
         assert s.stop() == 0, s.output()
+
+
+def test_a_lone_client_never_waits_the_delay_but_overlapping_requests_batch() -> None:
+    s = _start(_model_script("slow", "--max-batch-size", "4", "--max-queue-delay-ms", "2000"))
+    body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+    try:
+        for _ in range(5):  # one after the other: nobody to batch with
+            assert httpx.post(f"{s.url}/v2/models/slow/infer", json=body).status_code == 200
+        metrics = httpx.get(f"{s.url}/metrics").text
+        assert _metric(metrics, "bakeoff_queue_duration_seconds_sum") < 1.0  # not 5 x 2 s
+        assert _metric(metrics, "bakeoff_executions_total") == 5
+
+        async def together(url: str) -> list[int]:
+            async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+                calls = [client.post("/v2/models/slow/infer", json=body) for _ in range(8)]
+                return [r.status_code for r in await asyncio.gather(*calls)]
+
+        assert asyncio.run(together(s.url)) == [200] * 8
+        metrics = httpx.get(f"{s.url}/metrics").text
+        assert _metric(metrics, "bakeoff_executions_total") < 5 + 8  # they were batched
+    finally:
+        assert s.stop() == 0, s.output()
+
+
+def test_instances_take_batches_at_once() -> None:
+    body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+    body["outputs"] = [{"name": "running"}]
+    seen = {}
+    for instances in (1, 2):
+        s = _start(_model_script("slow", "--call-s", "0.5", "--instances", str(instances)))
+        try:
+
+            async def pair(url: str) -> list[httpx.Response]:
+                async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+                    calls = [client.post("/v2/models/slow/infer", json=body) for _ in range(2)]
+                    return list(await asyncio.gather(*calls))
+
+            answers = asyncio.run(pair(s.url))
+            assert [r.status_code for r in answers] == [200, 200]
+            assert all([o["name"] for o in r.json()["outputs"]] == ["running"] for r in answers)
+            seen[instances] = max(r.json()["outputs"][0]["data"][0] for r in answers)
+        finally:
+            assert s.stop() == 0, s.output()
+    assert seen == {1: 1, 2: 2}  # one instance runs one batch at a time; two run two
 
 
 # -- readiness and shutdown ---------------------------------------------------------

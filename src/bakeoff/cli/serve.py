@@ -91,9 +91,14 @@ def serve_cmd(
         None if n_instances is None else int(n_instances),
         latency_bound_ms,
     )
-    out.print(f"serving {spec.name} ({spec.platform}, {spec.description}) from {folder}")
+    # soft_wrap: a line per fact, never cut at the terminal's width (scripts read them)
+    out.print(
+        f"serving {spec.name} ({spec.platform}, {spec.description}) from {folder}",
+        highlight=False,
+        soft_wrap=True,
+    )
     for line in why + chosen.why:
-        out.print(f"  {line}", highlight=False)
+        out.print(f"  {line}", highlight=False, soft_wrap=True)
     settings = ServeSettings(
         max_batch_size=chosen.max_batch_size,
         max_queue_delay_ms=chosen.max_queue_delay_ms,

@@ -120,6 +120,7 @@ class Serving:
             max_delay_s=self.settings.max_queue_delay_ms / 1000.0,
             max_queue=self.settings.max_queue,
             observer=Observer(batch=m.batch, queued=m.queue_seconds.observe),
+            in_server=lambda: self.in_flight,
         )
         self.batcher.start()
         self.ready = not self.draining

@@ -6,6 +6,13 @@ at once. A batch closes when the next request would take it past `max_rows`, whe
 the oldest request in it has waited `max_delay_s`, or when the next request cannot
 be stacked with it (other non-batch shapes, other constant inputs). A batch that
 fails fails its own requests only.
+
+It also closes before the delay when waiting is unlikely to fill it: when it
+holds at least as many requests as the last batch did and no other request is in
+the server. Clients that each wait for their answer before sending again (one
+client calling in turn, or 8 clients under a 32-row limit) then never wait the
+delay for company that cannot come until they are answered; when more requests
+are in the server than in the batch, or fewer came than last time, it waits.
 """
 
 from __future__ import annotations
@@ -66,6 +73,8 @@ class Batcher:
     max_delay_s: float
     max_queue: int
     observer: Observer = field(default_factory=Observer)
+    # requests in the server now (queued, running, being read or answered)
+    in_server: Callable[[], int] = lambda: 0
 
     def __post_init__(self) -> None:
         self._queue: collections.deque[_Pending] = collections.deque()
@@ -76,6 +85,7 @@ class Batcher:
         self._pool = ThreadPoolExecutor(len(self.runners), thread_name_prefix="bakeoff-instance")
         self._task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
+        self._last_batch_requests = 1  # no company until requests overlap
 
     @property
     def waiting(self) -> int:
@@ -142,11 +152,14 @@ class Batcher:
             left = deadline - time.perf_counter()
             if left <= 0:
                 break
+            if len(batch) >= self._last_batch_requests and self.in_server() <= len(batch):
+                break  # as many as last time, and nobody else in the server to wait for
             self._arrived.clear()
             try:
                 await asyncio.wait_for(self._arrived.wait(), left)
             except TimeoutError:
                 break
+        self._last_batch_requests = len(batch)
         taken = time.perf_counter()
         for p in batch:
             p.taken = taken

@@ -1,0 +1,320 @@
+"""What `bakeoff serve` costs over calling the runtime in-process, for the MiniLM winner.
+
+Runs `bakeoff run builtin:minilm` (or takes `--run-id`), serves its winner with
+`auto` settings, and on the same cores measures:
+
+- through the server, at concurrency 1, 8 and 32: throughput and p50/p99 latency;
+- the same exported model called in-process (no server) at batch 1, at the mean
+  batch the server formed (read from its /metrics) and at its batch limit;
+- the server with batching off (--max-batch-size 1), at concurrency 32.
+
+It prints each ratio against the targets: served throughput at concurrency 32 at
+least 0.9x the best in-process throughput the run measured for the variant, and
+at most 1 ms of added p50 latency at concurrency 1.
+
+The load generator is a plain asyncio HTTP/1.1 keep-alive client (one connection
+per simulated user, Triton's binary tensor format, so neither side parses JSON
+arrays): an httpx client spends more CPU per request than the server overhead
+being measured. Its CPU time is counted and printed, since client and server
+share the machine's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import uvloop
+
+from bakeoff import api, export
+from bakeoff.batching import read_split, split_names
+from bakeoff.paths import RunFolder
+
+
+@dataclass
+class Level:
+    concurrency: int
+    requests: int
+    errors: int
+    seconds: float
+    latencies_ms: list[float]
+    client_cpu_s: float
+
+    @property
+    def throughput(self) -> float:
+        return self.requests / self.seconds
+
+    def pct(self, q: float) -> float:
+        return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else float("nan")
+
+
+def binary_request(inputs: dict[str, np.ndarray], output: str) -> tuple[bytes, int]:
+    """An infer request in Triton's binary format: JSON header, then raw tensors."""
+    header = {
+        "inputs": [
+            {
+                "name": name,
+                "shape": list(a.shape),
+                "datatype": {"int64": "INT64", "float32": "FP32", "int32": "INT32"}[str(a.dtype)],
+                "parameters": {"binary_data_size": a.nbytes},
+            }
+            for name, a in inputs.items()
+        ],
+        "outputs": [{"name": output, "parameters": {"binary_data": True}}],
+    }
+    head = json.dumps(header).encode()
+    return head + b"".join(np.ascontiguousarray(a).tobytes() for a in inputs.values()), len(head)
+
+
+async def _user(
+    host: str,
+    port: int,
+    path: str,
+    bodies: list[tuple[bytes, int]],
+    deadline: float,
+    latencies: list[float],
+    errors: list[int],
+) -> None:
+    reader, writer = await asyncio.open_connection(host, port)
+    i = 0
+    try:
+        while time.perf_counter() < deadline:
+            body, head = bodies[i % len(bodies)]
+            i += 1
+            request = (
+                f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\n"
+                f"Inference-Header-Content-Length: {head}\r\n\r\n"
+            ).encode() + body
+            t0 = time.perf_counter()
+            writer.write(request)
+            status_line = await reader.readline()
+            length = 0
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            await reader.readexactly(length)
+            latencies.append((time.perf_counter() - t0) * 1000)
+            if b" 200 " not in status_line:
+                errors.append(1)
+    finally:
+        writer.close()
+
+
+def load(
+    url: str, model: str, bodies: list[tuple[bytes, int]], concurrency: int, seconds: float
+) -> Level:
+    host, port = url.removeprefix("http://").split(":")
+    latencies: list[float] = []
+    errors: list[int] = []
+
+    async def run() -> float:
+        deadline = time.perf_counter() + seconds
+        t0 = time.perf_counter()
+        await asyncio.gather(
+            *(
+                _user(
+                    host,
+                    int(port),
+                    f"/v2/models/{model}/infer",
+                    bodies,
+                    deadline,
+                    latencies,
+                    errors,
+                )
+                for _ in range(concurrency)
+            )
+        )
+        return time.perf_counter() - t0
+
+    cpu0 = time.process_time()
+    # uvloop, as the server uses: the client's own cost is not the server's overhead
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        wall = runner.run(run())
+    return Level(
+        concurrency, len(latencies), len(errors), wall, latencies, time.process_time() - cpu0
+    )
+
+
+class Server:
+    def __init__(self, args: list[str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bakeoff.cli", "serve", *args, "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self.url = ""
+        ready = threading.Event()
+
+        def read() -> None:
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                self.lines.append(line.rstrip())
+                m = re.search(r"listening on (http://[\d.]+:\d+)", line)
+                if m:
+                    self.url = m.group(1)
+                if line.startswith(("ready:", "error:")):
+                    ready.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not ready.wait(300) or not self.url:
+            self.proc.kill()
+            raise SystemExit("the server did not become ready:\n" + "\n".join(self.lines))
+
+    def metrics(self) -> str:
+        import httpx
+
+        return httpx.get(f"{self.url}/metrics").text
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+ROWS, EXECUTIONS = "bakeoff_inference_rows_total", "bakeoff_executions_total"
+
+
+def metric(text: str, name: str) -> float:
+    m = re.search(rf"^{name} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def in_process(
+    predict: export.Predictor, pool: dict[str, np.ndarray], batch: int, seconds: float
+) -> tuple[float, float]:
+    """(samples/s, p50 ms) of `predict` at `batch` rows, back to back for `seconds`."""
+    n = next(iter(pool.values())).shape[0]
+    batches = [{k: v[(i * batch) % n :][:batch] for k, v in pool.items()} for i in range(8)]
+    batches = [b for b in batches if next(iter(b.values())).shape[0] == batch] or [
+        {k: np.resize(v, (batch, *v.shape[1:])) for k, v in pool.items()}
+    ]
+    for b in batches[:3]:
+        predict(b)
+    times = []
+    end = time.perf_counter() + seconds
+    i = 0
+    while time.perf_counter() < end:
+        t0 = time.perf_counter()
+        predict(batches[i % len(batches)])
+        times.append(time.perf_counter() - t0)
+        i += 1
+    return batch * len(times) / sum(times), statistics.median(times) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--run-id", help="a finished builtin:minilm run (default: run one now)")
+    parser.add_argument("--store", type=Path, help="the store of --run-id")
+    parser.add_argument("--quick", action="store_true", help="run the bake-off with --quick")
+    parser.add_argument("--seconds", type=float, default=8.0, help="per load level")
+    parser.add_argument("--turns", type=int, default=5, help="served/in-process turns at 1")
+    args = parser.parse_args()
+    tmp = tempfile.TemporaryDirectory(prefix="bakeoff-serve-")
+    store = args.store or Path(tmp.name) / "bakeoff.db"
+    run_id = args.run_id
+    if run_id is None:
+        print("running bakeoff run builtin:minilm ...", flush=True)
+        run_id = api.run("builtin:minilm", api.RunOptions(quick=args.quick, store=store)).run_id
+
+    served = Server([run_id, "--store", str(store)])
+    for line in served.lines:
+        print(f"  | {line}")
+    folder = Path(re.search(r" from (\S+)$", served.lines[0]).group(1))  # type: ignore[union-attr]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    data = RunFolder.of(store, manifest["run_id"]).data
+    with np.load(data, allow_pickle=False) as z:
+        names = split_names(z.files, "quality")
+    pool, _ = read_split(data, "quality", names)
+    model = manifest["workload"]
+    bodies = [
+        binary_request({k: v[i : i + 1] for k, v in pool.items()}, "output") for i in range(32)
+    ]
+
+    levels: dict[int, Level] = {}
+    formed: dict[int, float] = {}  # concurrency -> the mean batch the server formed there
+    for c in (1, 8, 32):
+        before = served.metrics()
+        levels[c] = load(served.url, model, bodies, c, args.seconds)
+        after = served.metrics()
+        rows = metric(after, ROWS) - metric(before, ROWS)
+        executions = metric(after, EXECUTIONS) - metric(before, EXECUTIONS)
+        formed[c] = rows / executions if executions else 1.0
+    max_batch = int(re.search(r"batches of up to (\d+)", "\n".join(served.lines)).group(1))  # type: ignore[union-attr]
+
+    # Added latency at concurrency 1: served and in-process in turns, so that the
+    # machine's drift hits both alike; the median of the pairs' differences.
+    predict = export.load(folder)
+    pairs = []
+    for _ in range(args.turns):
+        _, local_p50 = in_process(predict, pool, 1, args.seconds / 4)
+        served_p50 = load(served.url, model, bodies, 1, args.seconds / 4).pct(50)
+        pairs.append((served_p50, local_p50))
+    served.stop()
+
+    off = Server(
+        [str(folder), "--max-batch-size", "1", "--max-queue-delay-ms", "0", "--instances", "1"]
+    )
+    off_level = load(off.url, model, bodies, 32, args.seconds)
+    off.stop()
+
+    sizes = sorted({1, max_batch, *(max(1, round(b)) for b in formed.values())})
+    local = {b: in_process(predict, pool, b, args.seconds / 2) for b in sizes}
+    run_best = max(r["samples_per_s"] for r in manifest["measured_by_batch_size"])
+    now_best = max(sps for sps, _ in local.values())
+
+    print(f"\n== bakeoff serve overhead: {manifest['candidate']} of run {manifest['run_id']}")
+    print(
+        f"{'load':<28}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
+        f"{'mean batch':>12}{'client CPU':>12}"
+    )
+    rows_out = [(f"served, concurrency {c}", lv, f"{formed[c]:.1f}") for c, lv in levels.items()]
+    for label, lv, batch in [*rows_out, ("batching off, conc. 32", off_level, "1")]:
+        cpu = lv.client_cpu_s / lv.seconds
+        print(
+            f"{label:<28}{lv.throughput:>10.1f}{lv.pct(50):>9.2f}{lv.pct(99):>9.2f}"
+            f"{lv.errors:>8}{batch:>12}{cpu:>11.0%}"
+        )
+    for b, (sps, p50) in local.items():
+        print(f"{f'in-process, batch {b}':<28}{sps:>10.1f}{p50:>9.2f}")
+    print(
+        f"client CPU: the load generator's CPU time over the wall time "
+        f"(of {os.cpu_count()} logical CPUs: {100 * (os.cpu_count() or 1)}%)"
+    )
+    turns = ", ".join(f"{sv:.2f} vs {lc:.2f}" for sv, lc in pairs)
+    print(f"p50 at concurrency 1, served vs in-process batch 1, in turns (ms): {turns}")
+    print("\nratios")
+    c32 = levels[32].throughput
+    print(
+        f"  served at concurrency 32 / best in-process the run measured ({run_best:.1f}/s): "
+        f"{c32 / run_best:.2f} (target >= 0.90)"
+    )
+    print(
+        f"  served at concurrency 32 / best in-process measured now ({now_best:.1f}/s): "
+        f"{c32 / now_best:.2f}"
+    )
+    added = statistics.median(sv - lc for sv, lc in pairs)
+    print(
+        f"  added p50 at concurrency 1: {added:.2f} ms over in-process batch 1, the median of "
+        f"{len(pairs)} turns (target <= 1 ms)"
+    )
+    print(f"  batching on / off at concurrency 32: {c32 / off_level.throughput:.2f}")
+    tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()
