@@ -20,8 +20,9 @@ from bakeoff.serve.model import Runner, TextInput
 
 class SlowModel:
     """y = 2x on rows of 4 floats; the first call (the warm-up) takes `warmup_s`,
-    every later call `call_s`. Output `running` says, per row, how many calls of any
-    instance were running when this one started (itself included)."""
+    every later call `call_s`; a row of -1s makes it fail. Output `running` says,
+    per row, how many calls of any instance were running when this one started
+    (itself included)."""
 
     def __init__(self, warmup_s: float, call_s: float) -> None:
         self.warmup_s, self.call_s = warmup_s, call_s
@@ -47,6 +48,8 @@ class SlowModel:
             with self.lock:
                 self.running -= 1
             x = inputs["x"]
+            if (x == -1).all(axis=1).any():
+                raise ValueError("this model refuses a row of -1s")
             return {"y": x * 2, "running": np.full((x.shape[0], 1), running, dtype=np.int64)}
 
         return run

@@ -334,7 +334,7 @@ def test_schemathesis_finds_no_server_error_and_no_response_outside_the_schema(
 
         @given(case=operation.as_strategy())
         @settings(
-            max_examples=15,
+            max_examples=40,
             deadline=None,
             database=None,
             suppress_health_check=list(HealthCheck),
@@ -450,6 +450,30 @@ def test_a_lone_client_never_waits_the_delay_but_overlapping_requests_batch() ->
         assert asyncio.run(together(s.url)) == [200] * 8
         metrics = httpx.get(f"{s.url}/metrics").text
         assert _metric(metrics, "bakeoff_executions_total") < 5 + 8  # they were batched
+    finally:
+        assert s.stop() == 0, s.output()
+
+
+def test_a_request_the_runtime_fails_on_fails_alone_not_its_batch() -> None:
+    s = _start(_model_script("slow", "--max-batch-size", "4", "--max-queue-delay-ms", "300"))
+
+    def body(value: float) -> dict:
+        return {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [value] * 4}]}
+
+    try:
+
+        async def mixed(url: str) -> list[httpx.Response]:
+            async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+                calls = [client.post("/v2/models/slow/infer", json=body(v)) for v in (-1, 1, 2, 3)]
+                return list(await asyncio.gather(*calls))
+
+        bad, *good = asyncio.run(mixed(s.url))
+        assert bad.status_code == 500
+        assert "ValueError: this model refuses a row of -1s" in bad.json()["error"]
+        assert [r.status_code for r in good] == [200, 200, 200]
+        assert [r.json()["outputs"][0]["data"][0] for r in good] == [2, 4, 6]
+        metrics = httpx.get(f"{s.url}/metrics").text
+        assert _metric(metrics, "bakeoff_requests_total", '{endpoint="infer",status="500"}') == 1
     finally:
         assert s.stop() == 0, s.output()
 
@@ -675,6 +699,42 @@ def test_text_inputs_are_tokenized_by_the_model_folders_tokenizer() -> None:
         assert "expected BYTES" in httpx.post(f"{s.url}/v2/models/tokens/infer", json=bad).text
     finally:
         assert s.stop() == 0, s.output()
+
+
+def test_what_cannot_be_served_is_refused_with_why(tiny: Tiny, tmp_path: Path) -> None:
+    def refused(*args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "bakeoff.cli", "serve", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        return " ".join(proc.stderr.split())
+
+    store = str(tiny.store)
+    assert "no run" in refused("no-such-run", "--store", store)
+    assert "not a bakeoff export" in refused(str(tmp_path), "--store", store)
+    assert "drop --candidate" in refused(str(tiny.folder), "--candidate", "x")
+    assert "expected a number or auto" in refused(str(tiny.folder), "--max-batch-size", "many")
+    assert "at least 1" in refused(str(tiny.folder), "--instances", "0")
+    assert "no candidate 'nope'" in refused(tiny.run_id, "--candidate", "nope", "--store", store)
+
+
+def test_without_the_serve_extra_the_command_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    from bakeoff.cli import serve as cli_serve
+    from bakeoff.errors import UserError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "fastapi" else real(name, *a)
+    )
+    with pytest.raises(UserError, match=r"needs fastapi: pip install 'bakeoff\[serve\]'"):
+        cli_serve.serve_cmd("some-run")
 
 
 # -- load ---------------------------------------------------------------------------

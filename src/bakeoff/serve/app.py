@@ -491,7 +491,7 @@ def create_app(serving: Serving) -> FastAPI:
         finally:
             serving.in_flight -= 1
             serving.metrics.in_flight.dec()
-        serving.metrics.request_seconds.observe(time.perf_counter() - start)
+            serving.metrics.request_seconds.observe(time.perf_counter() - start)
         if json_length is None:
             return Response(content, media_type="application/json")
         return Response(

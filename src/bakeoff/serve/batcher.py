@@ -4,8 +4,9 @@ One dispatcher task forms batches; each batch goes to an idle model instance and
 runs in a thread (the runtimes release the GIL), so with N instances N batches run
 at once. A batch closes when the next request would take it past `max_rows`, when
 the oldest request in it has waited `max_delay_s`, or when the next request cannot
-be stacked with it (other non-batch shapes, other constant inputs). A batch that
-fails fails its own requests only.
+be stacked with it (other non-batch shapes, other constant inputs). When a batch
+fails, its requests run again one by one, so only a request the runtime cannot
+take gets the error (a neighbour's bad input never fails a good request).
 
 It also closes before the delay when waiting is unlikely to fill it: when it
 holds at least as many requests as the last batch did and no other request is in
@@ -168,23 +169,47 @@ class Batcher:
 
     async def _execute(self, instance: int, batch: list[_Pending]) -> None:
         loop = asyncio.get_running_loop()
-        start = time.perf_counter()
         try:
-            split = await loop.run_in_executor(self._pool, self._run, instance, batch)
-        except Exception as exc:  # the runtime's own error, for this batch's requests only
-            message = f"{type(exc).__name__}: {exc}"
-            for p in batch:
-                if not p.future.done():
-                    p.future.set_exception(BatchFailed(message))
-            return
+            results, executions = await loop.run_in_executor(
+                self._pool, self._run_isolating, instance, batch
+            )
         finally:
             self._idle.put_nowait(instance)
-        seconds = time.perf_counter() - start
+        for rows, seconds in executions:
+            self.observer.batch(rows, seconds)
+        seconds = sum(t for _, t in executions)
         rows = sum(p.rows for p in batch)
-        self.observer.batch(rows, seconds)
-        for p, outputs in zip(batch, split, strict=True):
-            if not p.future.done():
-                p.future.set_result(Executed(outputs, p.taken - p.arrived, seconds, rows))
+        for p, result in zip(batch, results, strict=True):
+            if p.future.done():
+                continue
+            if isinstance(result, BaseException):
+                p.future.set_exception(BatchFailed(f"{type(result).__name__}: {result}"))
+            else:
+                p.future.set_result(Executed(result, p.taken - p.arrived, seconds, rows))
+
+    def _run_isolating(
+        self, instance: int, batch: list[_Pending]
+    ) -> tuple[list[Outputs | Exception], list[tuple[int, float]]]:
+        """Each request's outputs or the runtime's error, and the executions made
+        (rows, seconds). When a batch of several fails, each of its requests runs
+        again alone: the one the runtime cannot take fails, its neighbours do not."""
+        start = time.perf_counter()
+        try:
+            merged = self._run(instance, batch)
+            return list(merged), [(sum(p.rows for p in batch), time.perf_counter() - start)]
+        except Exception as exc:  # the runtime's own error
+            if len(batch) == 1:
+                return [exc], []
+        results: list[Outputs | Exception] = []
+        executions = []
+        for p in batch:
+            start = time.perf_counter()
+            try:
+                results.append(self._run(instance, [p])[0])
+                executions.append((p.rows, time.perf_counter() - start))
+            except Exception as exc:
+                results.append(exc)
+        return results, executions
 
     def _run(self, instance: int, batch: list[_Pending]) -> list[Outputs]:
         if len(batch) == 1:

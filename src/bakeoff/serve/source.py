@@ -82,7 +82,7 @@ def export_folder(
     if path.is_dir():
         if candidate is not None:
             raise UserError(
-                f"{target} is an export folder: it serves its own candidate, not --candidate"
+                f"{target} is an export folder: it serves its own candidate; drop --candidate"
             )
         return path, []
     from bakeoff import api, export
