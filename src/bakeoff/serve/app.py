@@ -68,8 +68,7 @@ class Serving:
         self.ready = False
         self.draining = False
         self.failed: str | None = None  # why loading failed; the server then exits 1
-        self.in_flight = 0
-        self.loaded = asyncio.Event()  # set once loading ended, either way
+        self.in_flight = 0  # infer requests in the server (read, queued, run, answered)
         self.tokenize: Callable[[list[str]], dict[str, np.ndarray]] | None = None
         self.on_ready: Callable[[], None] = lambda: None
 
@@ -124,24 +123,15 @@ class Serving:
         )
         self.batcher.start()
         self.ready = not self.draining
-        self.loaded.set()
         self.on_ready()
 
     def _loading_failed(self, message: str) -> None:
         self.failed = message
-        self.loaded.set()
         self.on_ready()
 
     def begin_drain(self) -> None:
         self.draining = True
         self.ready = False
-
-    async def drained(self, timeout: float) -> bool:
-        """Wait until no infer request is in flight, at most `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        while self.in_flight and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        return self.in_flight == 0
 
     async def close(self) -> None:
         if self.batcher is not None:
