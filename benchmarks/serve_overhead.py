@@ -157,7 +157,7 @@ class Server:
         )
         self.lines: list[str] = []
         self.url = ""
-        ready = threading.Event()
+        listening, ready = threading.Event(), threading.Event()
 
         def read() -> None:
             assert self.proc.stdout is not None
@@ -166,11 +166,12 @@ class Server:
                 m = re.search(r"listening on (http://[\d.]+:\d+)", line)
                 if m:
                     self.url = m.group(1)
-                if line.startswith(("ready:", "error:")):
+                    listening.set()
+                if line.startswith(("ready:", "error:")):  # may come before listening
                     ready.set()
 
         threading.Thread(target=read, daemon=True).start()
-        if not ready.wait(300) or not self.url:
+        if not (ready.wait(300) and listening.wait(30)):
             self.proc.kill()
             raise SystemExit("the server did not become ready:\n" + "\n".join(self.lines))
 

@@ -4,14 +4,13 @@ offers that say why a precision is unavailable, and one real run of every varian
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from bakeoff import api
-from tiny_mlp import TINY_MLP
+from tiny_mlp import TINY_MLP, write_tiny_workload
 
 MODEL_MODULE = TINY_MLP
 
@@ -19,28 +18,13 @@ MODEL_MODULE = TINY_MLP
 def _workload(
     tmp_path: Path, runtimes: list[str], precisions: list[str], batch_sizes: list[int]
 ) -> Path:
-    (tmp_path / "tiny_model.py").write_text(MODEL_MODULE)
-    path = tmp_path / "workload.toml"
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            name = "tiny"
-            [model]
-            kind = "torch"
-            factory = "tiny_model:build"
-            [data]
-            factory = "tiny_model:inputs"
-            [quality]
-            metric = "cosine"
-            max_drop = 0.01
-            [search]
-            runtimes = {json.dumps(runtimes)}
-            precisions = {json.dumps(precisions)}
-            batch_sizes = {json.dumps(batch_sizes)}
-            """
-        )
-    )
-    return path
+    search = f"""
+    [search]
+    runtimes = {json.dumps(runtimes)}
+    precisions = {json.dumps(precisions)}
+    batch_sizes = {json.dumps(batch_sizes)}
+    """
+    return write_tiny_workload(tmp_path, MODEL_MODULE, search)
 
 
 def _tiny_onnx(tmp_path: Path) -> Path:

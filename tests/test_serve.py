@@ -719,6 +719,12 @@ def test_what_cannot_be_served_is_refused_with_why(tiny: Tiny, tmp_path: Path) -
     assert "expected a number or auto" in refused(str(tiny.folder), "--max-batch-size", "many")
     assert "at least 1" in refused(str(tiny.folder), "--instances", "0")
     assert "no candidate 'nope'" in refused(tiny.run_id, "--candidate", "nope", "--store", store)
+    busy = _start(_serve_cli(str(tiny.folder)), ready=False)
+    try:
+        port = busy.url.rsplit(":", 1)[1]
+        assert "could not listen on 127.0.0.1:" in refused(str(tiny.folder), "--port", port)
+    finally:
+        assert busy.stop() == 0, busy.output()
 
 
 def test_without_the_serve_extra_the_command_says_how_to_install_it(

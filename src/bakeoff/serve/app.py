@@ -381,8 +381,7 @@ def create_app(serving: Serving) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        serving.start_loading()  # in a thread: liveness answers meanwhile, readiness 503
-        yield
+        yield  # loading starts once the server listens (`server.serve`)
         await serving.close()
 
     app = FastAPI(

@@ -46,6 +46,8 @@ class _Server(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
+        if self.should_exit:  # it could not bind; uvicorn said why
+            return
         for server in self.servers:
             for sock in server.sockets:
                 host, port = sock.getsockname()[:2]
@@ -53,6 +55,8 @@ class _Server(uvicorn.Server):
                     f"listening on http://{host}:{port}/v2 (ready once the model is "
                     "loaded and warmed up)"
                 )
+        # Loading starts now, in a thread: liveness answers meanwhile, readiness 503.
+        self.serving.start_loading()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Not uvicorn's: it stops listening at once and re-raises the signal after,
@@ -113,7 +117,13 @@ def serve(
         lifespan="on",
     )
     server = _Server(config, serving, announce)
-    server.run()
+    try:
+        server.run()
+    except SystemExit as exc:  # uvicorn's startup failure, after logging its reason
+        raise UserError(
+            f"could not listen on {host}:{port} (exit {exc.code}; uvicorn's reason is above: "
+            "a port in use, or an address not on this machine)"
+        ) from None
     if serving.failed is not None:
         return 1
     if serving.in_flight:
