@@ -1,8 +1,8 @@
 """Test isolation: nothing may be written outside temp dirs.
 
-Keras, Ray, OpenVINO, ONNX Runtime, matplotlib and the Hugging Face stack like to write
-under ~ ; HOME and the cache locations point into a session temp dir, and
-workers inherit the same environment.
+Keras, Ray, OpenVINO, ONNX Runtime, matplotlib, Hypothesis and the Hugging Face stack
+like to write under ~ (or the working folder); HOME and the cache locations point into
+a session temp dir, and workers inherit the same environment.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(home / "inductor")
     os.environ["KERAS_HOME"] = str(home / ".keras")
     os.environ["MPLCONFIGDIR"] = str(home / "matplotlib")  # its font cache (the report's charts)
+    # schemathesis' Hypothesis keeps a cache of constants in ./.hypothesis otherwise
+    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(home / "hypothesis")
 
 
 @pytest.fixture

@@ -37,15 +37,8 @@ class QueueFull(Exception):
 
 
 class BatchFailed(Exception):
-    """The runtime failed on the batch this request was in (500, its message)."""
-
-
-@dataclass
-class Executed:
-    outputs: Outputs
-    queue_s: float
-    compute_s: float
-    batch_rows: int
+    """The runtime failed on this request, run alone once its batch had failed
+    (500, with the runtime's message)."""
 
 
 @dataclass
@@ -54,8 +47,7 @@ class _Pending:
     rows: int
     key: Hashable  # requests stack only with requests of the same key
     arrived: float
-    future: asyncio.Future[Executed]
-    taken: float = 0.0
+    future: asyncio.Future[Outputs]
 
 
 @dataclass
@@ -106,7 +98,7 @@ class Batcher:
             await asyncio.wait(self._running)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    async def infer(self, inputs: dict[str, np.ndarray], rows: int, key: Hashable) -> Executed:
+    async def infer(self, inputs: dict[str, np.ndarray], rows: int, key: Hashable) -> Outputs:
         """Queue one validated request of `rows` rows (never more than max_rows) and
         wait for its own rows of the batch it ran in."""
         assert rows <= self.max_rows
@@ -163,7 +155,6 @@ class Batcher:
         self._last_batch_requests = len(batch)
         taken = time.perf_counter()
         for p in batch:
-            p.taken = taken
             self.observer.queued(taken - p.arrived)
         return batch
 
@@ -177,15 +168,13 @@ class Batcher:
             self._idle.put_nowait(instance)
         for rows, seconds in executions:
             self.observer.batch(rows, seconds)
-        seconds = sum(t for _, t in executions)
-        rows = sum(p.rows for p in batch)
         for p, result in zip(batch, results, strict=True):
             if p.future.done():
                 continue
             if isinstance(result, BaseException):
                 p.future.set_exception(BatchFailed(f"{type(result).__name__}: {result}"))
             else:
-                p.future.set_result(Executed(result, p.taken - p.arrived, seconds, rows))
+                p.future.set_result(result)
 
     def _run_isolating(
         self, instance: int, batch: list[_Pending]
