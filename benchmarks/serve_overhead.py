@@ -10,7 +10,9 @@ Runs `bakeoff run builtin:minilm` (or takes `--run-id`), serves its winner with
 
 It prints each ratio against the targets: served throughput at concurrency 32 at
 least 0.9x the best in-process throughput the run measured for the variant, and
-at most 1 ms of added p50 latency at concurrency 1.
+at most 1 ms of added p50 latency at concurrency 1. Since this machine's speed
+drifts by tens of percent over minutes, the served and in-process figures are
+also measured in turns (`--turns`), and the median of the turns' ratios printed.
 
 The load generator is a plain asyncio HTTP/1.1 keep-alive client (one connection
 per simulated user, Triton's binary tensor format, so neither side parses JSON
@@ -265,6 +267,14 @@ def main() -> None:
         _, local_p50 = in_process(predict, pool, 1, args.seconds / 4)
         served_p50 = load(served.url, model, bodies, 1, args.seconds / 4).pct(50)
         pairs.append((served_p50, local_p50))
+    # Throughput at concurrency 32 likewise, in turns with the runtime in-process at
+    # the batch the server formed there.
+    batch32 = max(1, round(formed[32]))
+    throughput_turns = []
+    for _ in range(args.turns):
+        local_sps, _ = in_process(predict, pool, batch32, args.seconds / 2)
+        served_sps = load(served.url, model, bodies, 32, args.seconds / 2).throughput
+        throughput_turns.append((served_sps, local_sps))
     served.stop()
 
     off = Server(
@@ -307,6 +317,12 @@ def main() -> None:
     print(
         f"  served at concurrency 32 / best in-process measured now ({now_best:.1f}/s): "
         f"{c32 / now_best:.2f}"
+    )
+    ratio = statistics.median(sv / lc for sv, lc in throughput_turns)
+    turns_words = ", ".join(f"{sv:.1f} vs {lc:.1f}" for sv, lc in throughput_turns)
+    print(
+        f"  served at concurrency 32 / in-process at batch {batch32}, in turns: {ratio:.2f} "
+        f"(median of {len(throughput_turns)}: {turns_words} /s)"
     )
     added = statistics.median(sv - lc for sv, lc in pairs)
     print(
