@@ -250,7 +250,7 @@ class Serving:
         except QueueFull as exc:
             raise ClientError(503, str(exc), {"Retry-After": "1"}) from None
         except BatchFailed as exc:
-            raise ClientError(500, f"the runtime failed on this request's batch: {exc}") from None
+            raise ClientError(500, str(exc)) from None
         outputs = [(name, done[name]) for name in binary]
         return protocol.encode_infer_response(
             self.spec.name, self.settings.version, request.id, outputs, binary

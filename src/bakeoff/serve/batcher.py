@@ -37,8 +37,8 @@ class QueueFull(Exception):
 
 
 class BatchFailed(Exception):
-    """The runtime failed on this request, run alone once its batch had failed
-    (500, with the runtime's message)."""
+    """This request did not run: the runtime failed on it (run alone once its batch
+    had failed), or the server stopped first. A 500 with the message."""
 
 
 @dataclass
@@ -92,7 +92,7 @@ class Batcher:
             self._task.cancel()
         for p in self._queue:
             if not p.future.done():
-                p.future.set_exception(BatchFailed("the server is shutting down"))
+                p.future.set_exception(BatchFailed("the server stopped before this request ran"))
         self._queue.clear()
         if self._running:
             await asyncio.wait(self._running)
@@ -172,7 +172,8 @@ class Batcher:
             if p.future.done():
                 continue
             if isinstance(result, BaseException):
-                p.future.set_exception(BatchFailed(f"{type(result).__name__}: {result}"))
+                why = f"{type(result).__name__}: {result}"
+                p.future.set_exception(BatchFailed(f"the runtime failed on this request: {why}"))
             else:
                 p.future.set_result(result)
 
