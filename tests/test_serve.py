@@ -671,6 +671,7 @@ def test_bad_requests_get_a_clear_400_or_404_and_the_server_stays_up(served: Ser
         assert words in r.json()["error"], (words, r.json())
     framing = httpx.post(infer, content=b"{}", headers={"Inference-Header-Content-Length": "999"})
     assert framing.status_code == 400
+    assert httpx.get(infer).status_code == 405  # infer takes POST only
     assert httpx.post(f"{url}/v2/models/other/infer", json={}).status_code == 404
     assert httpx.post(f"{url}/v2/models/tiny/versions/2/infer", json={}).status_code == 404
     assert httpx.get(f"{url}/v2/models/tiny/versions/2").status_code == 404

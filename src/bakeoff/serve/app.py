@@ -1,4 +1,6 @@
-"""The HTTP server: the Open Inference Protocol (v2) REST API on FastAPI.
+"""The HTTP server: the Open Inference Protocol (v2) REST API on FastAPI, except for
+infer itself, which is answered in plain ASGI ahead of FastAPI's routing (the one
+hot path) and added to the OpenAPI document by hand.
 
 Every request is checked before it joins a batch (names, datatypes, shapes, rows
 within the batch limit), so a bad request fails alone. Bodies are counted while
@@ -12,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, MutableMapping
@@ -343,23 +347,13 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": ErrorBody} for code in codes}
 
 
-_INFER_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {
-        "model": InferResponse,
-        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
-        "description": "JSON, or JSON followed by binary tensors (Inference-Header-Content-Length)",
-    },
-    **_errors(400, 401, 404, 413, 500, 503),
-}
-
-
 def _error(exc: ClientError) -> JSONResponse:
     return JSONResponse({"error": str(exc)}, exc.status, headers=exc.headers)
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+async def _read_body(headers: dict[bytes, bytes], receive: Receive, limit: int) -> bytes:
     """The body, refused (413) as soon as it passes `limit` bytes: never read whole first."""
-    declared = request.headers.get("content-length")
+    declared = headers.get(b"content-length")
     too_big = ClientError(413, f"the request body is over the {limit}-byte limit (--max-body-mb)")
     if declared is not None:
         try:
@@ -368,12 +362,133 @@ async def _read_body(request: Request, limit: int) -> bytes:
         except ValueError:
             raise ClientError(400, f"Content-Length {declared!r} is not a number") from None
     chunks, size = [], 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientError(400, "the client went away before its body was read")
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise too_big
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def answer_infer(
+    serving: Serving,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    name: str,
+    version: str | None,
+) -> None:
+    """POST .../infer, as plain ASGI: the one hot path, kept free of the framework's
+    routing and request objects (their cost shows in the latency at one request at a
+    time, since this code runs cache-cold after each inference)."""
+    serving.in_flight += 1
+    serving.metrics.in_flight.inc()
+    start = time.perf_counter()
+    headers = dict(scope["headers"])
+    extra: list[tuple[bytes, bytes]] = []
+    try:
+        serving.check_model(name, version)
+        problem = serving.not_ready()
+        if problem is not None:
+            raise problem
+        body = await _read_body(headers, receive, int(serving.settings.max_body_mb * 1024 * 1024))
+        header = headers.get(b"inference-header-content-length")
+        try:
+            header_length = None if header is None else int(header)
+        except ValueError:
+            raise ClientError(
+                400, f"Inference-Header-Content-Length {header!r} is not a number"
+            ) from None
+        try:
+            content, json_length = await serving.infer(body, header_length)
+        except protocol.ProtocolError as exc:
+            raise ClientError(400, str(exc)) from None
+        status = 200
+        if json_length is None:
+            media = b"application/json"
+        else:
+            media = b"application/octet-stream"
+            extra.append((b"inference-header-content-length", str(json_length).encode()))
+    except ClientError as exc:
+        status, media = exc.status, b"application/json"
+        content = json.dumps({"error": str(exc)}).encode()
+        extra = [(k.lower().encode(), v.encode()) for k, v in exc.headers.items()]
+    except Exception as exc:  # a fault of ours: this request gets a 500, the server stays up
+        status, media = 500, b"application/json"
+        content = json.dumps({"error": f"internal error: {type(exc).__name__}: {exc}"}).encode()
+    finally:
+        serving.in_flight -= 1
+        serving.metrics.in_flight.dec()
+        serving.metrics.request_seconds.observe(time.perf_counter() - start)
+    response_headers = [
+        (b"content-type", media),
+        (b"content-length", str(len(content)).encode()),
+        *extra,
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": response_headers})
+    await send({"type": "http.response.body", "body": content})
+
+
+def _infer_operations() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The OpenAPI path items of the two infer endpoints (answered by `answer_infer`,
+    not by a FastAPI route) and the component schemas they refer to."""
+    components: dict[str, Any] = {}
+    for model in (InferResponse, ErrorBody):
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(schema.pop("$defs", {}))
+        components[model.__name__] = schema
+
+    def ref(name: str) -> dict[str, Any]:
+        return {"schema": {"$ref": f"#/components/schemas/{name}"}}
+
+    def operation(operation_id: str, params: list[str]) -> dict[str, Any]:
+        errors = {
+            str(code): {
+                "description": "an error",
+                "content": {"application/json": ref("ErrorBody")},
+            }
+            for code in (400, 401, 404, 413, 500, 503)
+        }
+        return {
+            "post": {
+                "summary": "Infer",
+                "operationId": operation_id,
+                "parameters": [
+                    {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
+                    for p in params
+                ],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _INFER_REQUEST_SCHEMA}},
+                },
+                "responses": {
+                    "200": {
+                        "description": "JSON, or JSON followed by binary tensors "
+                        "(Inference-Header-Content-Length)",
+                        "content": {
+                            "application/json": ref("InferResponse"),
+                            "application/octet-stream": {
+                                "schema": {"type": "string", "format": "binary"}
+                            },
+                        },
+                    },
+                    **errors,
+                },
+            }
+        }
+
+    paths = {
+        "/v2/models/{name}/infer": operation("model_infer", ["name"]),
+        "/v2/models/{name}/versions/{version}/infer": operation(
+            "model_version_infer", ["name", "version"]
+        ),
+    }
+    return paths, components
 
 
 def create_app(serving: Serving) -> FastAPI:
@@ -392,7 +507,6 @@ def create_app(serving: Serving) -> FastAPI:
         docs_url=None,
         redoc_url=None,
     )
-    limit = int(settings.max_body_mb * 1024 * 1024)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -454,49 +568,8 @@ def create_app(serving: Serving) -> FastAPI:
             return JSONResponse({"ready": False, "reason": str(problem)}, 503, problem.headers)
         return JSONResponse({"ready": True})
 
-    async def infer(request: Request, name: str, version: str | None) -> Response:
-        serving.in_flight += 1
-        serving.metrics.in_flight.inc()
-        start = time.perf_counter()
-        try:
-            serving.check_model(name, version)
-            problem = serving.not_ready()
-            if problem is not None:
-                raise problem
-            body = await _read_body(request, limit)
-            header = request.headers.get("inference-header-content-length")
-            try:
-                header_length = None if header is None else int(header)
-            except ValueError:
-                raise ClientError(
-                    400, f"Inference-Header-Content-Length {header!r} is not a number"
-                ) from None
-            try:
-                content, json_length = await serving.infer(body, header_length)
-            except protocol.ProtocolError as exc:
-                raise ClientError(400, str(exc)) from None
-        except ClientError as exc:
-            return _error(exc)
-        finally:
-            serving.in_flight -= 1
-            serving.metrics.in_flight.dec()
-            serving.metrics.request_seconds.observe(time.perf_counter() - start)
-        if json_length is None:
-            return Response(content, media_type="application/json")
-        return Response(
-            content,
-            media_type="application/octet-stream",
-            headers={"Inference-Header-Content-Length": str(json_length)},
-        )
-
     model_responses = {200: {"model": ModelMetadata}, **_errors(401, 404)}
     ready_responses = {200: {"model": HealthBody}, **_errors(401, 404, 503)}
-    infer_extra = {
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": _INFER_REQUEST_SCHEMA}},
-        }
-    }
 
     @app.get("/v2/models/{name}", responses=model_responses)
     async def model_metadata(name: str) -> Response:
@@ -514,22 +587,21 @@ def create_app(serving: Serving) -> FastAPI:
     async def model_version_is_ready(name: str, version: str) -> Response:
         return model_ready(name, version)
 
-    @app.post("/v2/models/{name}/infer", responses=_INFER_RESPONSES, openapi_extra=infer_extra)
-    async def model_infer(request: Request, name: str) -> Response:
-        return await infer(request, name, None)
-
-    @app.post(
-        "/v2/models/{name}/versions/{version}/infer",
-        responses=_INFER_RESPONSES,
-        openapi_extra=infer_extra,
-    )
-    async def model_version_infer(request: Request, name: str, version: str) -> Response:
-        return await infer(request, name, version)
-
     @app.get("/metrics", responses={200: {"content": {"text/plain": {}}}, **_errors(401)})
     async def metrics() -> Response:
         return Response(serving.metrics.render(), media_type="text/plain; version=0.0.4")
 
+    paths, components = _infer_operations()
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = FastAPI.openapi(app)
+            schema["paths"].update(paths)
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(components)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     app.add_middleware(Guard, serving=serving)
     return app
 
@@ -538,6 +610,9 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+
+
+_INFER_PATH = re.compile(r"^/v2/models/(?P<name>[^/]+)(?:/versions/(?P<version>[^/]+))?/infer$")
 
 
 def _endpoint(path: str) -> str:
@@ -560,8 +635,9 @@ def _endpoint(path: str) -> str:
 
 class Guard:
     """Bearer-token check on every endpoint but liveness (compared in constant time),
-    and the request count by endpoint and status. Plain ASGI: it adds no task per
-    request, which the latency overhead would show."""
+    the request count by endpoint and status, and POST .../infer answered here by
+    `answer_infer`, ahead of FastAPI. Plain ASGI: it adds no task per request, which
+    the latency overhead would show."""
 
     def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], serving: Serving):
         self.app = app
@@ -594,6 +670,17 @@ class Guard:
             await send(message)
 
         try:
-            await self.app(scope, receive, counted)
+            infer = _INFER_PATH.match(scope["path"])
+            if infer is None:
+                await self.app(scope, receive, counted)
+            elif scope["method"] != "POST":
+                response = JSONResponse(
+                    {"error": "infer takes POST"}, 405, headers={"Allow": "POST"}
+                )
+                await response(scope, receive, counted)
+            else:
+                await answer_infer(
+                    self.serving, scope, receive, counted, infer["name"], infer["version"]
+                )
         finally:
             counter.labels(endpoint, str(status["code"])).inc()
