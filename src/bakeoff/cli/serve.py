@@ -16,16 +16,24 @@ from bakeoff.errors import UserError
 _NEEDS = ("fastapi", "uvicorn", "prometheus_client")
 
 
-def _auto_or(value: str, flag: str, kind: type[int] | type[float], minimum: float) -> float | None:
+def _auto_or(value: str, flag: str, minimum: float) -> float | None:
+    """None for `auto`, else the number (at least `minimum`)."""
     if value == "auto":
         return None
     try:
-        number = kind(value)
+        number = float(value)
     except ValueError:
         raise UserError(f"{flag} {value!r}: expected a number or auto") from None
     if number < minimum:
         raise UserError(f"{flag} {value}: expected at least {minimum:g}, or auto")
     return number
+
+
+def _auto_or_int(value: str, flag: str) -> int | None:
+    number = _auto_or(value, flag, 1)
+    if number is not None and not number.is_integer():
+        raise UserError(f"{flag} {value}: expected a whole number, or auto")
+    return None if number is None else int(number)
 
 
 def serve_cmd(
@@ -35,7 +43,7 @@ def serve_cmd(
     ] = None,
     host: Annotated[
         str, typer.Option(help="address to bind (off loopback a token is required)")
-    ] = ("127.0.0.1"),
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port (0: any free one, printed)")] = 8000,
     max_batch_size: Annotated[
         str, typer.Option("--max-batch-size", help="rows per batch, or auto (from the run)")
@@ -75,21 +83,14 @@ def serve_cmd(
     from bakeoff.serve import ExportedModel, ServeSettings, auto, serve, server, source
 
     server.check_exposure(host, token)  # before anything is exported or loaded
-    batch = _auto_or(max_batch_size, "--max-batch-size", int, 1)
-    delay = _auto_or(max_queue_delay_ms, "--max-queue-delay-ms", float, 0)
-    n_instances = _auto_or(instances, "--instances", int, 1)
-    folder, why = source.export_folder(
-        target, Path(store), candidate, None if batch is None else int(batch), latency_bound_ms
-    )
+    batch = _auto_or_int(max_batch_size, "--max-batch-size")
+    delay = _auto_or(max_queue_delay_ms, "--max-queue-delay-ms", 0)
+    n_instances = _auto_or_int(instances, "--instances")
+    folder, why = source.export_folder(target, Path(store), candidate, batch, latency_bound_ms)
     model = ExportedModel(folder, model_name)
     spec = model.spec
     chosen = auto.choose(
-        spec.measured,
-        spec.batch_size,
-        None if batch is None else int(batch),
-        delay,
-        None if n_instances is None else int(n_instances),
-        latency_bound_ms,
+        spec.measured, spec.batch_size, batch, delay, n_instances, latency_bound_ms
     )
     # soft_wrap: a line per fact, never cut at the terminal's width (scripts read them)
     out.print(

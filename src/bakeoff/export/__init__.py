@@ -32,6 +32,15 @@ session, compile and interpreter functions).
 """
 
 from bakeoff.export.predictor import FORMAT, MANIFEST, Predictor, load, manifest_layout
-from bakeoff.export.writer import EXPORTABLE, export
+from bakeoff.export.writer import EXPORTABLE, export, variant_measurements
 
-__all__ = ["EXPORTABLE", "FORMAT", "MANIFEST", "Predictor", "export", "load", "manifest_layout"]
+__all__ = [
+    "EXPORTABLE",
+    "FORMAT",
+    "MANIFEST",
+    "Predictor",
+    "export",
+    "load",
+    "manifest_layout",
+    "variant_measurements",
+]

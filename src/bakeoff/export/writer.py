@@ -84,7 +84,8 @@ def export(
         manifest = _manifest(record, cand, artifact, examples, layout, files)
         manifest["outputs"] = _outputs(cand, run)
         manifest["text"] = text
-        manifest["measured_by_batch_size"] = _variant_measurements(record, cand)
+        candidates = (record["document"] or {}).get("candidates", [])
+        manifest["measured_by_batch_size"] = variant_measurements(candidates, cand)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
         if out_dir.exists():
             out_dir.rmdir()  # empty, checked above
@@ -243,13 +244,15 @@ def _outputs(cand: dict[str, Any], run: RunFolder) -> list[dict[str, Any]] | Non
     return [{"name": "output", "dtype": "float32", "shape": [int(cand["batch_size"]), *shape[1:]]}]
 
 
-def _variant_measurements(record: dict[str, Any], cand: dict[str, Any]) -> list[dict[str, Any]]:
-    """This variant's figures at every batch size the run measured it, so a server
-    can choose its batching from them (`bakeoff serve --max-batch-size auto`)."""
-    doc = record["document"] or {}
+def variant_measurements(
+    candidates: list[dict[str, Any]], cand: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The figures of `cand`'s variant at every batch size the run measured it (its
+    ok candidates in the result document), so a server can choose its batching from
+    them (`bakeoff serve --max-batch-size auto`)."""
     vid = _variant_id(cand)
     rows = []
-    for c in doc.get("candidates", []):
+    for c in candidates:
         if c["status"] != "ok" or _variant_id(c) != vid or not c.get("latency_ms"):
             continue
         best = (c.get("offline") or {}).get("best") or {}

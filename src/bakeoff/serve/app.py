@@ -52,6 +52,10 @@ class ServeSettings:
     drain_s: float = 30.0
     version: str = "1"
 
+    @property
+    def max_body_bytes(self) -> int:
+        return int(self.max_body_mb * 1024 * 1024)
+
 
 class ClientError(Exception):
     def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
@@ -159,6 +163,11 @@ class Serving:
             return ClientError(503, why, {"Retry-After": "1"})
         return None
 
+    def is_text(self, request: protocol.InferRequest) -> bool:
+        """The request sends text alone, for the server to tokenize."""
+        text = self.spec.text
+        return text is not None and set(request.inputs) == {text.name}
+
     def inputs_of(
         self, request: protocol.InferRequest
     ) -> tuple[dict[str, np.ndarray], int, Hashable]:
@@ -167,7 +176,8 @@ class Serving:
         spec = self.spec
         given = request.inputs
         text = spec.text
-        if text is not None and set(given) == {text.name}:
+        if self.is_text(request):
+            assert text is not None
             return self._tokenized(given[text.name], request.datatypes[text.name])
         expected = {t.name: t for t in spec.inputs}
         wanted = ", ".join(f"{t.name} ({t.datatype} {list(t.shape)})" for t in spec.inputs)
@@ -243,7 +253,7 @@ class Serving:
             request = await run_in_threadpool(protocol.parse_infer_request, body, header_length)
         else:
             request = protocol.parse_infer_request(body, header_length)
-        if self.spec.text is not None and set(request.inputs) == {self.spec.text.name}:
+        if self.is_text(request):  # tokenizing is CPU work: off the event loop
             arrays, rows, key = await run_in_threadpool(self.inputs_of, request)
         else:
             arrays, rows, key = self.inputs_of(request)
@@ -396,7 +406,7 @@ async def answer_infer(
         problem = serving.not_ready()
         if problem is not None:
             raise problem
-        body = await _read_body(headers, receive, int(serving.settings.max_body_mb * 1024 * 1024))
+        body = await _read_body(headers, receive, serving.settings.max_body_bytes)
         header = headers.get(b"inference-header-content-length")
         try:
             header_length = None if header is None else int(header)

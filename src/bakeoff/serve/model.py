@@ -13,24 +13,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from bakeoff.errors import UserError
+from bakeoff.serve import protocol
 
 # One loaded instance: input arrays by name -> output arrays by name.
 Runner = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
-
-_DATATYPE = {
-    "bool": "BOOL",
-    "uint8": "UINT8",
-    "uint16": "UINT16",
-    "uint32": "UINT32",
-    "uint64": "UINT64",
-    "int8": "INT8",
-    "int16": "INT16",
-    "int32": "INT32",
-    "int64": "INT64",
-    "float16": "FP16",
-    "float32": "FP32",
-    "float64": "FP64",
-}
 
 
 @dataclass(frozen=True)
@@ -81,9 +67,11 @@ class Servable(Protocol):
 
 
 def datatype_of(dtype: str) -> str:
-    if dtype not in _DATATYPE:
-        raise UserError(f"input dtype {dtype} has no Open Inference Protocol datatype")
-    return _DATATYPE[dtype]
+    """The protocol's datatype of a manifest's numpy dtype name."""
+    try:
+        return protocol.datatype_of(np.dtype(dtype))
+    except (TypeError, ValueError):
+        raise UserError(f"dtype {dtype} has no Open Inference Protocol datatype") from None
 
 
 class ExportedModel:
@@ -103,8 +91,7 @@ class ExportedModel:
         inputs = [_input_spec(i) for i in manifest["inputs"]]
         outputs = [
             TensorSpec(o["name"], datatype_of(o["dtype"]), (-1, *o["shape"][1:]))
-            for o in manifest.get("outputs") or [{"name": "output", "dtype": "float32"}]
-            if "shape" in o
+            for o in manifest.get("outputs") or []
         ] or [TensorSpec("output", "FP32", (-1,))]  # an older export: its shape is unknown
         text = manifest.get("text")
         self.spec = ServedSpec(

@@ -8,26 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.errors import UserError
+from bakeoff.export import variant_measurements
 from bakeoff.paths import RunFolder
 from bakeoff.serve.auto import best_batch
-
-
-def _variant(c: dict[str, Any]) -> tuple[str, str, str | None]:
-    return (c["runtime"], c["precision"], c.get("method"))
-
-
-def _measured(candidates: list[dict[str, Any]], variant: tuple[str, str, str | None]) -> list:
-    return [
-        {
-            "candidate": c["id"],
-            "batch_size": int(c["batch_size"]),
-            "p50_ms": (c.get("latency_ms") or {}).get("p50"),
-            "p99_ms": (c.get("latency_ms") or {}).get("p99"),
-            "samples_per_s": (c.get("throughput") or {}).get("samples_per_s"),
-        }
-        for c in candidates
-        if c["status"] == "ok" and _variant(c) == variant and c.get("throughput")
-    ]
 
 
 def choose_candidate(
@@ -47,8 +30,7 @@ def choose_candidate(
     by_id = {c["id"]: c for c in candidates}
     if max_batch_size is not None:
         verdict = next((v for v in verdicts if v["batch_size"] == max_batch_size), verdicts[0])
-        variant = _variant(by_id[verdict["winner"]])
-        rows = _measured(candidates, variant)
+        rows = variant_measurements(candidates, by_id[verdict["winner"]])
         below = [r for r in rows if r["batch_size"] <= max_batch_size] or rows
         row = max(below, key=lambda r: r["batch_size"])
         return row["candidate"], [
@@ -59,15 +41,16 @@ def choose_candidate(
                 else ""
             )
         ]
-    best: tuple[float, str, list[str]] | None = None
-    for v in verdicts:
-        row, why = best_batch(_measured(candidates, _variant(by_id[v["winner"]])), latency_bound_ms)
-        if row is not None and (best is None or row["samples_per_s"] > best[0]):
-            why = [f"{row['candidate']}: of the verdicts' winners, the best throughput"]
-            best = (row["samples_per_s"], row["candidate"], why)
-    if best is None:
+    # Each winner's best batch size (the reasons are printed by `auto` once served).
+    best = [
+        best_batch(variant_measurements(candidates, by_id[v["winner"]]), latency_bound_ms)[0]
+        for v in verdicts
+    ]
+    measured = [r for r in best if r is not None]
+    if not measured:
         return str(verdicts[0]["winner"]), ["the first verdict's winner (no throughput measured)"]
-    return best[1], best[2]
+    top = max(measured, key=lambda r: r["samples_per_s"])
+    return top["candidate"], [f"{top['candidate']}: of the verdicts' winners, the best throughput"]
 
 
 def export_folder(
