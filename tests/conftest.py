@@ -1,13 +1,15 @@
 """Test isolation: nothing may be written outside temp dirs.
 
 Keras, Ray, OpenVINO, ONNX Runtime, matplotlib, Hypothesis and the Hugging Face stack
-like to write under ~ (or the working folder); HOME and the cache locations point into
-a session temp dir, and workers inherit the same environment.
+like to write under ~ (or the working folder), and TensorFlow's autograph and our own
+workers' compile caches under the system temp dir; HOME, TMPDIR and the cache
+locations point into a session temp dir, and workers inherit the same environment.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,10 @@ import pytest
 def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     home = tmp_path_factory.mktemp("home")
     os.environ["HOME"] = str(home)
+    scratch = home / "tmp"
+    scratch.mkdir()
+    os.environ["TMPDIR"] = str(scratch)
+    tempfile.tempdir = str(scratch)  # gettempdir() has read TMPDIR already
     os.environ["XDG_CACHE_HOME"] = str(home / ".cache")
     os.environ["BAKEOFF_CACHE_DIR"] = str(home / "bakeoff-cache")
     os.environ["HF_HUB_OFFLINE"] = "1"

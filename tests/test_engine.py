@@ -211,6 +211,9 @@ def test_one_worker_times_a_build_at_each_batch_size(tmp_path: Path) -> None:
     assert large.first_call_s == small.worker["first_call_at_quality_batch_size_s"]
     assert large.first_call_s is not None and large.first_call_s > 0
     assert small.peak_rss_mb is not None and large.peak_rss_mb is not None
+    # Two warm-up calls each; at 4, the first call there, made just before, was the
+    # first of them (docs/method.md rule 4).
+    assert (len(small.warmup_ns), len(large.warmup_ns)) == (2, 1)
     # Timed at its own batch: 1 ms + 1 ms a sample on the virtual clock.
     assert 1.5e6 < np.median(small.samples()) < 2.5e6
     assert 4.5e6 < np.median(large.samples()) < 5.5e6
@@ -222,6 +225,7 @@ def test_a_rejected_worker_is_not_kept_for_the_next_batch_size(tmp_path: Path) -
     assert small.status == "rejected"
     assert launcher.started == ["fake-fp32-b1", "fake-fp32-b4"]  # a fresh one for 4
     assert large.status == "ok" and large.worker["first_call"] == "cold"
+    assert len(large.warmup_ns) == 2  # a fresh process: every warm-up call its own
 
 
 def test_loads_side_by_side_start_the_slowest_first_and_say_so(tmp_path: Path) -> None:

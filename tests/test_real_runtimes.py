@@ -461,11 +461,15 @@ def test_a_length_baked_in_by_the_exporter_is_rejected_at_the_second_shape(
     assert ort["quality_second_shape"]["drop"] > 0.01
 
 
-def test_a_model_the_reference_cannot_run_stops_before_other_builds(
+def test_a_model_the_reference_cannot_run_stops_every_build(
     tmp_path: Path, store_path: Path
 ) -> None:
-    """The FP32 reference is built and run first: an unreadable model costs seconds,
-    not the exports and quantizations of every other variant."""
+    """The FP32 reference is built first, alone, and its outputs are computed beside
+    the other builds: when it cannot run the model, every build is stopped at once,
+    so an unreadable model costs seconds, not the exports and quantizations of
+    every other variant, and the error is the reference's."""
+    import psutil
+
     from bakeoff.errors import BakeoffError
 
     (tmp_path / "bad.onnx").write_text("not an ONNX file")
@@ -479,5 +483,11 @@ def test_a_model_the_reference_cannot_run_stops_before_other_builds(
     with pytest.raises(BakeoffError, match=r"FP32 reference \(onnxruntime-fp32.*INVALID_PROTOBUF"):
         api.run(str(wl), api.RunOptions(quick=True, store=store_path))
     (run_dir,) = (store_path.parent / "runs").iterdir()
-    builds = sorted(p.name for p in (run_dir / "logs").glob("build-*.log"))
-    assert builds == ["build-onnxruntime-fp32.log"]
+    logs = {p.name for p in (run_dir / "logs").glob("*.log")}
+    assert {"build-onnxruntime-fp32.log", "reference.log"} <= logs
+    workers = [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if "bakeoff.trials.worker" in p.cmdline()
+    ]
+    assert workers == []  # no build left running after the reference's failure

@@ -1,8 +1,10 @@
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psutil
+import pytest
 from rich.console import Console
 
 from bakeoff import api
@@ -20,14 +22,16 @@ def test_fake_workload_end_to_end(tmp_path: Path, store_path: Path) -> None:
     assert result.exit_code == 0
     assert [v["winner"] for v in result.document["verdicts"]] == ["fake-int8-b1", "fake-int8-b32"]
     # Every variant's build is recorded (wall and CPU seconds, its threads); after the
-    # reference, the others were built side by side, as many as the cores allow.
+    # reference's build, its outputs and the other builds ran side by side, as many
+    # as the cores allow.
     cache = result.document["variant_cache"]
     assert set(cache["builds"]) == {"fake-fp32", "fake-int8"}
     for build in cache["builds"].values():
         assert build["wall_s"] >= 0 and build["cpu_s"] >= 0 and build["threads"] >= 1
     threads = result.document["settings"]["threads"]
     cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
-    assert cache["side_by_side"] == max(1, min(cores, threads, 1))  # one variant after it
+    assert cache["side_by_side"] == max(1, min(cores, threads, 2))  # outputs + a variant
+    assert result.document["timing_s"]["reference_beside_builds"] is True
     # One worker per variant, timed at batch 1, then 32: its quality pass ran once, at
     # 32; at 32 its first call came after batch 1's, so that is no cold start.
     by_id = {c["id"]: c for c in result.document["candidates"]}
@@ -85,3 +89,36 @@ def test_a_worker_per_batch_size_when_cold_starts_must_be_alone(tmp_path: Path) 
             assert c["worker"]["quality_batch_size"] == bs
             assert c["worker"]["loaded_alone"] is True
             assert c["cold_start_s"]["isolated"] is True
+
+
+def test_a_reference_that_fails_stops_the_builds_beside_it(
+    tmp_path: Path, store_path: Path
+) -> None:
+    """The reference's outputs are computed beside the other builds; when the
+    reference cannot run the model, the build still in flight is stopped at once,
+    not waited for, and the run ends with the reference's error."""
+    from bakeoff.errors import BakeoffError
+
+    np.savez(tmp_path / "d.npz", input=np.zeros((64, 8), np.float32))
+    (tmp_path / "w.toml").write_text(
+        'name = "fake"\n[model]\nkind = "fake"\n'
+        'options = { load_error = { fp32 = "the reference cannot read this" }, '
+        "build_wall_s = { int8 = 120.0 } }\n"
+        '[data]\npath = "d.npz"\n[search]\nruntimes = ["fake"]\n'
+    )
+    started = time.monotonic()
+    with pytest.raises(BakeoffError, match=r"FP32 reference \(fake-fp32.*cannot read this"):
+        api.run(str(tmp_path / "w.toml"), api.RunOptions(quick=True, store=store_path))
+    # The INT8 build sleeps 120 s: the run ended long before it would have.
+    assert time.monotonic() - started < 60
+    workers = [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if "bakeoff.trials.worker" in p.cmdline()
+    ]
+    assert workers == []
+    (run_dir,) = (store_path.parent / "runs").iterdir()
+    logs = {p.name for p in (run_dir / "logs").glob("*.log")}
+    cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+    if cores > 1:  # one core: the build waits for the reference, and never starts
+        assert "build-fake-int8.log" in logs

@@ -9,7 +9,9 @@ fraction of that peak a candidate reaches at its measured throughput.
   work.
 - `measure_peak` times a large square GEMM in a fresh process with the run's
   thread settings: FP32 always, INT8 where the CPU has an INT8 dot-product
-  instruction (VNNI, AMX-INT8), BF16 where it has native BF16.
+  instruction (VNNI, AMX-INT8), BF16 where it has native BF16. `PeakProbe` starts
+  that process ahead of time: it imports torch while other work runs and times
+  nothing until `measure` is called.
 - `efficiency` turns a count, a throughput and a peak into the candidate document's
   `efficiency` figure.
 
@@ -274,42 +276,110 @@ def measure_peak(
     is; call it while nothing is being timed. `size` overrides the matrix size
     (tests use a small one).
     """
-    if threads < 1:
-        raise ValueError(f"threads must be at least 1, got {threads}")
-    kinds = ["fp32"]
-    out: dict[str, dict[str, Any]] = {}
-    wanted = set(precisions)
-    if "int8" in wanted:
-        path = hardware.int8_path()
-        if path in ("amx", "vnni"):
-            kinds.append("int8")
+    return PeakProbe(threads, precisions, env, size=size).measure(timeout_s)
+
+
+class PeakProbe:
+    """The GEMM peak's child process (see `measure_peak`), started ahead of time:
+    it imports torch and makes its matrices at once, beside whatever else runs,
+    then waits; `measure` lets it time its GEMMs, which must be while nothing else
+    runs. `close` stops a probe that is not needed after all."""
+
+    def __init__(
+        self,
+        threads: int,
+        precisions: Collection[str],
+        env: Mapping[str, str] | None = None,
+        *,
+        size: int | None = None,
+    ) -> None:
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1, got {threads}")
+        self.kinds = ["fp32"]
+        self.out: dict[str, dict[str, Any]] = {}
+        wanted = set(precisions)
+        if "int8" in wanted:
+            path = hardware.int8_path()
+            if path in ("amx", "vnni"):
+                self.kinds.append("int8")
+            else:
+                self.out["int8"] = {"gflops": None, "why": _no_int8_why(path)}
+        if "bf16" in wanted:
+            if hardware.native_flags("bf16"):
+                self.kinds.append("bf16")
+            else:
+                self.out["bf16"] = {
+                    "gflops": None,
+                    "why": "no native bf16 arithmetic on this CPU "
+                    f"({'/'.join(hardware.NATIVE['bf16'])}): bf16 candidates are compared "
+                    "with the fp32 peak",
+                }
+        # Large enough that the GEMM is compute-bound at this thread count: 2048 keeps
+        # 8 cores busy for milliseconds per call, more cores get 4096.
+        n = size or (2048 if threads <= 8 else 4096)
+        spec = {"threads": threads, "kinds": self.kinds, "size": n}
+        if env is None:
+            child_env = dict(os.environ)
+            child_env.update({name: str(threads) for name in _THREAD_VARIABLES})
         else:
-            out["int8"] = {"gflops": None, "why": _no_int8_why(path)}
-    if "bf16" in wanted:
-        if hardware.native_flags("bf16"):
-            kinds.append("bf16")
-        else:
-            out["bf16"] = {
-                "gflops": None,
-                "why": "no native bf16 arithmetic on this CPU "
-                f"({'/'.join(hardware.NATIVE['bf16'])}): bf16 candidates are compared "
-                "with the fp32 peak",
-            }
-    # Large enough that the GEMM is compute-bound at this thread count: 2048 keeps
-    # 8 cores busy for milliseconds per call, more cores get 4096.
-    n = size or (2048 if threads <= 8 else 4096)
-    measured = _run_child({"threads": threads, "kinds": kinds, "size": n}, env, timeout_s)
-    for kind in kinds:
-        out[kind] = measured.get(kind) or {"gflops": None, "why": "not measured"}
-    fp32, int8 = out["fp32"].get("gflops"), out.get("int8", {}).get("gflops")
-    if fp32 and int8 is not None and int8 < 1.5 * fp32:
-        # VNNI's 4-way int8 dot products give several times fp32's rate: a figure
-        # below that is another path (oneDNN capped by ONEDNN_MAX_CPU_ISA, say).
-        out["int8"]["note"] = (
-            f"only {int8 / fp32:.1f}x the fp32 peak: the int8 GEMM may not be using "
-            "the CPU's int8 dot-product instructions"
+            child_env = dict(env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bakeoff.efficiency", json.dumps(spec)],
+            env=child_env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-    return {k: out[k] for k in ("fp32", "int8", "bf16") if k in out}
+
+    def measure(self, timeout_s: float = PEAK_TIMEOUT_S) -> dict[str, dict[str, Any]]:
+        """Time the GEMMs now (the child may still be importing: it starts when ready)."""
+        measured = self._result(timeout_s)
+        out = dict(self.out)
+        for kind in self.kinds:
+            out[kind] = measured.get(kind) or {"gflops": None, "why": "not measured"}
+        fp32, int8 = out["fp32"].get("gflops"), out.get("int8", {}).get("gflops")
+        if fp32 and int8 is not None and int8 < 1.5 * fp32:
+            # VNNI's 4-way int8 dot products give several times fp32's rate: a figure
+            # below that is another path (oneDNN capped by ONEDNN_MAX_CPU_ISA, say).
+            out["int8"]["note"] = (
+                f"only {int8 / fp32:.1f}x the fp32 peak: the int8 GEMM may not be using "
+                "the CPU's int8 dot-product instructions"
+            )
+        return {k: out[k] for k in ("fp32", "int8", "bf16") if k in out}
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired, ValueError, OSError):
+            self.proc.communicate(timeout=5)
+
+    def _result(self, timeout_s: float) -> dict[str, dict[str, Any]]:
+        failed = {kind: {"gflops": None, "why": ""} for kind in self.kinds}
+        try:
+            stdout, stderr = self.proc.communicate(_GO + "\n", timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.close()
+            why = f"the GEMM benchmark ran past {timeout_s:g} s"
+            return {kind: {**v, "why": why} for kind, v in failed.items()}
+        except (ValueError, OSError) as exc:  # measured or closed already
+            why = f"the GEMM benchmark could not be asked: {exc}"
+            return {kind: {**v, "why": why} for kind, v in failed.items()}
+        lines = stdout.strip().splitlines()
+        if self.proc.returncode != 0 or not lines:
+            tail = " | ".join(stderr.strip().splitlines()[-2:])
+            why = f"the GEMM benchmark exited with code {self.proc.returncode}: {tail}"
+            return {kind: {**v, "why": why} for kind, v in failed.items()}
+        try:
+            result: dict[str, dict[str, Any]] = json.loads(lines[-1])
+        except ValueError:
+            why = f"the GEMM benchmark printed no result: {lines[-1][:200]!r}"
+            return {kind: {**v, "why": why} for kind, v in failed.items()}
+        return result
+
+
+# What the parent writes to the child's stdin when it may time its GEMMs.
+_GO = "go"
 
 
 def _no_int8_why(path: str) -> str:
@@ -324,43 +394,9 @@ def _no_int8_why(path: str) -> str:
     return "not an x86 CPU: the int8 peak is measured only for VNNI and AMX"
 
 
-def _run_child(
-    spec: dict[str, Any], env: Mapping[str, str] | None, timeout_s: float
-) -> dict[str, dict[str, Any]]:
-    """The GEMMs in a fresh process: the run's thread settings, not this process's
-    threads, and nothing of this process's state in the way."""
-    if env is None:
-        child_env = dict(os.environ)
-        child_env.update({name: str(spec["threads"]) for name in _THREAD_VARIABLES})
-    else:
-        child_env = dict(env)
-    failed = {kind: {"gflops": None, "why": ""} for kind in spec["kinds"]}
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "bakeoff.efficiency", json.dumps(spec)],
-            env=child_env,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-    except subprocess.TimeoutExpired:
-        why = f"the GEMM benchmark ran past {timeout_s:g} s"
-        return {kind: {**v, "why": why} for kind, v in failed.items()}
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        tail = " | ".join(proc.stderr.strip().splitlines()[-2:])
-        why = f"the GEMM benchmark exited with code {proc.returncode}: {tail}"
-        return {kind: {**v, "why": why} for kind, v in failed.items()}
-    try:
-        result: dict[str, dict[str, Any]] = json.loads(lines[-1])
-    except ValueError:
-        why = f"the GEMM benchmark printed no result: {lines[-1][:200]!r}"
-        return {kind: {**v, "why": why} for kind, v in failed.items()}
-    return result
-
-
 def _peak_child(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """In the child: each GEMM's best call, as GFLOP/s."""
+    """In the child: each GEMM's best call, as GFLOP/s, once the parent says go (torch
+    is imported before that, while the parent's other work runs)."""
     import torch
 
     threads, n = int(spec["threads"]), int(spec["size"])
@@ -369,6 +405,8 @@ def _peak_child(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
     with contextlib.suppress(RuntimeError):
         torch.set_num_interop_threads(1)
     gen = torch.Generator().manual_seed(0)
+    if sys.stdin.readline().strip() != _GO:
+        return {}  # the parent closed it, or is gone: nothing to time for anyone
     plural = "" if threads == 1 else "s"
     out: dict[str, dict[str, Any]] = {}
     for kind in spec["kinds"]:

@@ -13,7 +13,9 @@ call, so a test can interrupt a run in flight), ``model_mb`` (the size it
 reports), ``seed``; ``not_needed`` (a reason, keyed by precision) makes that
 precision's build say another variant made it unnecessary, as NNCF's
 accuracy-aware INT8 does when plain INT8 passes, to test how a run leaves such a
-variant out. A labelled
+variant out; ``build_wall_s`` (a real sleep in that precision's build) and
+``load_error`` (a message its load fails with) let a test see what stops what
+while builds run side by side. A labelled
 candidate's ``options`` override these for that candidate.
 """
 
@@ -52,6 +54,7 @@ def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
     why = ctx.source.options.get("not_needed", {}).get(variant.precision)
     if why and ctx.skip_unneeded:
         raise StepNotNeeded(f"not needed: {why}")
+    time.sleep(_option(ctx.source.options, "build_wall_s", variant.precision, 0.0))
     return {}
 
 
@@ -123,4 +126,7 @@ class FakeRunner:
 
 
 def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> FakeRunner:
+    error = ctx.source.options.get("load_error", {}).get(variant.precision)
+    if error:
+        raise RuntimeError(str(error))
     return FakeRunner(variant, ctx)

@@ -79,9 +79,12 @@ def document(
         "noise": {"before": noise["before"], "during": found.during, "after": noise["after"]},
         "variant_cache": builds.summary(ctx.folder.artifacts),
         "timing_s": {
+            # The build phase's wall time: the reference's outputs ran beside the
+            # builds, so `reference` is a part of `build`, not added to it.
             "build": round(build_s, 3),
             "build_saved_by_cache": round(builds.saved_s, 3),
             "reference": round(reference.seconds, 3),
+            "reference_beside_builds": True,
             "efficiency": round(efficiency_s, 3),
             "measure": round(found.seconds, 3),
             **{f"measure_{k}": round(v, 3) for k, v in found.phases.items()},

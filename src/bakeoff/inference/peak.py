@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.batching import read_split
-from bakeoff.efficiency import candidate_efficiency, flops_per_sample, measure_peak
+from bakeoff.efficiency import PeakProbe, candidate_efficiency, flops_per_sample
 from bakeoff.inference.context import RunContext
 from bakeoff.trials.launcher import worker_env
 
@@ -51,12 +51,17 @@ def model_flops(ctx: RunContext) -> int | None:
     return flops_per_sample(path, _one_sample_shapes(ctx), batch_size=1)
 
 
-def measure_peaks(ctx: RunContext) -> dict[str, dict[str, Any]]:
-    """The GEMM peak per precision the run has, in a process of its own with the
-    threads the workers get; called while nothing is being timed."""
+def start_probe(ctx: RunContext) -> PeakProbe:
+    """The GEMM peak's process for the precisions the run has, with the threads the
+    workers get, started before the builds: its imports run beside them."""
     precisions = {c.variant.precision for c in ctx.candidates if c.status == "pending"}
+    return PeakProbe(ctx.threads, precisions | {"fp32"}, worker_env(ctx.threads))
+
+
+def measure_peaks(ctx: RunContext, probe: PeakProbe) -> dict[str, dict[str, Any]]:
+    """The GEMM peak per precision; called while nothing else runs or is timed."""
     ctx.rep.stage(f"measuring this machine's GEMM peak ({ctx.threads} thread(s))")
-    return measure_peak(ctx.threads, precisions | {"fp32"}, worker_env(ctx.threads))
+    return probe.measure()
 
 
 def set_efficiency(ctx: RunContext, flops: int | None, peaks: dict[str, Any] | None) -> None:

@@ -351,14 +351,20 @@ def _stages(ctx: RunContext, t_start: float, advice: dict[str, Any] | None) -> R
         ctx.save(c)
     launcher = LocalLauncher(ctx.folder.logs)
     reference = reference_variant(ctx.workload.source.kind)
-    builds, ref, build_s = build_all(ctx, launcher, reference)
     # How close to the limit: a figure beside the measurement, for real runtimes
-    # with a graph to count; the GEMM peak is measured before anything is timed.
-    t_efficiency = time.perf_counter()
-    flops = None if ctx.workload.source.kind == "fake" else peak.model_flops(ctx)
-    if flops is not None:
-        ctx.env["peak_gflops"] = peak.measure_peaks(ctx)
-    efficiency_s = time.perf_counter() - t_efficiency
+    # with a graph to count. The GEMM peak's process imports torch beside the
+    # builds; it times its GEMMs after them, before anything is timed.
+    probe = None if ctx.workload.source.kind == "fake" else peak.start_probe(ctx)
+    try:
+        builds, ref, build_s = build_all(ctx, launcher, reference)
+        t_efficiency = time.perf_counter()
+        flops = None if probe is None else peak.model_flops(ctx)
+        if flops is not None and probe is not None:
+            ctx.env["peak_gflops"] = peak.measure_peaks(ctx, probe)
+        efficiency_s = time.perf_counter() - t_efficiency
+    finally:
+        if probe is not None:
+            probe.close()
     noise_before = environment.noise_snapshot()
     found = measure_all(ctx, launcher, ref)
     if flops is not None:

@@ -1,14 +1,16 @@
 """Building the run's variants, each distinct one once in its own process, and the
 FP32 reference's outputs that the quality gate compares every candidate with.
 
-The reference is built and run first: a model or data that the FP32 reference
-cannot run stops the run before minutes of exporting and quantizing.
+The reference is built first, alone; its outputs are then computed beside the
+other builds (none of them needs those outputs), and a model or data that the FP32
+reference cannot run stops every build at once: it costs seconds, not minutes of
+exporting and quantizing.
 """
 
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,65 +174,98 @@ def side_by_side(threads: int, variants: int) -> int:
     return max(1, min(cores, threads, variants))
 
 
-def _build_side_by_side(
-    ctx: RunContext, launcher: Launcher, builds: Builds, variants: list[Variant], done: int
-) -> None:
-    """Independent variants built side by side, each process with its share of the
-    threads; nothing is timed meanwhile (measuring starts when all are done).
-    Results are recorded in the order the builds end."""
-    if not variants:
-        return
-    n = side_by_side(ctx.threads, len(variants))
+# The key under which the reference's outputs job runs among the builds (its
+# worker's log is logs/reference.log); no variant id has a space in it.
+_REFERENCE = "the reference's outputs"
+
+
+def _builds_and_reference(
+    ctx: RunContext,
+    launcher: Launcher,
+    builds: Builds,
+    reference: Variant,
+    variants: list[Variant],
+    done: int,
+) -> Reference:
+    """The reference's outputs and the independent variants' builds side by side,
+    each process with its share of the threads; nothing is timed meanwhile
+    (measuring starts when all are done). The reference's job goes first; builds
+    are recorded in the order they end. When the reference fails, every build is
+    stopped and the run ends with the reference's error."""
+    n = side_by_side(ctx.threads, len(variants) + 1)
     builds.side_by_side = n
-    jobs = [_Build(v, max(1, ctx.threads // n)) for v in variants]
+    threads = max(1, ctx.threads // n)
+    jobs = [_Build(v, threads) for v in variants]
     running: dict[str, Worker] = {}
     mark = variant_cache.events_offset(ctx.folder.artifacts)
     total = done + len(jobs)
-    at_a_time = f"{n} at a time, {jobs[0].threads} thread(s) each" if n > 1 else "one at a time"
-    ctx.rep.stage(f"building {', '.join(v.id for v in variants)} ({at_a_time})")
+    at_a_time = f"{n} at a time, {threads} thread(s) each" if n > 1 else "one at a time"
+    ctx.rep.stage(f"computing reference outputs ({reference.id})")
+    if jobs:
+        ctx.rep.stage(f"building {', '.join(v.id for v in variants)} ({at_a_time})")
+    result: Reference | None = None
     with ThreadPoolExecutor(max_workers=n, thread_name_prefix="build") as pool:
+        ref_future = pool.submit(
+            _reference_outputs, ctx, launcher, builds, reference, threads, running
+        )
         futures = {pool.submit(_run, ctx, launcher, job, running): job for job in jobs}
+        every: list[Future[Any]] = [ref_future, *futures]
         try:
-            for future in as_completed(futures):
+            for future in as_completed(every):
+                if future is ref_future:
+                    result = ref_future.result()  # raises the reference's failure
+                    ctx.rep.stage(
+                        f"reference outputs ({reference.id}) in {result.seconds:.1f} s"
+                        + (" (beside the builds)" if jobs else "")
+                    )
+                    continue
                 future.result()
                 done += 1
                 ctx.rep.progress("building", done, total)
                 _record(ctx, builds, futures[future], mark)
-        except BaseException:  # Ctrl-C: stop the builds, or the pool would wait for them
-            for f in futures:
+        except BaseException:  # the reference failed, or Ctrl-C: stop every build now
+            for f in every:
                 f.cancel()
             for worker in list(running.values()):
                 worker.close()
             raise
+    assert result is not None
+    return result
 
 
 def _reference_outputs(
-    ctx: RunContext, launcher: Launcher, builds: Builds, variant: Variant
+    ctx: RunContext,
+    launcher: Launcher,
+    builds: Builds,
+    variant: Variant,
+    threads: int,
+    running: dict[str, Worker],
 ) -> Reference:
     t_ref = time.perf_counter()
-    ctx.rep.stage(f"computing reference outputs ({variant.id})")
     artifact = builds.built[variant.id]
     if isinstance(artifact, str):
         raise BakeoffError(f"the FP32 reference {variant.id} could not be built: {artifact}")
     path = ctx.folder.reference
     first_bs = ctx.batch_sizes[0]
+    job = ReferenceJob(
+        base=ctx.job_base,
+        load=LoadSpec(variant=variant, artifact=artifact, batch_size=first_bs, threads=threads),
+        outputs_path=str(path),
+    )
+    worker: Worker | None = None
     try:
-        launcher.run(
-            ReferenceJob(
-                base=ctx.job_base,
-                load=LoadSpec(
-                    variant=variant, artifact=artifact, batch_size=first_bs, threads=ctx.threads
-                ),
-                outputs_path=str(path),
-            ),
-            "reference",
-            ctx.opts.trial_timeout_s,
-        )
+        worker = launcher.start(job, "reference")
+        running[_REFERENCE] = worker
+        worker.reply(ctx.opts.trial_timeout_s)
     except WorkerFailed as exc:
         raise BakeoffError(
             f"the FP32 reference ({variant.id}, batch {first_bs}) failed, so "
             f"no variant can be quality-checked: {exc}"
         ) from None
+    finally:
+        running.pop(_REFERENCE, None)
+        if worker is not None:
+            worker.close()
     alt_path = alt_outputs_path(path)
     return Reference(
         variant,
@@ -244,8 +279,8 @@ def build_all(
     ctx: RunContext, launcher: Launcher, reference: Variant
 ) -> tuple[Builds, Reference, float]:
     """Every distinct variant of the pending candidates, the reference first and its
-    outputs next. Returns the builds, the reference and the seconds spent building
-    (the reference's outputs not counted)."""
+    outputs beside the other builds. Returns the builds, the reference and the
+    phase's wall seconds (the reference's outputs ran within them)."""
     t_build = time.perf_counter()
     # The run's base key for the variant cache: model files, calibration data and
     # library versions hashed once here; each build step adds its own name.
@@ -262,10 +297,11 @@ def build_all(
     builds = Builds()
     ctx.rep.progress("building", 0, len(variants))
     _build(ctx, launcher, builds, reference)
-    ref = _reference_outputs(ctx, launcher, builds, reference)
-    _build_side_by_side(ctx, launcher, builds, list(variants.values())[1:], done=1)
+    ref = _builds_and_reference(
+        ctx, launcher, builds, reference, list(variants.values())[1:], done=1
+    )
     ctx.rep.progress("building", len(variants), len(variants))
-    build_s = time.perf_counter() - t_build - ref.seconds
+    build_s = time.perf_counter() - t_build
     variant_cache.record_variants(ctx.folder.artifacts, builds.artifacts())
     ctx.rep.stage(builds.describe())
     return builds, ref, build_s

@@ -422,9 +422,13 @@ def _took(console: Console, document: dict[str, Any]) -> None:
     timing = document.get("timing_s")
     if timing:
         console.print(
-            f"\n[dim]run {document['run_id']}: build {timing['build']:.0f} s, reference "
-            f"{timing['reference']:.0f} s, measure {timing['measure']:.0f} s, total "
-            f"{timing['total']:.0f} s[/]"
+            f"\n[dim]run {document['run_id']}: build {timing['build']:.0f} s"
+            + (
+                f" (the reference's outputs {timing['reference']:.0f} s of it, side by side)"
+                if timing.get("reference_beside_builds")
+                else f", reference {timing['reference']:.0f} s"
+            )
+            + f", measure {timing['measure']:.0f} s, total {timing['total']:.0f} s[/]"
         )
     vc = document.get("variant_cache")
     if vc and vc.get("variants"):
