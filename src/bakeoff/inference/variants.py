@@ -9,6 +9,7 @@ exporting and quantizing.
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -100,21 +101,49 @@ class _Build:
     failure: WorkerFailed | None = None
 
 
-def _run(ctx: RunContext, launcher: Launcher, job: _Build, running: dict[str, Worker]) -> None:
+class _Running:
+    """The workers of builds in flight, so the orchestrator can stop them all (Ctrl-C,
+    or a reference that failed); one that starts after that is stopped at once."""
+
+    def __init__(self) -> None:
+        self._workers: dict[str, Worker] = {}
+        self._stopped = False
+        self._lock = threading.Lock()
+
+    def add(self, key: str, worker: Worker) -> None:
+        with self._lock:
+            self._workers[key] = worker
+            stopped = self._stopped
+        if stopped:
+            worker.close()
+
+    def remove(self, key: str) -> None:
+        with self._lock:
+            self._workers.pop(key, None)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            workers = list(self._workers.values())
+        for worker in workers:
+            worker.close()
+
+
+def _run(ctx: RunContext, launcher: Launcher, job: _Build, running: _Running) -> None:
     """One build in its own process, to its reply (in a thread of its own when builds
-    run side by side); `running` lets the orchestrator stop it on Ctrl-C."""
+    run side by side); `running` lets the orchestrator stop it."""
     vid = job.variant.id
     worker: Worker | None = None
     try:
         worker = launcher.start(
             BuildJob(base=ctx.job_base, variant=job.variant, threads=job.threads), f"build-{vid}"
         )
-        running[vid] = worker
+        running.add(vid, worker)
         job.reply = worker.reply(ctx.opts.build_timeout_s)
     except WorkerFailed as exc:  # it crashed, hung or said why (a start that failed too)
         job.failure = exc
     finally:
-        running.pop(vid, None)
+        running.remove(vid)
         if worker is not None:
             worker.close()
 
@@ -163,7 +192,7 @@ def _build(ctx: RunContext, launcher: Launcher, builds: Builds, variant: Variant
     ctx.rep.stage(f"building {variant.id}")
     mark = variant_cache.events_offset(ctx.folder.artifacts)
     job = _Build(variant, ctx.threads)
-    _run(ctx, launcher, job, {})
+    _run(ctx, launcher, job, _Running())
     _record(ctx, builds, job, mark)
 
 
@@ -196,7 +225,7 @@ def _builds_and_reference(
     builds.side_by_side = n
     threads = max(1, ctx.threads // n)
     jobs = [_Build(v, threads) for v in variants]
-    running: dict[str, Worker] = {}
+    running = _Running()
     mark = variant_cache.events_offset(ctx.folder.artifacts)
     total = done + len(jobs)
     at_a_time = f"{n} at a time, {threads} thread(s) each" if n > 1 else "one at a time"
@@ -226,8 +255,7 @@ def _builds_and_reference(
         except BaseException:  # the reference failed, or Ctrl-C: stop every build now
             for f in every:
                 f.cancel()
-            for worker in list(running.values()):
-                worker.close()
+            running.stop()
             raise
     assert result is not None
     return result
@@ -239,7 +267,7 @@ def _reference_outputs(
     builds: Builds,
     variant: Variant,
     threads: int,
-    running: dict[str, Worker],
+    running: _Running,
 ) -> Reference:
     t_ref = time.perf_counter()
     artifact = builds.built[variant.id]
@@ -255,7 +283,7 @@ def _reference_outputs(
     worker: Worker | None = None
     try:
         worker = launcher.start(job, "reference")
-        running[_REFERENCE] = worker
+        running.add(_REFERENCE, worker)
         worker.reply(ctx.opts.trial_timeout_s)
     except WorkerFailed as exc:
         raise BakeoffError(
@@ -263,7 +291,7 @@ def _reference_outputs(
             f"no variant can be quality-checked: {exc}"
         ) from None
     finally:
-        running.pop(_REFERENCE, None)
+        running.remove(_REFERENCE)
         if worker is not None:
             worker.close()
     alt_path = alt_outputs_path(path)
