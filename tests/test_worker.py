@@ -37,7 +37,10 @@ from bakeoff.trials.jobs import (
     Rebatch,
     ReferenceJob,
     Server,
+    TargetJob,
     Timed,
+    TrainJob,
+    TrainSpec,
     Warmup,
     command_from_json,
     job_from_json,
@@ -123,11 +126,24 @@ def _spec(**changes: Any) -> LoadSpec:
     return dataclasses.replace(spec, **changes)
 
 
+TRAIN_SPEC = TrainSpec(
+    stack="torch-accumulate",
+    factory="bakeoff.builtins.digits:untrained",
+    init_path="/data/run/init-seed0.safetensors",
+    data_path="/data/run/data.npz",
+    seed=0,
+    batch_size=64,
+    lr=2e-3,
+    threads=2,
+    candidate_id="torch-accumulate",
+)
 JOB_EXAMPLES = [
     BuildJob(base=_base(), variant=Variant("fake", "fp32"), threads=2),
     ReferenceJob(base=_base(), load=_spec(), outputs_path="/data/run/reference.npy"),
     ColdStartJob(base=_base(), load=_spec(), cpus=(0, 1)),
     LoadJob(base=_base(), load=_spec(streams=2), outputs_path="/data/run/outputs/x.npy", cpus=(3,)),
+    TrainJob(train=TRAIN_SPEC),
+    TargetJob(train=TRAIN_SPEC, max_steps=400, eval_every=20, target=0.95, checkpoint_path="/c"),
 ]
 COMMAND_EXAMPLES = [
     Warmup(seconds=0.5, min_calls=10),
@@ -220,8 +236,8 @@ LOAD = JOB_EXAMPLES[3].to_json()
     ("data", "words"),
     [
         (
-            {"kind": "train"},
-            ["unknown job kind 'train'", "known: build, coldstart, load, reference"],
+            {"kind": "fit"},
+            ["unknown job kind 'fit'", "known: build, coldstart, load, reference, target, train"],
         ),
         ({"kind": "warmup", "seconds": 1.0, "min_calls": 1}, ["unknown job kind 'warmup'"]),
         ({"cmd": "load"}, ["without a 'kind' field"]),
@@ -282,7 +298,8 @@ def _raw_worker(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Connection]:
 @pytest.mark.parametrize(
     ("message", "words"),
     [
-        (b'{"kind": "train", "epochs": 3}', ["unknown job kind 'train'"]),
+        (b'{"kind": "fit", "epochs": 3}', ["unknown job kind 'fit'"]),
+        (b'{"kind": "train", "epochs": 3}', ["job 'train': unknown field 'epochs'"]),
         (json.dumps(_without(LOAD, "load", "variant")).encode(), ["missing field 'load.variant'"]),
         (b"not json", ["a message that is not JSON"]),
     ],

@@ -1,8 +1,9 @@
 """The library face of bakeoff: what the CLI and the tests call.
 
 `run` and `resume` are the inference bake-off (`bakeoff.inference.pipeline`,
-on the trial engine in `bakeoff.trials`); `advise` the advice; `list_runs` and
-`show_run` read the store.
+on the trial engine in `bakeoff.trials`); `train` the training bake-off
+(`bakeoff.training.pipeline`, on the same engine); `advise` the advice;
+`list_runs` and `show_run` read the store.
 """
 
 from __future__ import annotations
@@ -18,17 +19,21 @@ from bakeoff.inference.pipeline import RunResult, run
 from bakeoff.paths import DEFAULT_STORE
 from bakeoff.report import Reporter
 from bakeoff.store import Store
+from bakeoff.training.pipeline import TrainOptions, TrainResult, train
 
 __all__ = [
     "SCENARIOS",
     "SCHEMA_VERSION",
     "RunOptions",
     "RunResult",
+    "TrainOptions",
+    "TrainResult",
     "advise",
     "list_runs",
     "resume",
     "run",
     "show_run",
+    "train",
     "write_json",
 ]
 

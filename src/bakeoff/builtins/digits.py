@@ -51,6 +51,17 @@ def _architecture() -> Any:
     )
 
 
+def untrained() -> Any:
+    """The digits CNN with fresh weights (the training recipe's model factory)."""
+    return _architecture()
+
+
+def train_and_validation() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """x_train, y_train, x_val, y_val: the split the built-in model was trained on."""
+    x_train, x_val, y_train, y_val = _split()
+    return x_train, y_train, x_val, y_val
+
+
 def weights_path() -> Path:
     return cache_dir() / WEIGHTS_NAME
 

@@ -4,7 +4,7 @@ Exit codes: 0 a verdict named a winner (or the command did its job), 2 invalid
 input, 130 Ctrl-C, 143 SIGTERM, 1 no winner or anything else. User errors print
 a message, never a traceback.
 
-One module per command group (run, runs, cache, advise, env, export, serve); this one
+One module per command group (run, train, runs, cache, advise, env, export, serve); this one
 makes the app, registers their commands in the order --help lists them, and runs it.
 """
 
@@ -17,7 +17,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from bakeoff.cli import advise, cache, env, export, run, runs, serve
+from bakeoff.cli import advise, cache, env, export, run, runs, serve, train
 from bakeoff.cli.output import err
 from bakeoff.errors import BakeoffError, UserError
 
@@ -30,6 +30,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("run")(run.run)
+app.command("train")(train.train_cmd)
 app.command("ls")(runs.ls)
 app.command("show")(runs.show)
 app.command("env")(env.env)

@@ -11,7 +11,7 @@ import numpy as np
 from bakeoff.candidates import Candidate
 from bakeoff.judge.quality import Quality, evaluate
 from bakeoff.trials.engine import Checked, GateFailed
-from bakeoff.trials.jobs import LoadJob
+from bakeoff.trials.jobs import LoadJob, MeasuredJob
 from bakeoff.trials.worker import alt_outputs_path
 
 
@@ -30,10 +30,12 @@ class QualityGate:
         except (ValueError, OSError) as exc:
             raise GateFailed(f"quality check{what} failed: {exc}") from None
 
-    def check(self, entrant: Candidate, job: LoadJob, record: bool) -> Checked:
+    def check(self, entrant: Candidate, job: MeasuredJob, record: bool) -> Checked:
         """The outputs the worker saved at `job.outputs_path` (and beside it, at the
         second shape, when axes are variable); `record` keeps the findings on the
         candidate."""
+        if not isinstance(job, LoadJob):
+            raise GateFailed(f"the quality gate judges inference workers, not a {job.kind} job")
         path = Path(job.outputs_path)
         quality = self._judge(path, self.reference, "")
         if record:

@@ -30,7 +30,7 @@ import numpy as np
 from bakeoff import environment
 from bakeoff.judge import verdict
 from bakeoff.trials.entrant import Entrant
-from bakeoff.trials.jobs import Exit, LoadJob, Measure, Warmup
+from bakeoff.trials.jobs import Exit, Measure, MeasuredJob, Warmup
 from bakeoff.trials.launcher import Launcher, Worker, WorkerFailed
 from bakeoff.trials.racing import check_stop, constraint_standing
 from bakeoff.trials.settings import TrialSettings
@@ -53,7 +53,7 @@ class Checked:
 
 
 class Gate(Protocol[E_contra]):
-    def check(self, entrant: E_contra, job: LoadJob, record: bool) -> Checked:
+    def check(self, entrant: E_contra, job: MeasuredJob, record: bool) -> Checked:
         """A worker started for `job` has loaded and written its first outputs: do
         they pass? `record`: keep what was found on the entrant (its measuring
         worker), rather than only judge (a further process of the same build).
@@ -126,7 +126,7 @@ class Lane(Generic[E]):
     """One candidate in the rounds: its job, its workers, the calls of its timed blocks."""
 
     entrant: E
-    job: LoadJob
+    job: MeasuredJob
     processes: Processes
     calls: int = 0
     settle: int = 0
@@ -161,7 +161,9 @@ class _NotStarted(Exception):
         self.status, self.reason = status, reason
 
 
-def run_trials(entrants: Sequence[E], jobs: Mapping[str, LoadJob], engine: Engine[E]) -> Outcome:
+def run_trials(
+    entrants: Sequence[E], jobs: Mapping[str, MeasuredJob], engine: Engine[E]
+) -> Outcome:
     """Fill in cold start, the gate's findings, samples and peak memory of each
     entrant (`jobs`: its worker's job, by id); set each final status and validity."""
     phases = {"load_and_quality": 0.0, "warmup": 0.0, "rounds": 0.0}
@@ -209,7 +211,7 @@ def _fail(c: Entrant, worker: Worker | None, reason: str) -> None:
 
 
 def _launch(
-    c: Entrant, job: LoadJob, engine: Engine[E], started: list[Worker] | None = None
+    c: Entrant, job: MeasuredJob, engine: Engine[E], started: list[Worker] | None = None
 ) -> tuple[Worker, dict[str, Any]]:
     """A worker for `job` that has loaded and made its first call, and what it said
     (`started`, when given, gets the worker as soon as it exists). Raises _NotStarted."""
@@ -227,7 +229,7 @@ def _launch(
 
 def _checked(
     c: E,
-    job: LoadJob,
+    job: MeasuredJob,
     engine: Engine[E],
     started: tuple[Worker, dict[str, Any]],
     record: bool,
@@ -266,13 +268,13 @@ def _checked(
     return worker
 
 
-def _start_checked(c: E, job: LoadJob, engine: Engine[E], record: bool) -> Worker:
+def _start_checked(c: E, job: MeasuredJob, engine: Engine[E], record: bool) -> Worker:
     """A worker for `job`, alone, that has loaded, made its first call and passed the
     gate. Raises _NotStarted."""
     return _checked(c, job, engine, _launch(c, job, engine), record)
 
 
-def _lane(c: E, job: LoadJob, worker: Worker) -> Lane[E]:
+def _lane(c: E, job: MeasuredJob, worker: Worker) -> Lane[E]:
     # A resumed run's worker is a new process: its rounds get a new slot.
     return Lane(c, job, Processes([(max(c.round_slots, default=-1) + 1, worker)]))
 
@@ -282,7 +284,7 @@ def _not_entered(c: Entrant, exc: _NotStarted, events: Events) -> None:
     events.note(f"{c.id}: {c.status}: {c.reason}", c)
 
 
-def _enter(c: E, job: LoadJob, engine: Engine[E]) -> Lane[E] | None:
+def _enter(c: E, job: MeasuredJob, engine: Engine[E]) -> Lane[E] | None:
     """Load a candidate's measuring worker through the gate; None if it did not pass."""
     engine.events.note(f"loading {c.id}", c)
     try:
@@ -293,7 +295,7 @@ def _enter(c: E, job: LoadJob, engine: Engine[E]) -> Lane[E] | None:
 
 
 def _enter_all(
-    entrants: Sequence[E], jobs: Mapping[str, LoadJob], engine: Engine[E]
+    entrants: Sequence[E], jobs: Mapping[str, MeasuredJob], engine: Engine[E]
 ) -> dict[str, Lane[E]]:
     """Every entrant's measuring worker, loaded and through the gate: one at a time,
     or `load_side_by_side` at a time (nothing is timed yet; their cold starts are

@@ -17,6 +17,11 @@ Jobs (the first message, ``"kind"`` says which):
 - `LoadJob`: load a variant, time its first call, save its outputs on the
   quality inputs (the variant timed is the one checked: docs/method.md rule 12), then
   answer commands until `Exit`.
+- `TrainJob`: build a training stack's trainer, time its first step, then answer
+  `Warmup`, `Measure` (timed training steps), `Peak` and `Exit`.
+- `TargetJob`: train one seed from its initial weights to the end of the recipe,
+  evaluating as it goes; the reply carries the curve, when the target was
+  reached, and the checkpoint's figures.
 
 Commands (to a `LoadJob`'s worker): `Warmup`, `Measure` (answered with a
 `Timed`), `Server`, `Offline`, `Rebatch` (go on at another batch size, the same
@@ -149,6 +154,50 @@ class LoadJob(_LoadsVariant):
     outputs_path: str  # .npy; the second shape's outputs go beside it (.alt.npy)
 
 
+@dataclass(frozen=True)
+class TrainSpec:
+    """One training stack on the run's recipe, as a worker builds it."""
+
+    stack: str
+    factory: str  # "module:function" that builds the untrained model
+    init_path: str  # the seed's initial weights (safetensors), shared by every stack
+    data_path: str  # npz: x_train, y_train, x_val, y_val
+    seed: int  # the data order
+    batch_size: int  # the global batch
+    lr: float
+    threads: int
+    candidate_id: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainJob(_Job):
+    """Build the trainer, time its first step, then answer training commands."""
+
+    kind: ClassVar[str] = "train"
+    train: TrainSpec
+
+    @property
+    def threads(self) -> int:
+        return self.train.threads
+
+
+@dataclass(frozen=True, kw_only=True)
+class TargetJob(_Job):
+    """Train `max_steps` steps from the seed's initial weights, evaluating every
+    `eval_every`; with `checkpoint_path`, then save, step, load and step again."""
+
+    kind: ClassVar[str] = "target"
+    train: TrainSpec
+    max_steps: int
+    eval_every: int
+    target: float  # the validation metric to reach
+    checkpoint_path: str = ""
+
+    @property
+    def threads(self) -> int:
+        return self.train.threads
+
+
 @dataclass(frozen=True, kw_only=True)
 class _Command(_Message):
     what: ClassVar[str] = "command"
@@ -227,10 +276,14 @@ class Exit(_Command):
     kind: ClassVar[str] = "exit"
 
 
-Job = BuildJob | ReferenceJob | ColdStartJob | LoadJob
+Job = BuildJob | ReferenceJob | ColdStartJob | LoadJob | TrainJob | TargetJob
+# The jobs of workers the trial engine times in rounds.
+MeasuredJob = LoadJob | TrainJob
 Command = Warmup | Measure | Server | Offline | Rebatch | Peak | Exit
 
-JOBS: dict[str, type[Job]] = {c.kind: c for c in (BuildJob, ReferenceJob, ColdStartJob, LoadJob)}
+JOBS: dict[str, type[Job]] = {
+    c.kind: c for c in (BuildJob, ReferenceJob, ColdStartJob, LoadJob, TrainJob, TargetJob)
+}
 COMMANDS: dict[str, type[Command]] = {
     c.kind: c for c in (Warmup, Measure, Server, Offline, Rebatch, Peak, Exit)
 }

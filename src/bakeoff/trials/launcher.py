@@ -23,7 +23,17 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol
 
-from bakeoff.trials.jobs import ColdStartJob, Command, Job, JobError, LoadJob, Measure, Timed
+from bakeoff.trials.jobs import (
+    ColdStartJob,
+    Command,
+    Job,
+    JobError,
+    LoadJob,
+    Measure,
+    TargetJob,
+    Timed,
+    TrainJob,
+)
 
 THREAD_VARIABLES = (
     "OMP_NUM_THREADS",
@@ -86,7 +96,7 @@ def _log_tail(path: Path, lines: int = 3) -> str:
 # The worker removes the folder named in PRIVATE_CACHE_VARIABLE when it ends, as
 # the orchestrator does when it closes the worker: if the orchestrator is killed,
 # its workers see the socket close and exit, and nothing is left in /tmp.
-TIMED_JOBS = (LoadJob, ColdStartJob)
+TIMED_JOBS = (LoadJob, ColdStartJob, TrainJob, TargetJob)
 COMPILE_CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 PRIVATE_CACHE_VARIABLE = "BAKEOFF_WORKER_COMPILE_CACHE"
 

@@ -36,6 +36,7 @@ from bakeoff.batching import Layout, has_split, read_split
 from bakeoff.cache.events import BUILD_VARIABLE
 from bakeoff.sizes import model_bytes
 from bakeoff.transforms import StepFailed, StepNotNeeded
+from bakeoff.trials import train_worker
 from bakeoff.trials.jobs import (
     BuildJob,
     ColdStartJob,
@@ -51,7 +52,9 @@ from bakeoff.trials.jobs import (
     Rebatch,
     ReferenceJob,
     Server,
+    TargetJob,
     Timed,
+    TrainJob,
     Warmup,
     command_from_json,
     job_from_json,
@@ -437,10 +440,15 @@ def serve_measure(conn: Connection, job: LoadJob, started: float) -> None:
             "worker": {**quality, "peak_memory": serving.memory.scope()},
         },
     )
+    answer_until_exit(conn, serving.answer)
+
+
+def answer_until_exit(conn: Connection, answer: Callable[[Command], dict[str, Any]]) -> None:
+    """Commands, each answered in turn, until `Exit`."""
     while True:
         try:
             cmd = command_from_json(recv(conn))
-            reply = serving.answer(cmd)
+            reply = answer(cmd)
         except JobError as exc:  # not JSON, not a command, or one refused: say so, go on
             send(conn, {"ok": False, "reason": str(exc)})
             continue
@@ -473,6 +481,12 @@ def main(fd: int) -> int:
                 serve_measure(conn, job, started)
             case ColdStartJob():
                 send(conn, do_cold_start(job, started))
+            case TrainJob():
+                ready, training = train_worker.start_training(job, started)
+                send(conn, ready)
+                answer_until_exit(conn, training.answer)
+            case TargetJob():
+                send(conn, train_worker.do_target(job))
             case _:
                 assert_never(job)
     except StepNotNeeded as exc:

@@ -1,0 +1,125 @@
+"""`bakeoff train`: one training recipe on every training stack, measured."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from bakeoff.cli.options import DEFAULT_STORE, StoreOpt
+from bakeoff.cli.output import err, out
+
+
+def train_cmd(
+    recipe: Annotated[str, typer.Argument(help="a training recipe: builtin:digits-train")],
+    stacks: Annotated[
+        str | None,
+        typer.Option("--stacks", help="comma-separated stacks (default: every one)"),
+    ] = None,
+    seeds: Annotated[
+        int | None,
+        typer.Option("--seeds", help="seeds trained to the target (default 5; 3 with --quick)"),
+    ] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="fewer rounds, seeds and steps")] = False,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="write the result document here")
+    ] = None,
+    store: StoreOpt = DEFAULT_STORE,
+) -> None:
+    """Train one recipe on every stack: steps/s with a CI from interleaved rounds,
+    time to the target and the final metric over seeds, memory and checkpoints."""
+    from bakeoff import api
+    from bakeoff.inference.document import write_json
+
+    started = time.perf_counter()
+
+    def say(text: str) -> None:
+        err.print(
+            f"[dim][{time.perf_counter() - started:6.1f} s][/] {escape(text)}", highlight=False
+        )
+
+    names = tuple(s.strip() for s in stacks.split(",") if s.strip()) if stacks else None
+    result = api.train(
+        recipe, api.TrainOptions(stacks=names, seeds=seeds, quick=quick, store=store), say
+    )
+    print_training(result.document)
+    if json_path is not None:
+        write_json(result.document, json_path)
+        err.print(f"wrote {json_path}")
+    raise typer.Exit(result.exit_code)
+
+
+def _ci(figure: dict[str, Any] | None, digits: int = 0) -> str:
+    if not figure:
+        return "-"
+    lo, hi = figure["ci95"]
+    return f"{figure['value']:.{digits}f} [{lo:.{digits}f}-{hi:.{digits}f}]"
+
+
+def print_training(doc: dict[str, Any]) -> None:
+    wl = doc["workload"]
+    table = Table(title=f"bakeoff {doc['run_id']} - {wl['name']}")
+    for col in (
+        "stack",
+        "status",
+        "samples/s [95% CI]",
+        f"time to {wl['target']['metric']} {wl['target']['value']:g}",
+        f"final {wl['target']['metric']}",
+        "data wait",
+        "peak MB",
+        "compile s",
+        "checkpoint",
+    ):
+        table.add_column(col, justify="left" if col in ("stack", "status") else "right")
+    for c in doc["candidates"]:
+        ttt = c["time_to_target_s"]
+        final = c["final_metric"]
+        ck = c["checkpoint"]
+        table.add_row(
+            c["id"],
+            c["status"],
+            _ci(c["samples_per_s"]),
+            "-"
+            if not ttt
+            else f"{ttt['score']:.2f} s ({ttt['method']}, spread {ttt['spread']:.2f})",
+            "-" if not final else f"{final['mean']:.4f} ± {final['spread'] / 2:.4f}",
+            "-" if c["data_wait_share"] is None else f"{c['data_wait_share']:.1%}",
+            "-" if not c["peak_rss_mb"] else f"{c['peak_rss_mb']['max_rank']:.0f}",
+            "-" if c["compile_s"] is None else f"{c['compile_s']:.1f}",
+            "-"
+            if not ck
+            else f"save {ck['save_s'] * 1e3:.0f} ms, load {ck['load_s'] * 1e3:.0f} ms, "
+            f"{ck['size_mb']:.2f} MB, reload "
+            + ("identical" if ck["reload_identical"] else "DIFFERS"),
+        )
+    out.print(table)
+    for c in doc["candidates"]:
+        if c["reason"]:
+            out.print(f"  {c['id']}: {c['status']} - {escape(c['reason'])}", highlight=False)
+    out.print("\nVerdict")
+    for v in doc["verdicts"]:
+        ratio = v["ratio"]
+        gain = (
+            ""
+            if not ratio
+            else f" ({ratio['value']:.2f}x over {v['baseline']}, "
+            f"CI {ratio['ci95'][0]:.2f}-{ratio['ci95'][1]:.2f})"
+        )
+        if v["winner"] and v["winner"] == v["baseline"]:
+            out.print(
+                f"  {v['objective']}: {v['winner']}, the reference: no stack beat it",
+                highlight=False,
+            )
+        elif v["winner"]:
+            out.print(f"  {v['objective']}: {v['winner']}{gain}", highlight=False)
+        else:
+            out.print(f"  {v['objective']}: no winner ({escape(v['reason'])})", highlight=False)
+        if v["ties"]:
+            out.print(
+                f"    not separated from: {', '.join(' = '.join(t) for t in v['ties'])}",
+                highlight=False,
+            )

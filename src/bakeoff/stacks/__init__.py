@@ -1,0 +1,88 @@
+"""Training stacks: what a training candidate runs in its worker.
+
+Each stack trains the same recipe from the same initial weights, on the same data
+order per seed, with the same optimizer (state in FP32) and threads; what differs
+is how the step runs. A stack's `Trainer` is built in the worker from a
+`bakeoff.trials.jobs.TrainSpec`:
+
+- `prepare(indices)` turns a batch's row indices into the stack's own inputs,
+  outside the clock;
+- `step(prepared)` is one optimizer step over the global batch and returns its
+  loss (taken before the update); it is the only thing timed;
+- `evaluate()` gives the validation metric;
+- `save(path)` / `load(path)` write and read the model and optimizer state.
+
+The torch family lives in `torch_stacks`. Heavy libraries are imported inside
+the module that needs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class Trainer(Protocol):
+    settings: dict[str, Any]  # what the stack applied: threads, precision, compile, ...
+
+    def prepare(self, indices: Any) -> Any: ...
+
+    def step(self, prepared: Any) -> float: ...
+
+    def evaluate(self) -> float: ...
+
+    def save(self, path: str) -> None: ...
+
+    def load(self, path: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    name: str
+    description: str
+
+
+STACKS = (
+    StackInfo("torch", "PyTorch eager, the reference"),
+    StackInfo("torch-compile", "torch.compile (inductor); compile time reported apart"),
+    StackInfo("torch-bf16", "PyTorch eager under BF16 autocast"),
+    StackInfo("torch-accumulate", "PyTorch eager, half the micro-batch, two accumulation steps"),
+)
+NAMES = tuple(s.name for s in STACKS)
+REFERENCE = "torch"
+
+
+def batches(rows: int, batch_size: int, seed: int) -> Iterator[np.ndarray]:
+    """The seed's data order, the same for every stack: each epoch a permutation of
+    the training rows drawn from (seed, epoch), cut into full global batches."""
+    if batch_size > rows:
+        raise ValueError(
+            f"the global batch ({batch_size}) is larger than the training set ({rows})"
+        )
+    epoch = 0
+    while True:
+        order = np.random.default_rng([seed, epoch]).permutation(rows)
+        for start in range(0, rows - batch_size + 1, batch_size):
+            yield order[start : start + batch_size]
+        epoch += 1
+
+
+def availability(name: str) -> str | None:
+    """None when the stack can run here, otherwise why not and how to get it."""
+    if name not in NAMES:
+        return f"no training stack {name!r} (stacks: {', '.join(NAMES)})"
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return "needs PyTorch: pip install 'bakeoff'"
+    return None
+
+
+def trainer(spec: Any) -> Trainer:
+    """The stack's trainer for a `TrainSpec` (in the worker)."""
+    from bakeoff.stacks import torch_stacks
+
+    return torch_stacks.TorchTrainer(spec)

@@ -1,0 +1,124 @@
+"""The PyTorch training stacks: eager (the reference), torch.compile, BF16 autocast
+and gradient accumulation. Every one starts from the seed's initial weights (the
+one file all PyTorch stacks share), uses Adam with its state in FP32, the same
+data order, and the threads it is given."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import math
+from typing import Any
+
+import numpy as np
+
+from bakeoff import hardware
+
+
+def _factory(ref: str) -> Any:
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+class TorchTrainer:
+    def __init__(self, spec: Any) -> None:
+        import torch
+        from safetensors.torch import load_file
+
+        torch.set_num_threads(spec.threads)
+        with contextlib.suppress(RuntimeError):  # refused once parallel work ran
+            torch.set_num_interop_threads(1)
+        self.torch = torch
+        self.stack = spec.stack
+        self.spec = spec
+        data = np.load(spec.data_path, allow_pickle=False)
+        self.x_train = torch.from_numpy(np.ascontiguousarray(data["x_train"]))
+        self.y_train = torch.from_numpy(np.ascontiguousarray(data["y_train"]))
+        self.x_val = torch.from_numpy(np.ascontiguousarray(data["x_val"]))
+        self.y_val = torch.from_numpy(np.ascontiguousarray(data["y_val"]))
+        self.model = _factory(spec.factory)()
+        self.model.load_state_dict(load_file(spec.init_path))
+        self.model.train()
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=spec.lr)
+        self.forward = self.model
+        self.settings: dict[str, Any] = {
+            "threads": torch.get_num_threads(),
+            "optimizer": "Adam",
+            "optimizer_state": "float32",
+            "lr": spec.lr,
+            "global_batch": spec.batch_size,
+            "precision": "fp32",
+        }
+        if spec.stack == "torch-compile":
+            self.forward = torch.compile(self.model)
+            self.settings.update(compile_backend="inductor", compile_mode="default")
+        elif spec.stack == "torch-bf16":
+            native = bool(hardware.native_flags("bf16"))
+            self.settings.update(
+                precision="bf16 autocast",
+                bf16=(
+                    "native"
+                    if native
+                    else "emulated: this CPU has no native BF16 arithmetic, so it runs "
+                    "through FP32 conversions"
+                ),
+            )
+        elif spec.stack == "torch-accumulate":
+            self.settings.update(micro_batch=spec.batch_size // 2, accumulation_steps=2)
+
+    def prepare(self, indices: Any) -> tuple[Any, Any]:
+        idx = self.torch.from_numpy(np.asarray(indices, dtype=np.int64))
+        return self.x_train[idx], self.y_train[idx]
+
+    def _loss(self, x: Any, y: Any) -> Any:
+        torch = self.torch
+        if self.stack == "torch-bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = self.forward(x)
+            return torch.nn.functional.cross_entropy(out.float(), y)
+        return torch.nn.functional.cross_entropy(self.forward(x), y)
+
+    def step(self, prepared: tuple[Any, Any]) -> float:
+        x, y = prepared
+        with self.torch.enable_grad():
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.stack == "torch-accumulate":
+                half = len(x) // 2
+                total = 0.0
+                for part in (slice(0, half), slice(half, None)):
+                    loss = self._loss(x[part], y[part]) * (len(x[part]) / len(x))
+                    loss.backward()
+                    total += float(loss.detach())
+            else:
+                loss = self._loss(x, y)
+                loss.backward()
+                total = float(loss.detach())
+            if math.isfinite(total):
+                self.optimizer.step()
+        return total
+
+    def evaluate(self) -> float:
+        """Top-1 accuracy on the validation split, in FP32 with the eager module (the
+        weights are the stack's; a compiled module would recompile for eval mode)."""
+        torch = self.torch
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                correct = 0
+                for start in range(0, len(self.x_val), 512):
+                    logits = self.model(self.x_val[start : start + 512])
+                    correct += int((logits.argmax(1) == self.y_val[start : start + 512]).sum())
+        finally:
+            self.model.train()
+        return correct / len(self.x_val)
+
+    def save(self, path: str) -> None:
+        self.torch.save(
+            {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}, path
+        )
+
+    def load(self, path: str) -> None:
+        # Our own file, written by save() in this run; still read the safe way.
+        state = self.torch.load(path, weights_only=True)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])

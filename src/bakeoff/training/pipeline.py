@@ -1,0 +1,460 @@
+"""`bakeoff train`: the recipe on every stack asked for.
+
+1. The data and each seed's initial weights are written once into the run's
+   folder; every PyTorch stack loads the same file.
+2. Throughput: each stack's worker (seed 0) is started through the trial engine.
+   Its first step's loss, taken from the initial weights on the first batch, must
+   be the reference's (computed here in FP32): a stack that starts from other
+   weights or other data is flagged before it is timed. Then steps are timed in
+   randomized interleaved rounds across stacks, with racing and a bootstrap CI,
+   exactly as inference calls are.
+3. Each seed of each stack trains the whole recipe in a fresh worker, one at a
+   time: time to the target (evaluation and the first step's compile apart),
+   the final metric, divergence, the data-wait share; seed 0 also saves, reloads
+   and checks that the next step's loss is unchanged bit for bit.
+4. Verdicts: samples/s by the inference judge; time to target over seeds.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bakeoff import environment, stacks
+from bakeoff.errors import UserError
+from bakeoff.judge import stats
+from bakeoff.judge.verdict import Measured, decide
+from bakeoff.paths import DEFAULT_STORE
+from bakeoff.training.candidate import TrainCandidate
+from bakeoff.training.recipe import Recipe, load_recipe
+from bakeoff.trials.engine import Checked, Engine, run_trials
+from bakeoff.trials.entrant import Entrant
+from bakeoff.trials.jobs import MeasuredJob, TargetJob, TrainJob, TrainSpec
+from bakeoff.trials.launcher import LocalLauncher, WorkerFailed
+from bakeoff.trials.settings import TrialSettings
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    stacks: tuple[str, ...] | None = None
+    seeds: int | None = None  # default: 3 with --quick, else 5
+    quick: bool = False
+    store: Path = DEFAULT_STORE  # the run's folder goes beside it, in runs/<run_id>
+    threads: int | None = None  # default: the physical cores
+    trial_timeout_s: float = 600.0
+
+
+@dataclass
+class TrainResult:
+    run_id: str
+    document: dict[str, Any]
+
+    @property
+    def exit_code(self) -> int:
+        ok = [c for c in self.document["candidates"] if c["status"] == "ok"]
+        return 0 if ok else 1
+
+
+class _Events:
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+
+    def note(self, message: str, entrant: Entrant | None) -> None:
+        self.say(message)
+
+    def timed(self, *args: Any) -> None:
+        pass  # training rounds are kept on the candidates (no resume yet)
+
+
+class FirstLossGate:
+    """A stack's first loss (the initial weights on the first batch, before any
+    update) must be the reference's: same weights, same data, same loss."""
+
+    def __init__(self, expected: float, tolerance: dict[str, float]) -> None:
+        self.expected, self.tolerance = expected, tolerance
+
+    def check(self, entrant: TrainCandidate, job: MeasuredJob, record: bool) -> Checked:
+        first = entrant.worker.get("first_loss")
+        if first is None or not math.isfinite(first):
+            return Checked(False, f"its first loss is {first}, not a number")
+        tol = self.tolerance.get(entrant.stack, 1e-4)
+        drift = abs(first - self.expected) / max(abs(self.expected), 1e-12)
+        words = f"first loss {first:.6f} (reference {self.expected:.6f})"
+        if drift > tol:
+            return Checked(False, f"{words}: off by {drift:.2%}, more than {tol:.2%}")
+        return Checked(True, words)
+
+
+# BF16 rounds the forward pass: its first loss is the reference's to about 1%.
+_FIRST_LOSS_TOLERANCE = {"torch-bf16": 0.02}
+
+
+def _write_inputs(recipe: Recipe, folder: Path, seeds: int) -> tuple[Path, list[Path], float]:
+    """The data, each seed's initial weights, and the reference first loss (seed 0)."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    data = folder / "data.npz"
+    np.savez(
+        data, x_train=recipe.x_train, y_train=recipe.y_train, x_val=recipe.x_val, y_val=recipe.y_val
+    )
+    module, _, name = recipe.factory.partition(":")
+    import importlib
+
+    factory = getattr(importlib.import_module(module), name)
+    inits = []
+    first_loss = math.nan
+    for seed in range(seeds):
+        torch.manual_seed(seed)
+        model = factory()
+        path = folder / f"init-seed{seed}.safetensors"
+        save_file(model.state_dict(), str(path))
+        inits.append(path)
+        if seed == 0:
+            idx = next(stacks.batches(len(recipe.y_train), recipe.batch_size, 0))
+            with torch.no_grad():
+                logits = model(torch.from_numpy(recipe.x_train[idx]))
+                first_loss = float(
+                    torch.nn.functional.cross_entropy(logits, torch.from_numpy(recipe.y_train[idx]))
+                )
+    return data, inits, first_loss
+
+
+def _spec(recipe: Recipe, stack: str, data: Path, init: Path, seed: int, threads: int) -> TrainSpec:
+    return TrainSpec(
+        stack=stack,
+        factory=recipe.factory,
+        init_path=str(init),
+        data_path=str(data),
+        seed=seed,
+        batch_size=recipe.batch_size,
+        lr=recipe.lr,
+        threads=threads,
+        candidate_id=stack,
+    )
+
+
+def _settings(opts: TrainOptions, threads: int) -> TrialSettings:
+    return TrialSettings(
+        threads=threads,
+        trial_timeout_s=opts.trial_timeout_s,
+        warmup_s=0.3 if opts.quick else 1.0,
+        warmup_calls=5,
+        slice_s=0.25,
+        settle_s=0.0,
+        min_rounds=5 if opts.quick else 8,
+        max_rounds=15 if opts.quick else 40,
+        budget_s=30.0 if opts.quick else 90.0,
+        seed=0,
+        objective="throughput",
+    )
+
+
+def train(
+    ref: str, opts: TrainOptions, say: Callable[[str], None] = lambda text: None
+) -> TrainResult:
+    t_start = time.perf_counter()
+    recipe = load_recipe(ref, opts.quick)
+    names = opts.stacks or recipe.stacks
+    unknown = [n for n in names if n not in stacks.NAMES]
+    if unknown:
+        raise UserError(
+            f"--stacks: no training stack {', '.join(map(repr, unknown))} "
+            f"(stacks: {', '.join(stacks.NAMES)})"
+        )
+    seeds = opts.seeds if opts.seeds is not None else (3 if opts.quick else 5)
+    if seeds < 1:
+        raise UserError(f"--seeds: at least 1, not {seeds}")
+    threads = opts.threads or environment.default_threads()
+    run_id = time.strftime("train-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+    folder = Path(opts.store).resolve().parent / "runs" / run_id
+    say(f"run {run_id}: {recipe.name} on {', '.join(names)}, {seeds} seed(s), {threads} thread(s)")
+    data, inits, first_loss = _write_inputs(recipe, folder, seeds)
+    candidates = [TrainCandidate(n, recipe.batch_size) for n in names]
+    for c in candidates:
+        why = stacks.availability(c.stack)
+        if why:
+            c.set_status("unavailable", why)
+    launcher = LocalLauncher(folder / "logs")
+    pending = [c for c in candidates if c.status == "pending"]
+    jobs: dict[str, MeasuredJob] = {
+        c.id: TrainJob(train=_spec(recipe, c.stack, data, inits[0], 0, threads)) for c in pending
+    }
+    settings = _settings(opts, threads)
+    gate = FirstLossGate(first_loss, _FIRST_LOSS_TOLERANCE)
+    say(f"measuring steps/s: {len(pending)} stacks in interleaved rounds")
+    t_rounds = time.perf_counter()
+    run_trials(pending, jobs, Engine(gate, launcher, settings, _Events(say)))
+    rounds_s = time.perf_counter() - t_rounds
+    for c in candidates:
+        if c.status == "rejected":
+            c.set_status("flagged", c.reason)
+    throughput = _throughput_verdict(candidates, recipe, settings)
+    t_seeds = time.perf_counter()
+    for c in candidates:
+        if c.status in ("ok", "flagged"):
+            _train_seeds(c, recipe, data, inits, threads, launcher, folder, opts, say)
+    seeds_s = time.perf_counter() - t_seeds
+    _parity(candidates, recipe)
+    doc = _document(run_id, recipe, candidates, seeds, threads, throughput)
+    doc["timing_s"] = {
+        "rounds": round(rounds_s, 3),
+        "seeds": round(seeds_s, 3),
+        "total": round(time.perf_counter() - t_start, 3),
+    }
+    return TrainResult(run_id, doc)
+
+
+def _train_seeds(
+    c: TrainCandidate,
+    recipe: Recipe,
+    data: Path,
+    inits: list[Path],
+    threads: int,
+    launcher: LocalLauncher,
+    folder: Path,
+    opts: TrainOptions,
+    say: Callable[[str], None],
+) -> None:
+    for seed, init in enumerate(inits):
+        job = TargetJob(
+            train=_spec(recipe, c.stack, data, init, seed, threads),
+            max_steps=recipe.max_steps,
+            eval_every=recipe.eval_every,
+            target=recipe.target,
+            checkpoint_path=str(folder / f"{c.stack}.ckpt") if seed == 0 else "",
+        )
+        try:
+            found = launcher.run(job, f"{c.stack}-seed{seed}", opts.trial_timeout_s)
+        except WorkerFailed as exc:
+            c.set_status("failed", f"seed {seed}: {exc}")
+            return
+        c.seeds.append({"seed": seed, **{k: v for k, v in found.items() if k != "ok"}})
+        ttt = found["time_to_target_s"]
+        say(
+            f"{c.stack} seed {seed}: "
+            + (
+                "diverged"
+                if found["diverged"]
+                else f"final {recipe.target_metric} {found['final_metric']:.4f}"
+            )
+            + (f", target in {ttt:.2f} s" if ttt is not None else ", target not reached")
+        )
+        if "checkpoint" in found:
+            c.checkpoint = found["checkpoint"]
+    if all(s["diverged"] for s in c.seeds):
+        c.set_status("diverged", "the loss went NaN or infinite in every seed")
+
+
+def _throughput_verdict(
+    candidates: list[TrainCandidate], recipe: Recipe, s: TrialSettings
+) -> dict[str, Any]:
+    measured = [
+        Measured(
+            c.id, c.samples(), np.asarray(c.block_ns), recipe.batch_size, np.asarray(c.round_slots)
+        )
+        for c in candidates
+        if c.status == "ok" and c.rounds_ns
+    ]
+    not_ok = {c.id: f"{c.status}: {c.reason}" for c in candidates if c.status != "ok"}
+    v = decide(
+        recipe.batch_size,
+        "throughput",
+        measured,
+        stacks.REFERENCE,
+        not_ok,
+        margin=s.margin,
+        min_rounds=s.min_rounds,
+    ).to_dict()
+    return {
+        "objective": "samples_per_s",
+        "winner": v["winner"],
+        "standing": v["standing"],
+        "baseline": v["baseline"],
+        "ratio": v["speedup"],
+        "ranking": v["ranking"],
+        "ties": v["ties"],
+        "reason": v["reason"],
+        "headline": v["headline"],
+    }
+
+
+def _score(values: list[float], n_seeds: int) -> dict[str, Any] | None:
+    """MLPerf's olympic mean over 5 or more seeds (drop the fastest and slowest; at
+    most one seed that never reached the target, counted as the slowest), else the
+    mean; None when too many seeds missed the target."""
+    missed = n_seeds - len(values)
+    if n_seeds >= 5:
+        if missed > 1:
+            return None
+        ordered = sorted(values) + [math.inf] * missed
+        kept = ordered[1:-1]
+        return {"score": float(np.mean(kept)), "method": "olympic", "spread": float(np.ptp(kept))}
+    if missed:
+        return None
+    return {"score": float(np.mean(values)), "method": "mean", "spread": float(np.ptp(values))}
+
+
+def _parity(candidates: list[TrainCandidate], recipe: Recipe) -> None:
+    """A stack whose mean final metric is more than the tolerance below the
+    reference stack's is flagged, as the inference gate rejects a variant."""
+    finals = {
+        c.stack: [
+            s["final_metric"]
+            for s in c.seeds
+            if not s["diverged"] and s["final_metric"] is not None
+        ]
+        for c in candidates
+    }
+    ref = finals.get(stacks.REFERENCE)
+    if not ref:
+        return
+    ref_mean = float(np.mean(ref))
+    for c in candidates:
+        mine = finals.get(c.stack)
+        if c.status == "ok" and mine and ref_mean - float(np.mean(mine)) > recipe.tolerance:
+            c.set_status(
+                "flagged",
+                f"mean final {recipe.target_metric} {np.mean(mine):.4f} is more than "
+                f"{recipe.tolerance:.0%} below the reference's {ref_mean:.4f}",
+            )
+
+
+def _candidate_document(c: TrainCandidate, recipe: Recipe, n_seeds: int) -> dict[str, Any]:
+    samples = c.samples()
+    sps = None
+    if c.rounds_ns and samples.size:
+        calls = np.full(samples.shape[0], samples.shape[1])
+        iv = stats.throughput(calls, np.asarray(c.block_ns), recipe.batch_size)
+        sps = {"value": iv.value, "ci95": [iv.lo, iv.hi]}
+    seeds = [
+        {
+            "seed": s["seed"],
+            "time_to_target_s": s["time_to_target_s"],
+            "final_metric": s["final_metric"],
+            "diverged": s["diverged"],
+            "steps": s["steps"],
+            "evals": s["evals"],
+            "losses": s["losses"],
+        }
+        for s in c.seeds
+    ]
+    reached = [s["time_to_target_s"] for s in c.seeds if s["time_to_target_s"] is not None]
+    finals = [
+        s["final_metric"] for s in c.seeds if s["final_metric"] is not None and not s["diverged"]
+    ]
+    waits = [s["data_wait_share"] for s in c.seeds if s.get("data_wait_share") is not None]
+    compiles = [s["compile_s"] for s in c.seeds]
+    return {
+        "id": c.id,
+        "stack": c.stack,
+        "status": c.status,
+        "reason": c.reason,
+        "processes": 1,
+        "threads_per_process": c.settings.get("threads"),
+        "samples_per_s": sps,
+        "data_wait_share": float(np.mean(waits)) if waits else None,
+        "peak_rss_mb": None
+        if c.peak_rss_mb is None
+        else {"max_rank": c.peak_rss_mb, "sum": c.peak_rss_mb},
+        "seeds": seeds,
+        "time_to_target_s": _score(reached, len(c.seeds)) if c.seeds else None,
+        "final_metric": {
+            "mean": float(np.mean(finals)),
+            "spread": float(np.ptp(finals)),
+        }
+        if finals
+        else None,
+        "checkpoint": None
+        if c.checkpoint is None
+        else {k: c.checkpoint[k] for k in ("save_s", "load_s", "size_mb", "reload_identical")},
+        "compile_s": float(np.median(compiles))
+        if compiles and c.stack == "torch-compile"
+        else None,
+        "first_step_s": c.first_call_s,
+        "settings": c.settings,
+        "rounds": len(c.rounds_ns),
+        "stopped": c.stopped,
+        "validity": c.validity,
+        "validity_reason": c.validity_reason,
+    }
+
+
+def _document(
+    run_id: str,
+    recipe: Recipe,
+    candidates: list[TrainCandidate],
+    seeds: int,
+    threads: int,
+    throughput: dict[str, Any],
+) -> dict[str, Any]:
+    docs = [_candidate_document(c, recipe, seeds) for c in candidates]
+    ref_final = next((d["final_metric"] for d in docs if d["stack"] == stacks.REFERENCE), None)
+    for d in docs:
+        if d["final_metric"] is not None and ref_final is not None:
+            d["final_metric"]["reference"] = ref_final["mean"]
+            d["final_metric"]["drop"] = ref_final["mean"] - d["final_metric"]["mean"]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_id,
+        "kind": "train",
+        "workload": {
+            "name": recipe.name,
+            "loss": recipe.loss,
+            "optimizer": recipe.optimizer,
+            "lr": recipe.lr,
+            "global_batch": recipe.batch_size,
+            "max_steps": recipe.max_steps,
+            "eval_every": recipe.eval_every,
+            "target": {"metric": recipe.target_metric, "value": recipe.target},
+            "train_rows": len(recipe.y_train),
+            "validation_rows": len(recipe.y_val),
+        },
+        "environment": {**environment.fingerprint(), "threads": threads, "seeds": seeds},
+        "candidates": docs,
+        "verdicts": [throughput, _time_to_target_verdict(docs)],
+    }
+
+
+def _time_to_target_verdict(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Fastest to the target over seeds; a bootstrap over seeds gives the ratio's CI
+    against the reference (seeds are few: the CI says how little they settle)."""
+    scored = [d for d in docs if d["status"] == "ok" and d["time_to_target_s"]]
+    ranking = sorted(scored, key=lambda d: d["time_to_target_s"]["score"])
+    base = next((d for d in docs if d["stack"] == stacks.REFERENCE and d["time_to_target_s"]), None)
+    out: dict[str, Any] = {
+        "objective": "time_to_target",
+        "winner": ranking[0]["id"] if ranking else None,
+        "baseline": stacks.REFERENCE,
+        "ratio": None,
+        "ranking": [d["id"] for d in ranking],
+        "ties": [],
+        "reason": "" if ranking else "no stack reached the target in enough seeds",
+    }
+    if ranking and base is not None:
+        win = ranking[0]
+        a = np.array(
+            [s["time_to_target_s"] for s in base["seeds"] if s["time_to_target_s"] is not None]
+        )
+        b = np.array(
+            [s["time_to_target_s"] for s in win["seeds"] if s["time_to_target_s"] is not None]
+        )
+        ratio = base["time_to_target_s"]["score"] / win["time_to_target_s"]["score"]
+        rng = np.random.default_rng(0)
+        boot = [rng.choice(a, len(a)).mean() / rng.choice(b, len(b)).mean() for _ in range(2000)]
+        lo, hi = (float(x) for x in np.percentile(boot, [2.5, 97.5]))
+        out["ratio"] = {"value": ratio, "ci95": [lo, hi]}
+        if win["id"] != base["id"] and lo <= 1.0:
+            out["ties"] = [[win["id"], base["id"]]]
+            out["reason"] = "the CI over seeds includes 1: not separated from the reference"
+    return out

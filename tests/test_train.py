@@ -1,0 +1,208 @@
+"""The training bake-off on real PyTorch: the digits CNN on the torch stacks, through
+the trial engine's interleaved rounds and a fresh worker per seed."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bakeoff import api, stacks
+from bakeoff.cli import app
+from bakeoff.errors import UserError
+from bakeoff.training.candidate import TrainCandidate
+from bakeoff.training.pipeline import FirstLossGate
+from bakeoff.trials.jobs import TargetJob, TrainJob, TrainSpec, job_from_json
+from bakeoff.trials.launcher import LocalLauncher
+
+# What every candidate of a training document carries (the interface other work
+# relies on); `scaling` and `trainable_parameters` come with the stacks that have them.
+CANDIDATE_KEYS = {
+    "id",
+    "stack",
+    "status",
+    "reason",
+    "processes",
+    "threads_per_process",
+    "samples_per_s",
+    "data_wait_share",
+    "peak_rss_mb",
+    "seeds",
+    "time_to_target_s",
+    "final_metric",
+    "checkpoint",
+    "compile_s",
+}
+VERDICT_KEYS = {"objective", "winner", "baseline", "ratio", "ranking", "ties", "reason"}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("train")
+    result = api.train(
+        "builtin:digits-train",
+        api.TrainOptions(
+            stacks=("torch", "torch-bf16", "torch-accumulate"),
+            seeds=2,
+            quick=True,
+            store=root / "s.db",
+        ),
+    )
+    assert result.exit_code == 0
+    return result.document
+
+
+def test_every_stack_is_measured_with_a_ci_over_rounds_and_its_seeds(trained: dict) -> None:
+    doc = trained
+    assert doc["kind"] == "train" and doc["schema_version"] == 1 and doc["run_id"]
+    assert {"workload", "environment", "candidates", "verdicts"} <= set(doc)
+    assert [c["id"] for c in doc["candidates"]] == ["torch", "torch-bf16", "torch-accumulate"]
+    for c in doc["candidates"]:
+        assert set(c) >= CANDIDATE_KEYS, CANDIDATE_KEYS - set(c)
+        assert c["status"] == "ok", c["reason"]
+        sps = c["samples_per_s"]
+        assert sps["ci95"][0] <= sps["value"] <= sps["ci95"][1] and sps["value"] > 0
+        assert 0 <= c["data_wait_share"] < 1
+        assert c["peak_rss_mb"]["max_rank"] > 0 and c["threads_per_process"] >= 1
+        assert [s["seed"] for s in c["seeds"]] == [0, 1]
+        for s in c["seeds"]:
+            assert not s["diverged"] and 0 < s["final_metric"] <= 1
+            assert s["time_to_target_s"] is None or s["time_to_target_s"] > 0
+            assert len(s["losses"]) == s["steps"]
+        # Two seeds: their mean, not an olympic score (that needs five).
+        assert c["time_to_target_s"]["method"] == "mean"
+        assert c["final_metric"]["reference"] == doc["candidates"][0]["final_metric"]["mean"]
+        # Saved, one more step, loaded, the same step again: the same loss, bit for bit.
+        ck = c["checkpoint"]
+        assert ck["reload_identical"] is True and ck["size_mb"] > 0
+        assert ck["save_s"] >= 0 and ck["load_s"] >= 0
+    by = {c["id"]: c for c in doc["candidates"]}
+    assert by["torch-accumulate"]["settings"]["accumulation_steps"] == 2
+    assert by["torch-bf16"]["settings"]["precision"] == "bf16 autocast"
+    # The same initial weights and data order: accumulating two halves reaches the
+    # same final accuracy as the whole batch at once, seed by seed.
+    for mine, ref in zip(by["torch-accumulate"]["seeds"], by["torch"]["seeds"], strict=True):
+        assert mine["final_metric"] == pytest.approx(ref["final_metric"], abs=0.02)
+    assert [v["objective"] for v in doc["verdicts"]] == ["samples_per_s", "time_to_target"]
+    for v in doc["verdicts"]:
+        assert set(v) >= VERDICT_KEYS
+        assert v["baseline"] == "torch"
+
+
+def test_the_json_document_and_table_come_from_the_command(tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    result = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "builtin:digits-train",
+            "--quick",
+            "--stacks",
+            "torch",
+            "--seeds",
+            "1",
+            "--json",
+            str(out),
+            "--store",
+            str(tmp_path / "s.db"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "samples/s" in result.output and "time to accuracy" in result.output
+    doc = json.loads(out.read_text())
+    assert doc["candidates"][0]["status"] == "ok"
+
+
+def test_a_stack_or_recipe_that_does_not_exist_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"no training stack 'tensorflow-magic'"):
+        api.train(
+            "builtin:digits-train",
+            api.TrainOptions(stacks=("torch", "tensorflow-magic"), store=tmp_path / "s.db"),
+        )
+    with pytest.raises(UserError, match=r"builtin:nope: no such training recipe"):
+        api.train("builtin:nope", api.TrainOptions(store=tmp_path / "s.db"))
+    with pytest.raises(UserError, match=r"--seeds: at least 1"):
+        api.train("builtin:digits-train", api.TrainOptions(seeds=0, store=tmp_path / "s.db"))
+
+
+def test_a_first_loss_that_is_not_the_references_is_flagged() -> None:
+    """Same initial weights on the same first batch give the same loss; a stack that
+    starts elsewhere trains something else, and is not timed."""
+    gate = FirstLossGate(2.30, {"torch-bf16": 0.02})
+    c = TrainCandidate("torch", 64, worker={"first_loss": 2.30})
+    assert gate.check(c, None, True).passed  # type: ignore[arg-type]
+    c.worker["first_loss"] = 2.40
+    found = gate.check(c, None, True)  # type: ignore[arg-type]
+    assert not found.passed and "reference 2.300000" in found.words
+    c.worker["first_loss"] = math.nan
+    assert not gate.check(c, None, True).passed  # type: ignore[arg-type]
+    bf16 = TrainCandidate("torch-bf16", 64, worker={"first_loss": 2.31})
+    assert gate.check(bf16, None, True).passed  # type: ignore[arg-type]
+
+
+def _spec(tmp_path: Path, lr: float) -> TrainSpec:
+    import torch
+    from safetensors.torch import save_file
+
+    from bakeoff.builtins import digits
+
+    x_train, y_train, x_val, y_val = digits.train_and_validation()
+    np.savez(tmp_path / "d.npz", x_train=x_train, y_train=y_train, x_val=x_val, y_val=y_val)
+    torch.manual_seed(0)
+    save_file(digits.untrained().state_dict(), str(tmp_path / "init.safetensors"))
+    return TrainSpec(
+        stack="torch",
+        factory="bakeoff.builtins.digits:untrained",
+        init_path=str(tmp_path / "init.safetensors"),
+        data_path=str(tmp_path / "d.npz"),
+        seed=0,
+        batch_size=64,
+        lr=lr,
+        threads=1,
+    )
+
+
+def test_an_absurd_learning_rate_diverges_and_says_so(tmp_path: Path) -> None:
+    job = TargetJob(train=_spec(tmp_path, 1e36), max_steps=40, eval_every=20, target=0.95)
+    found = LocalLauncher(tmp_path / "logs").run(job, "absurd", 120)
+    assert found["diverged"] is True
+    assert not math.isfinite(found["losses"][-1]) and found["steps"] < 40
+    assert found["time_to_target_s"] is None
+
+
+def test_training_jobs_cross_the_socket_as_json(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, 2e-3)
+    for job in (TrainJob(train=spec), TargetJob(train=spec, max_steps=5, eval_every=5, target=0.5)):
+        assert job_from_json(json.loads(json.dumps(job.to_json()))) == job
+        assert job.threads == 1
+
+
+def test_every_seed_has_the_same_data_order_on_every_stack() -> None:
+    a = [b.tolist() for _, b in zip(range(30), stacks.batches(100, 16, seed=3), strict=False)]
+    b = [b.tolist() for _, b in zip(range(30), stacks.batches(100, 16, seed=3), strict=False)]
+    other = [b.tolist() for _, b in zip(range(30), stacks.batches(100, 16, seed=4), strict=False)]
+    assert a == b and a != other
+    # Full batches only (6 of 16 from 100 rows), each epoch a new permutation.
+    assert all(len(batch) == 16 for batch in a)
+    first_epoch = sorted(i for batch in a[:6] for i in batch)
+    assert len(set(first_epoch)) == 96
+    with pytest.raises(ValueError, match="larger than the training set"):
+        next(stacks.batches(10, 16, seed=0))
+
+
+@pytest.mark.slow
+def test_torch_compile_reports_its_compile_apart(tmp_path: Path) -> None:
+    result = api.train(
+        "builtin:digits-train",
+        api.TrainOptions(
+            stacks=("torch", "torch-compile"), seeds=1, quick=True, store=tmp_path / "s.db"
+        ),
+    )
+    by = {c["id"]: c for c in result.document["candidates"]}
+    assert by["torch-compile"]["status"] == "ok", by["torch-compile"]["reason"]
+    assert by["torch-compile"]["compile_s"] > 0 and by["torch"]["compile_s"] is None
+    assert by["torch-compile"]["checkpoint"]["reload_identical"] is True
