@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -206,3 +208,125 @@ def test_torch_compile_reports_its_compile_apart(tmp_path: Path) -> None:
     assert by["torch-compile"]["status"] == "ok", by["torch-compile"]["reason"]
     assert by["torch-compile"]["compile_s"] > 0 and by["torch"]["compile_s"] is None
     assert by["torch-compile"]["checkpoint"]["reload_identical"] is True
+
+
+RECIPE_MODEL = """
+import torch
+
+
+def build():
+    return torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10)
+    )
+"""
+
+
+def _recipe(folder: Path, train: str) -> Path:
+    (folder / "mlp.py").write_text(RECIPE_MODEL)
+    path = folder / "recipe.toml"
+    path.write_text(
+        'name = "mlp-digits"\n[model]\nkind = "torch"\nfactory = "mlp:build"\n[train]\n' + train
+    )
+    return path
+
+
+def test_a_toml_recipe_trains_the_users_model_and_an_absurd_lr_diverges(tmp_path: Path) -> None:
+    """The user's own factory and data; with a learning rate of 1e36 the loss goes NaN
+    on every stack, each is `diverged`, and the run still ends with its document."""
+    from bakeoff.builtins import digits
+
+    x_train, y_train, x_val, y_val = digits.train_and_validation()
+    np.savez(tmp_path / "d.npz", x_train=x_train, y_train=y_train, x_val=x_val, y_val=y_val)
+    good = _recipe(
+        tmp_path,
+        'data = "d.npz"\noptimizer = "sgd"\nlr = 0.1\nsteps = 60\n'
+        'stacks = ["torch", "torch-accumulate"]\ntarget = { value = 0.5 }\n',
+    )
+    doc = api.train(
+        str(good), api.TrainOptions(seeds=1, quick=True, store=tmp_path / "s.db")
+    ).document
+    assert doc["workload"]["name"] == "mlp-digits" and doc["workload"]["optimizer"] == "sgd"
+    for c in doc["candidates"]:
+        assert c["status"] == "ok", c["reason"]
+        assert c["settings"]["optimizer"] == "SGD"
+        assert c["seeds"][0]["final_metric"] > 0.5
+    absurd = _recipe(
+        tmp_path,
+        'data = "d.npz"\nlr = 1e36\nsteps = 40\nstacks = ["torch", "torch-accumulate"]\n'
+        "target = { value = 0.9 }\n",
+    )
+    result = api.train(str(absurd), api.TrainOptions(seeds=1, quick=True, store=tmp_path / "s.db"))
+    assert result.exit_code == 1
+    for c in result.document["candidates"]:
+        assert c["status"] == "diverged" and "NaN or infinite" in c["reason"]
+        assert c["seeds"][0]["diverged"] is True
+
+
+@pytest.mark.parametrize(
+    ("train", "words"),
+    [
+        ('data = "d.npz"\nlr = 0.1\nsteps = 10\ntarget = { value = 0.9 }\nepochs = 3\n', "epochs"),
+        ('data = "d.npz"\nlr = -1\nsteps = 10\ntarget = { value = 0.9 }\n', "train.lr"),
+        (
+            'data = "d.npz"\nlr = 0.1\nsteps = 10\ntarget = { value = 0.9 }\noptimizer = "lamb"\n',
+            "optimizer",
+        ),
+        (
+            'data = "missing.npz"\nlr = 0.1\nsteps = 10\ntarget = { value = 0.9 }\n',
+            "does not exist",
+        ),
+        (
+            'data = "bad.npz"\nlr = 0.1\nsteps = 10\ntarget = { value = 0.9 }\n',
+            "no x_val, y_val in it",
+        ),
+        (
+            'data = "d.npz"\nlr = 0.1\nsteps = 10\ntarget = { value = 0.9 }\nstacks = ["jaxx"]\n',
+            "train.stacks: no training stack 'jaxx'",
+        ),
+    ],
+)
+def test_a_wrong_recipe_names_the_key_and_exits_2(tmp_path: Path, train: str, words: str) -> None:
+    np.savez(
+        tmp_path / "d.npz",
+        x_train=np.zeros((8, 64)),
+        y_train=np.zeros(8),
+        x_val=np.zeros((4, 64)),
+        y_val=np.zeros(4),
+    )
+    np.savez(tmp_path / "bad.npz", x_train=np.zeros((8, 64)), y_train=np.zeros(8))
+    path = _recipe(tmp_path, train)
+    with pytest.raises(UserError, match=words) as refused:
+        api.train(str(path), api.TrainOptions(store=tmp_path / "s.db"))
+    assert refused.value.exit_code == 2
+
+
+def test_the_command_exits_2_on_a_wrong_recipe_and_says_why(tmp_path: Path) -> None:
+    path = _recipe(tmp_path, 'data = "d.npz"\nlr = 0.1\nsteps = 10\ntarget = { value = 2 }\n')
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bakeoff.cli",
+            "train",
+            str(path),
+            "--store",
+            str(tmp_path / "s.db"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "train.target.value" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_inference_workload_is_not_a_recipe_and_a_recipe_is_not_a_workload(
+    tmp_path: Path,
+) -> None:
+    path = _recipe(tmp_path, 'data = "d.npz"\nlr = 0.1\nsteps = 10\ntarget = { value = 0.9 }\n')
+    with pytest.raises(UserError, match="run it with `bakeoff train"):
+        api.run(str(path), api.RunOptions(store=tmp_path / "s.db"))
+    inference = tmp_path / "inference.toml"
+    inference.write_text('name = "x"\n[model]\nkind = "builtin"\nname = "digits"\n')
+    with pytest.raises(UserError, match=r"no \[train\] section"):
+        api.train(str(inference), api.TrainOptions(store=tmp_path / "s.db"))

@@ -27,6 +27,11 @@ def load_workload(ref: str | None) -> Workload:
             f"{ref}: no such workload file (give a .toml path or builtin:minilm / builtin:digits)"
         )
     spec = parse_spec(path.read_text(encoding="utf-8"), str(path))
+    if spec.data is None and spec.train is not None:
+        raise UserError(
+            f"{path}: a training recipe ([train], no [data] to run inference on): "
+            f"run it with `bakeoff train {path}`"
+        )
     if spec.model.kind == "builtin":
         return _from_builtin(spec, str(path))
     base_dir = str(path.resolve().parent)

@@ -15,7 +15,10 @@ from bakeoff.cli.output import err, out
 
 
 def train_cmd(
-    recipe: Annotated[str, typer.Argument(help="a training recipe: builtin:digits-train")],
+    recipe: Annotated[
+        str,
+        typer.Argument(help="builtin:digits-train, or a workload .toml with a [train] section"),
+    ],
     stacks: Annotated[
         str | None,
         typer.Option("--stacks", help="comma-separated stacks (default: every one)"),

@@ -55,6 +55,18 @@ NAMES = tuple(s.name for s in STACKS)
 REFERENCE = "torch"
 
 
+def model_factory(ref: str, folder: str) -> Any:
+    """The recipe's "module:callable" that builds the untrained model; a user's module
+    is found in the workload's folder first."""
+    import importlib
+    import sys
+
+    if folder and folder not in sys.path:
+        sys.path.insert(0, folder)
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def batches(rows: int, batch_size: int, seed: int) -> Iterator[np.ndarray]:
     """The seed's data order, the same for every stack: each epoch a permutation of
     the training rows drawn from (seed, epoch), cut into full global batches."""

@@ -6,18 +6,15 @@ data order, and the threads it is given."""
 from __future__ import annotations
 
 import contextlib
-import importlib
 import math
 from typing import Any
 
 import numpy as np
 
 from bakeoff import hardware
+from bakeoff.stacks import model_factory
 
-
-def _factory(ref: str) -> Any:
-    module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module), name)
+_OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD"}
 
 
 class TorchTrainer:
@@ -36,14 +33,15 @@ class TorchTrainer:
         self.y_train = torch.from_numpy(np.ascontiguousarray(data["y_train"]))
         self.x_val = torch.from_numpy(np.ascontiguousarray(data["x_val"]))
         self.y_val = torch.from_numpy(np.ascontiguousarray(data["y_val"]))
-        self.model = _factory(spec.factory)()
+        self.model = model_factory(spec.factory, spec.factory_dir)()
         self.model.load_state_dict(load_file(spec.init_path))
         self.model.train()
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=spec.lr)
+        optimizer = _OPTIMIZERS[spec.optimizer]
+        self.optimizer = getattr(torch.optim, optimizer)(self.model.parameters(), lr=spec.lr)
         self.forward = self.model
         self.settings: dict[str, Any] = {
             "threads": torch.get_num_threads(),
-            "optimizer": "Adam",
+            "optimizer": optimizer,
             "optimizer_state": "float32",
             "lr": spec.lr,
             "global_batch": spec.batch_size,

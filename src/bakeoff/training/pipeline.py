@@ -108,10 +108,7 @@ def _write_inputs(recipe: Recipe, folder: Path, seeds: int) -> tuple[Path, list[
     np.savez(
         data, x_train=recipe.x_train, y_train=recipe.y_train, x_val=recipe.x_val, y_val=recipe.y_val
     )
-    module, _, name = recipe.factory.partition(":")
-    import importlib
-
-    factory = getattr(importlib.import_module(module), name)
+    factory = _factory(recipe.factory, recipe.factory_dir)
     inits = []
     first_loss = math.nan
     for seed in range(seeds):
@@ -130,6 +127,15 @@ def _write_inputs(recipe: Recipe, folder: Path, seeds: int) -> tuple[Path, list[
     return data, inits, first_loss
 
 
+def _factory(ref: str, folder: str) -> Any:
+    """The recipe's model factory, imported here to write the initial weights (a
+    user's module found in the workload's folder, as the workers find it)."""
+    try:
+        return stacks.model_factory(ref, folder)
+    except (ImportError, AttributeError) as exc:
+        raise UserError(f"model.factory = {ref!r}: {type(exc).__name__}: {exc}") from None
+
+
 def _spec(recipe: Recipe, stack: str, data: Path, init: Path, seed: int, threads: int) -> TrainSpec:
     return TrainSpec(
         stack=stack,
@@ -141,6 +147,8 @@ def _spec(recipe: Recipe, stack: str, data: Path, init: Path, seed: int, threads
         lr=recipe.lr,
         threads=threads,
         candidate_id=stack,
+        optimizer=recipe.optimizer,
+        factory_dir=recipe.factory_dir,
     )
 
 
@@ -169,7 +177,8 @@ def train(
     unknown = [n for n in names if n not in stacks.NAMES]
     if unknown:
         raise UserError(
-            f"--stacks: no training stack {', '.join(map(repr, unknown))} "
+            f"{'--stacks' if opts.stacks else 'train.stacks'}: no training stack "
+            f"{', '.join(map(repr, unknown))} "
             f"(stacks: {', '.join(stacks.NAMES)})"
         )
     seeds = opts.seeds if opts.seeds is not None else (3 if opts.quick else 5)

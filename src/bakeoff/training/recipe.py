@@ -1,20 +1,25 @@
 """Training recipes: the model, the data, the optimizer, the global batch, how long,
-and the target. Built-in: `builtin:digits-train`."""
+and the target. Built-in: `builtin:digits-train`; or a workload TOML's `[train]`
+section with `[model] kind = "torch"` and the factory of the untrained model."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from bakeoff.errors import UserError
 from bakeoff.stacks import NAMES
+from bakeoff.workload import parse_spec
+from bakeoff.workload.spec import resolve_path
 
 
 @dataclass(frozen=True)
 class Recipe:
     name: str
     factory: str  # "module:function" building the untrained model
+    factory_dir: str  # where the factory's module is found ("" for ours)
     x_train: np.ndarray
     y_train: np.ndarray
     x_val: np.ndarray
@@ -34,21 +39,89 @@ class Recipe:
 BUILTINS = ("digits-train",)
 
 
+DATA_KEYS = ("x_train", "y_train", "x_val", "y_val")
+
+
 def load_recipe(ref: str, quick: bool) -> Recipe:
-    """A built-in recipe by name (`builtin:digits-train`)."""
-    name = ref.removeprefix("builtin:")
-    if not ref.startswith("builtin:") or name not in BUILTINS:
+    """A built-in recipe (`builtin:digits-train`) or a workload TOML with [train]."""
+    if ref.startswith("builtin:"):
+        return _builtin(ref, quick)
+    path = Path(ref)
+    if not path.is_file():
         raise UserError(
-            f"{ref}: no such training recipe (built in: "
-            + ", ".join(f"builtin:{b}" for b in BUILTINS)
-            + "; recipes from a TOML file's [train] section are not supported yet)"
+            f"{ref}: no such training recipe (a .toml file with [train], or {_BUILT_IN})"
         )
+    spec = parse_spec(path.read_text(encoding="utf-8"), str(path))
+    if spec.train is None:
+        raise UserError(f"{path}: no [train] section: this is an inference workload (bakeoff run)")
+    t = spec.train
+    if spec.model.kind != "torch" or not spec.model.factory:
+        raise UserError(
+            f'{path}: [model] kind = "torch" with factory = "module:callable" (the untrained '
+            f"model) is what the training stacks build so far, not kind = {spec.model.kind!r}"
+        )
+    base = path.resolve().parent
+    arrays = _data(t.data, base, str(path))
+    return Recipe(
+        name=spec.name,
+        factory=spec.model.factory,
+        factory_dir=str(base),
+        **arrays,
+        loss=t.loss,
+        optimizer=t.optimizer,
+        lr=t.lr,
+        batch_size=t.batch_size,
+        max_steps=t.steps,
+        eval_every=t.eval_every,
+        target_metric=t.target.metric,
+        target=t.target.value,
+        stacks=tuple(t.stacks) if t.stacks else NAMES,
+        tolerance=t.tolerance,
+    )
+
+
+_BUILT_IN = ", ".join(f"builtin:{b}" for b in BUILTINS)
+
+
+def _data(ref: str, base: Path, origin: str) -> dict[str, np.ndarray]:
+    key = f"{origin}: train.data = {ref!r}"
+    if ref == "builtin:digits":
+        from bakeoff.builtins import digits
+
+        return dict(zip(DATA_KEYS, digits.train_and_validation(), strict=True))
+    file = resolve_path(str(base), ref)
+    if not file.is_file():
+        raise UserError(f"{key}: {file} does not exist")
+    try:
+        with np.load(file, allow_pickle=False) as data:
+            missing = [k for k in DATA_KEYS if k not in data.files]
+            if missing:
+                has = ", ".join(data.files) or "nothing"
+                raise UserError(f"{key}: no {', '.join(missing)} in it (it has {has})")
+            arrays = {k: np.asarray(data[k]) for k in DATA_KEYS}
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{key}: cannot read it as .npz: {exc}") from None
+    for x, y in (("x_train", "y_train"), ("x_val", "y_val")):
+        if len(arrays[x]) != len(arrays[y]):
+            raise UserError(f"{key}: {x} has {len(arrays[x])} rows but {y} {len(arrays[y])}")
+    arrays["x_train"] = arrays["x_train"].astype(np.float32)
+    arrays["x_val"] = arrays["x_val"].astype(np.float32)
+    arrays["y_train"] = arrays["y_train"].astype(np.int64)
+    arrays["y_val"] = arrays["y_val"].astype(np.int64)
+    return arrays
+
+
+def _builtin(ref: str, quick: bool) -> Recipe:
+    name = ref.removeprefix("builtin:")
+    if name not in BUILTINS:
+        raise UserError(f"{ref}: no such training recipe (built in: {_BUILT_IN})")
     from bakeoff.builtins import digits
 
     x_train, y_train, x_val, y_val = digits.train_and_validation()
     return Recipe(
         name=name,
         factory="bakeoff.builtins.digits:untrained",
+        factory_dir="",
         x_train=x_train,
         y_train=y_train,
         x_val=x_val,

@@ -167,6 +167,8 @@ class TrainSpec:
     lr: float
     threads: int
     candidate_id: str = ""
+    optimizer: str = "adam"  # adam | adamw | sgd, its state in FP32
+    factory_dir: str = ""  # put first on sys.path to import the factory's module
 
 
 @dataclass(frozen=True, kw_only=True)

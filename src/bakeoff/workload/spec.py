@@ -309,6 +309,31 @@ class CandidateSpec(_Strict):
         return self
 
 
+class TargetSpec(_Strict):
+    metric: Literal["accuracy"] = "accuracy"
+    value: float = Field(gt=0.0, le=1.0, description="the validation metric to reach")
+
+
+class TrainSection(_Strict):
+    """`[train]`: a training recipe, for `bakeoff train` (model: kind = "torch" with
+    a factory that builds the untrained model)."""
+
+    data: str = Field(
+        description='an .npz with x_train, y_train, x_val, y_val, or "builtin:digits"'
+    )
+    loss: Literal["cross-entropy"] = "cross-entropy"
+    optimizer: Literal["adam", "adamw", "sgd"] = "adam"
+    lr: float = Field(gt=0.0)
+    batch_size: PositiveInt = Field(64, description="the global batch")
+    steps: PositiveInt
+    eval_every: PositiveInt = 20
+    target: TargetSpec
+    stacks: list[str] | None = Field(None, description="default: every training stack")
+    tolerance: float = Field(
+        0.01, ge=0.0, description="final metric below the reference's by more: flagged"
+    )
+
+
 class WorkloadSpec(_Strict):
     name: str = Field(min_length=1)
     description: str = ""
@@ -322,6 +347,7 @@ class WorkloadSpec(_Strict):
     candidates: list[CandidateSpec] = Field(
         default_factory=list, description="explicit candidates; replace the search grid"
     )
+    train: TrainSection | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -343,7 +369,7 @@ class WorkloadSpec(_Strict):
 
     @model_validator(mode="after")
     def _data_needed(self) -> WorkloadSpec:
-        if self.data is None and self.model.kind != "builtin":
+        if self.data is None and self.model.kind != "builtin" and self.train is None:
             raise ValueError(
                 '[data] is required: give factory = "module:callable", path or text (hf only)'
             )
