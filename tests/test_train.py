@@ -117,6 +117,24 @@ def test_the_json_document_and_table_come_from_the_command(tmp_path: Path) -> No
     assert "samples/s" in result.output and "time to accuracy" in result.output
     doc = json.loads(out.read_text())
     assert doc["candidates"][0]["status"] == "ok"
+    # The run is in the store: listed, shown again, its timed steps kept.
+    store = ["--store", str(tmp_path / "s.db")]
+    listed = CliRunner().invoke(app, ["ls", *store])
+    assert listed.exit_code == 0 and doc["run_id"] in listed.output
+    assert "samples_per_s: torch" in listed.output
+    shown = CliRunner().invoke(app, ["show", doc["run_id"], *store])
+    assert shown.exit_code == 0 and "time to accuracy" in shown.output
+    record = api.show_run(doc["run_id"], tmp_path / "s.db")
+    assert record["settings"]["kind"] == "train" and record["document"] == doc
+    assert [c["id"] for c in record["candidates"]] == ["torch"]
+    from bakeoff.store import Store
+
+    with Store(tmp_path / "s.db") as s:
+        assert len(s.samples(doc["run_id"], "torch")) == doc["candidates"][0]["rounds"]
+    # What has no training view yet says so, and what to use instead.
+    refused = CliRunner().invoke(app, ["report", doc["run_id"], *store])
+    assert isinstance(refused.exception, UserError)
+    assert "is a training run" in str(refused.exception)
 
 
 def test_a_stack_or_recipe_that_does_not_exist_is_refused_by_name(tmp_path: Path) -> None:

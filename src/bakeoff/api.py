@@ -52,6 +52,8 @@ def resume(
     if record["status"] == "done":
         raise UserError(f"run {record['run_id']} already finished; see `bakeoff show`")
     st = record["settings"]
+    if st.get("kind") == "train":
+        raise UserError(f"run {record['run_id']} is a training run: it cannot be resumed yet")
     if "workload_ref" not in st:
         raise UserError(f"run {record['run_id']} was stored without what is needed to resume it")
     opts = RunOptions.from_settings(st, store=store, json_path=json_path)

@@ -176,7 +176,8 @@ class Store:
             winners = []
             if doc:
                 for v in json.loads(doc).get("verdicts", []):
-                    winners.append((v["batch_size"], v["winner"]))
+                    # a training run's verdicts are per objective, not per batch size
+                    winners.append((v.get("batch_size", v.get("objective")), v["winner"]))
             out.append(
                 {
                     "run_id": run_id,

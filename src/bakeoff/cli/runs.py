@@ -29,7 +29,12 @@ def ls(store: StoreOpt = DEFAULT_STORE, limit: int = 20) -> None:
         t.add_column(col)
     for r in runs:
         created = when(r["created_at"])
-        winners = ", ".join(f"b{bs}: {w}" for bs, w in r["winners"] if w) or "-"
+        winners = (
+            ", ".join(
+                f"{'b' if isinstance(key, int) else ''}{key}: {w}" for key, w in r["winners"] if w
+            )
+            or "-"
+        )
         t.add_row(r["run_id"], created, r["workload"], r["status"], str(r["candidates"]), winners)
     out.print(t)
 
@@ -64,7 +69,23 @@ def show(
             reason = f" - {escape(c['reason'])}" if c.get("reason") else ""
             out.print(f"  {c['id']}: {state}{reason}", highlight=False)
         return
+    if doc.get("kind") == "train":
+        from bakeoff.cli.train import print_training
+
+        print_training(doc)
+        return
     print_result(doc, out)
+
+
+def _inference_run(run_id: str, store: Path, what: str) -> str:
+    """The full id of an inference run; a training run has no such view yet."""
+    record = api.show_run(run_id, store)
+    if (record.get("settings") or {}).get("kind") == "train":
+        raise UserError(
+            f"run {record['run_id']} is a training run: {what} is for inference runs so far; "
+            "`bakeoff show` and its JSON have what it measured"
+        )
+    return str(record["run_id"])
 
 
 def report_cmd(
@@ -85,7 +106,7 @@ def report_cmd(
         raise UserError(f"--format: expected html or md, got {fmt!r}")
     writer = html.write if fmt == "html" else markdown.write
     # Resolve a prefix to the full id first, so the default name is the real run id.
-    full_id = api.show_run(run_id, store)["run_id"]
+    full_id = _inference_run(run_id, store, "a report")
     path = writer(full_id, store, output or Path(f"report-{full_id}.{fmt}"))
     out.print(str(path), highlight=False, soft_wrap=True)
 
@@ -119,6 +140,8 @@ def compare_cmd(
 
     if fail_on_regression is not None and not 0 < fail_on_regression < 100:
         raise UserError(f"--fail-on-regression: a percentage in (0, 100), got {fail_on_regression}")
+    _inference_run(run_a, store, "compare")
+    _inference_run(run_b, store_b or store, "compare")
     cmp = compare.compare(run_a, run_b, store, margin, store_b)
     regressions = cmp.regressions(fail_on_regression) if fail_on_regression is not None else []
     if as_json:

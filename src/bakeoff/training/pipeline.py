@@ -32,6 +32,7 @@ from bakeoff.errors import UserError
 from bakeoff.judge import stats
 from bakeoff.judge.verdict import Measured, decide
 from bakeoff.paths import DEFAULT_STORE
+from bakeoff.store import Store
 from bakeoff.training.candidate import TrainCandidate
 from bakeoff.training.recipe import Recipe, load_recipe
 from bakeoff.trials.engine import Checked, Engine, run_trials
@@ -65,14 +66,24 @@ class TrainResult:
 
 
 class _Events:
-    def __init__(self, say: Callable[[str], None]) -> None:
-        self.say = say
+    """The engine's progress to the terminal, its timed steps to the store."""
+
+    def __init__(self, say: Callable[[str], None], store: Store, run_id: str) -> None:
+        self.say, self.store, self.run_id = say, store, run_id
 
     def note(self, message: str, entrant: Entrant | None) -> None:
         self.say(message)
 
-    def timed(self, *args: Any) -> None:
-        pass  # training rounds are kept on the candidates (no resume yet)
+    def timed(
+        self,
+        entrant: Entrant,
+        round_index: int,
+        kind: str,
+        latency_ns: list[int],
+        block_ns: int | None,
+        slot: int,
+    ) -> None:
+        self.store.add_trial(self.run_id, entrant.id, round_index, kind, latency_ns, block_ns, slot)
 
 
 class FirstLossGate:
@@ -188,6 +199,43 @@ def train(
     run_id = time.strftime("train-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
     folder = Path(opts.store).resolve().parent / "runs" / run_id
     say(f"run {run_id}: {recipe.name} on {', '.join(names)}, {seeds} seed(s), {threads} thread(s)")
+    Path(opts.store).parent.mkdir(parents=True, exist_ok=True)
+    with Store(opts.store) as store:
+        settings = {
+            "kind": "train",
+            "recipe": ref,
+            "stacks": list(names),
+            "seeds": seeds,
+            "quick": opts.quick,
+            "threads": threads,
+        }
+        store.start_run(run_id, recipe.name, environment.fingerprint(), settings)
+        try:
+            doc = _measure(recipe, names, seeds, threads, run_id, folder, opts, store, say)
+        except KeyboardInterrupt:
+            store.finish_run(run_id, "interrupted", None)
+            raise
+        except BaseException:
+            store.finish_run(run_id, "failed", None)
+            raise
+        doc["timing_s"]["total"] = round(time.perf_counter() - t_start, 3)
+        for c in doc["candidates"]:
+            store.put_candidate(run_id, c)
+        store.finish_run(run_id, "done", doc)
+    return TrainResult(run_id, doc)
+
+
+def _measure(
+    recipe: Recipe,
+    names: tuple[str, ...],
+    seeds: int,
+    threads: int,
+    run_id: str,
+    folder: Path,
+    opts: TrainOptions,
+    store: Store,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
     data, inits, first_loss = _write_inputs(recipe, folder, seeds)
     candidates = [TrainCandidate(n, recipe.batch_size) for n in names]
     for c in candidates:
@@ -203,7 +251,7 @@ def train(
     gate = FirstLossGate(first_loss, _FIRST_LOSS_TOLERANCE)
     say(f"measuring steps/s: {len(pending)} stacks in interleaved rounds")
     t_rounds = time.perf_counter()
-    run_trials(pending, jobs, Engine(gate, launcher, settings, _Events(say)))
+    run_trials(pending, jobs, Engine(gate, launcher, settings, _Events(say, store, run_id)))
     rounds_s = time.perf_counter() - t_rounds
     for c in candidates:
         if c.status == "rejected":
@@ -216,12 +264,8 @@ def train(
     seeds_s = time.perf_counter() - t_seeds
     _parity(candidates, recipe)
     doc = _document(run_id, recipe, candidates, seeds, threads, throughput)
-    doc["timing_s"] = {
-        "rounds": round(rounds_s, 3),
-        "seeds": round(seeds_s, 3),
-        "total": round(time.perf_counter() - t_start, 3),
-    }
-    return TrainResult(run_id, doc)
+    doc["timing_s"] = {"rounds": round(rounds_s, 3), "seeds": round(seeds_s, 3)}
+    return doc
 
 
 def _train_seeds(
