@@ -52,10 +52,11 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict:
             seeds=2,
             quick=True,
             store=root / "s.db",
+            tensorboard=root / "tb",
         ),
     )
     assert result.exit_code == 0
-    return result.document
+    return {**result.document, "tensorboard": str(root / "tb")}
 
 
 def test_every_stack_is_measured_with_a_ci_over_rounds_and_its_seeds(trained: dict) -> None:
@@ -93,6 +94,25 @@ def test_every_stack_is_measured_with_a_ci_over_rounds_and_its_seeds(trained: di
     for v in doc["verdicts"]:
         assert set(v) >= VERDICT_KEYS
         assert v["baseline"] == "torch"
+
+
+def test_tensorboards_own_reader_finds_one_series_per_stack_and_seed(trained: dict) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    root = Path(trained["tensorboard"]) / trained["run_id"]
+    runs = sorted(str(p.relative_to(root)) for p in root.glob("*/seed*"))
+    stacks_run = ("torch", "torch-bf16", "torch-accumulate")
+    assert runs == sorted(f"{s}/seed{k}" for s in stacks_run for k in (0, 1))
+    for c in trained["candidates"]:
+        for seed in c["seeds"]:
+            events = EventAccumulator(str(root / c["id"] / f"seed{seed['seed']}"))
+            events.Reload()
+            assert {"train/loss", "validation/accuracy"} <= set(events.Tags()["scalars"])
+            losses = [e.value for e in events.Scalars("train/loss")]
+            assert losses == pytest.approx(seed["losses"], rel=1e-6)
+            assert [e.step for e in events.Scalars("validation/accuracy")] == [
+                int(step) for step, _, _ in seed["evals"]
+            ]
 
 
 def test_the_json_document_and_table_come_from_the_command(tmp_path: Path) -> None:

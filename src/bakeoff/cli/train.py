@@ -28,6 +28,14 @@ def train_cmd(
         typer.Option("--seeds", help="seeds trained to the target (default 5; 3 with --quick)"),
     ] = None,
     quick: Annotated[bool, typer.Option("--quick", help="fewer rounds, seeds and steps")] = False,
+    budget: Annotated[
+        float | None,
+        typer.Option("--budget", help="seconds for the timed rounds (default 90; 30 with --quick)"),
+    ] = None,
+    tensorboard: Annotated[
+        Path | None,
+        typer.Option("--tensorboard", help="write TensorBoard runs per stack and seed here"),
+    ] = None,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="write the result document here")
     ] = None,
@@ -46,9 +54,15 @@ def train_cmd(
         )
 
     names = tuple(s.strip() for s in stacks.split(",") if s.strip()) if stacks else None
-    result = api.train(
-        recipe, api.TrainOptions(stacks=names, seeds=seeds, quick=quick, store=store), say
+    opts = api.TrainOptions(
+        stacks=names,
+        seeds=seeds,
+        quick=quick,
+        store=store,
+        budget_s=budget,
+        tensorboard=tensorboard,
     )
+    result = api.train(recipe, opts, say)
     print_training(result.document)
     if json_path is not None:
         write_json(result.document, json_path)

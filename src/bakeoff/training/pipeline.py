@@ -33,6 +33,7 @@ from bakeoff.judge import stats
 from bakeoff.judge.verdict import Measured, decide
 from bakeoff.paths import DEFAULT_STORE
 from bakeoff.store import Store
+from bakeoff.training import tensorboard
 from bakeoff.training.candidate import TrainCandidate
 from bakeoff.training.recipe import Recipe, load_recipe
 from bakeoff.trials.engine import Checked, Engine, run_trials
@@ -52,6 +53,8 @@ class TrainOptions:
     store: Path = DEFAULT_STORE  # the run's folder goes beside it, in runs/<run_id>
     threads: int | None = None  # default: the physical cores
     trial_timeout_s: float = 600.0
+    budget_s: float | None = None  # the timed rounds' budget (default 30 s, --quick 90 s)
+    tensorboard: Path | None = None  # event files per stack and seed go here
 
 
 @dataclass
@@ -173,7 +176,7 @@ def _settings(opts: TrainOptions, threads: int) -> TrialSettings:
         settle_s=0.0,
         min_rounds=5 if opts.quick else 8,
         max_rounds=15 if opts.quick else 40,
-        budget_s=30.0 if opts.quick else 90.0,
+        budget_s=opts.budget_s if opts.budget_s is not None else (30.0 if opts.quick else 90.0),
         seed=0,
         objective="throughput",
     )
@@ -195,6 +198,10 @@ def train(
     seeds = opts.seeds if opts.seeds is not None else (3 if opts.quick else 5)
     if seeds < 1:
         raise UserError(f"--seeds: at least 1, not {seeds}")
+    if opts.budget_s is not None and opts.budget_s <= 0:
+        raise UserError(f"--budget: seconds above 0, not {opts.budget_s:g}")
+    if opts.tensorboard is not None:
+        tensorboard.check_available()
     threads = opts.threads or environment.default_threads()
     run_id = time.strftime("train-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
     folder = Path(opts.store).resolve().parent / "runs" / run_id
@@ -218,6 +225,9 @@ def train(
         except BaseException:
             store.finish_run(run_id, "failed", None)
             raise
+        if opts.tensorboard is not None:
+            written = tensorboard.write(doc, opts.tensorboard)
+            say(f"TensorBoard: {len(written)} runs in {opts.tensorboard / run_id}")
         doc["timing_s"]["total"] = round(time.perf_counter() - t_start, 3)
         for c in doc["candidates"]:
             store.put_candidate(run_id, c)
