@@ -22,7 +22,7 @@ from bakeoff.trials.jobs import TargetJob, TrainJob, TrainSpec, job_from_json
 from bakeoff.trials.launcher import LocalLauncher
 
 # What every candidate of a training document carries (the interface other work
-# relies on); `scaling` and `trainable_parameters` come with the stacks that have them.
+# relies on); `scaling` comes with the multi-process stacks, not built yet.
 CANDIDATE_KEYS = {
     "id",
     "stack",
@@ -38,6 +38,7 @@ CANDIDATE_KEYS = {
     "final_metric",
     "checkpoint",
     "compile_s",
+    "trainable_parameters",
 }
 VERDICT_KEYS = {"objective", "winner", "baseline", "ratio", "ranking", "ties", "reason"}
 
@@ -84,6 +85,9 @@ def test_every_stack_is_measured_with_a_ci_over_rounds_and_its_seeds(trained: di
         assert ck["reload_identical"] is True and ck["size_mb"] > 0
         assert ck["save_s"] >= 0 and ck["load_s"] >= 0
     by = {c["id"]: c for c in doc["candidates"]}
+    # The digits CNN: two convolutions and two dense layers, every weight trained.
+    cnn = (1 * 16 * 9 + 16) + (16 * 32 * 9 + 32) + (512 * 64 + 64) + (64 * 10 + 10)
+    assert {c["trainable_parameters"] for c in doc["candidates"]} == {cnn}
     assert by["torch-accumulate"]["settings"]["accumulation_steps"] == 2
     assert by["torch-bf16"]["settings"]["precision"] == "bf16 autocast"
     # The same initial weights and data order: accumulating two halves reaches the

@@ -46,6 +46,9 @@ class TorchTrainer:
             "lr": spec.lr,
             "global_batch": spec.batch_size,
             "precision": "fp32",
+            "trainable_parameters": sum(
+                p.numel() for p in self.model.parameters() if p.requires_grad
+            ),
         }
         if spec.stack == "torch-compile":
             self.forward = torch.compile(self.model)

@@ -444,6 +444,7 @@ def _candidate_document(c: TrainCandidate, recipe: Recipe, n_seeds: int) -> dict
         "compile_s": float(np.median(compiles))
         if compiles and c.stack == "torch-compile"
         else None,
+        "trainable_parameters": c.settings.get("trainable_parameters"),
         "first_step_s": c.first_call_s,
         "settings": c.settings,
         "rounds": len(c.rounds_ns),
