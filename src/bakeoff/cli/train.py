@@ -119,24 +119,24 @@ def print_training(doc: dict[str, Any]) -> None:
             out.print(f"  {c['id']}: {c['status']} - {escape(c['reason'])}", highlight=False)
     out.print("\nVerdict")
     for v in doc["verdicts"]:
-        ratio = v["ratio"]
-        gain = (
-            ""
-            if not ratio
-            else f" ({ratio['value']:.2f}x over {v['baseline']}, "
-            f"CI {ratio['ci95'][0]:.2f}-{ratio['ci95'][1]:.2f})"
+        out.print(f"  {v['objective']}: {_verdict_words(v)}", highlight=False)
+
+
+def _verdict_words(v: dict[str, Any]) -> str:
+    """One verdict in words: a winner only where it is separated from the reference."""
+    winner, base, ratio = v["winner"], v["baseline"], v["ratio"]
+    if not winner:
+        return f"no winner ({escape(v['reason'])})"
+    if winner == base:
+        return f"{winner}, the reference: no stack beat it"
+    gain = (
+        ""
+        if not ratio
+        else f"{ratio['value']:.2f}x (CI {ratio['ci95'][0]:.2f}-{ratio['ci95'][1]:.2f})"
+    )
+    if any(base in tie and winner in tie for tie in v["ties"]):
+        return (
+            f"no stack beat the reference {base}: the leader {winner} measured {gain}, "
+            "not separated from it"
         )
-        if v["winner"] and v["winner"] == v["baseline"]:
-            out.print(
-                f"  {v['objective']}: {v['winner']}, the reference: no stack beat it",
-                highlight=False,
-            )
-        elif v["winner"]:
-            out.print(f"  {v['objective']}: {v['winner']}{gain}", highlight=False)
-        else:
-            out.print(f"  {v['objective']}: no winner ({escape(v['reason'])})", highlight=False)
-        if v["ties"]:
-            out.print(
-                f"    not separated from: {', '.join(' = '.join(t) for t in v['ties'])}",
-                highlight=False,
-            )
+    return f"{winner}, {gain} over the reference {base}"

@@ -266,13 +266,14 @@ def _measure(
     for c in candidates:
         if c.status == "rejected":
             c.set_status("flagged", c.reason)
-    throughput = _throughput_verdict(candidates, recipe, settings)
     t_seeds = time.perf_counter()
     for c in candidates:
         if c.status in ("ok", "flagged"):
             _train_seeds(c, recipe, data, inits, threads, launcher, folder, opts, say)
     seeds_s = time.perf_counter() - t_seeds
     _parity(candidates, recipe)
+    # After the seeds: a stack that diverged or lost accuracy wins nothing.
+    throughput = _throughput_verdict(candidates, recipe, settings)
     doc = _document(run_id, recipe, candidates, seeds, threads, throughput)
     doc["timing_s"] = {"rounds": round(rounds_s, 3), "seeds": round(seeds_s, 3)}
     return doc
