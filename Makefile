@@ -80,6 +80,7 @@ typecheck: $(TEST_STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/harness_overhead.py
 	$(PY) benchmarks/time_to_verdict.py
+	$(PY) benchmarks/train_overhead.py
 
 # bakeoff serve against the runtime in-process, for the MiniLM winner (a run first)
 bench-serve: $(STAMP)
