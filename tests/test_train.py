@@ -257,8 +257,13 @@ import torch
 
 
 def build():
+    # Dropout draws a new mask at every step: the first-loss check runs in eval mode.
     return torch.nn.Sequential(
-        torch.nn.Flatten(), torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10)
+        torch.nn.Flatten(),
+        torch.nn.Linear(64, 32),
+        torch.nn.ReLU(),
+        torch.nn.Dropout(0.2),
+        torch.nn.Linear(32, 10),
     )
 """
 
@@ -273,8 +278,9 @@ def _recipe(folder: Path, train: str) -> Path:
 
 
 def test_a_toml_recipe_trains_the_users_model_and_an_absurd_lr_diverges(tmp_path: Path) -> None:
-    """The user's own factory and data; with a learning rate of 1e36 the loss goes NaN
-    on every stack, each is `diverged`, and the run still ends with its document."""
+    """The user's own factory (with dropout, which must not trip the first-loss
+    check) and data; with a learning rate of 1e36 the loss goes NaN on every stack,
+    each is `diverged`, and the run still ends with its document."""
     from bakeoff.builtins import digits
 
     x_train, y_train, x_val, y_val = digits.train_and_validation()

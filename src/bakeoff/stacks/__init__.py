@@ -9,6 +9,8 @@ is how the step runs. A stack's `Trainer` is built in the worker from a
   outside the clock;
 - `step(prepared)` is one optimizer step over the global batch and returns its
   loss (taken before the update); it is the only thing timed;
+- `initial_loss(prepared)` is the loss of the weights as they are, in eval mode
+  and without an update (the gate's check that every stack starts alike);
 - `evaluate()` gives the validation metric;
 - `save(path)` / `load(path)` write and read the model and optimizer state.
 
@@ -31,6 +33,8 @@ class Trainer(Protocol):
     def prepare(self, indices: Any) -> Any: ...
 
     def step(self, prepared: Any) -> float: ...
+
+    def initial_loss(self, prepared: Any) -> float: ...
 
     def evaluate(self) -> float: ...
 

@@ -98,6 +98,25 @@ class TorchTrainer:
                 self.optimizer.step()
         return total
 
+    def initial_loss(self, prepared: tuple[Any, Any]) -> float:
+        """The loss of the weights as they are on one batch, in eval mode (dropout off,
+        norms on their running statistics) and without an update: what the gate
+        compares with the reference's before any step. The eager module, under the
+        stack's autocast (a compiled one would compile a second graph for eval mode)."""
+        torch = self.torch
+        x, y = prepared
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                if self.stack == "torch-bf16":
+                    with torch.autocast("cpu", dtype=torch.bfloat16):
+                        out = self.model(x)
+                else:
+                    out = self.model(x)
+                return float(torch.nn.functional.cross_entropy(out.float(), y))
+        finally:
+            self.model.train()
+
     def evaluate(self) -> float:
         """Top-1 accuracy on the validation split, in FP32 with the eager module (the
         weights are the stack's; a compiled module would recompile for eval mode)."""

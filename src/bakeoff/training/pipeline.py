@@ -90,8 +90,8 @@ class _Events:
 
 
 class FirstLossGate:
-    """A stack's first loss (the initial weights on the first batch, before any
-    update) must be the reference's: same weights, same data, same loss."""
+    """A stack's first loss (the initial weights on the first batch, in eval mode,
+    before any update) must be the reference's: same weights, same data, same loss."""
 
     def __init__(self, expected: float, tolerance: dict[str, float]) -> None:
         self.expected, self.tolerance = expected, tolerance
@@ -133,6 +133,7 @@ def _write_inputs(recipe: Recipe, folder: Path, seeds: int) -> tuple[Path, list[
         inits.append(path)
         if seed == 0:
             idx = next(stacks.batches(len(recipe.y_train), recipe.batch_size, 0))
+            model.eval()  # as the stacks' check runs: dropout off, norms on running stats
             with torch.no_grad():
                 logits = model(torch.from_numpy(recipe.x_train[idx]))
                 first_loss = float(
