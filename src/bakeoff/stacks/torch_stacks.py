@@ -25,6 +25,9 @@ class TorchTrainer:
         torch.set_num_threads(spec.threads)
         with contextlib.suppress(RuntimeError):  # refused once parallel work ran
             torch.set_num_interop_threads(1)
+        # Dropout and other random layers draw from the seed too, not from whatever
+        # the process started with.
+        torch.manual_seed(spec.seed)
         self.torch = torch
         self.stack = spec.stack
         self.spec = spec
