@@ -5,8 +5,9 @@ order per seed, with the same optimizer (state in FP32) and threads; what differ
 is how the step runs. A stack's `Trainer` is built in the worker from a
 `bakeoff.trials.jobs.TrainSpec`:
 
-- `prepare(indices)` turns a batch's row indices into the stack's own inputs,
-  outside the clock;
+- `rows` is how many training rows the data has (the seed's order draws from them);
+- `prepare(indices)` turns a batch's row indices into the stack's own inputs
+  (timed with the step, as a training loop takes its next batch);
 - `step(prepared)` is one optimizer step over the global batch and returns its
   loss (taken before the update); it is the only thing timed;
 - `initial_loss(prepared)` is the loss of the weights as they are, in eval mode
@@ -29,6 +30,7 @@ import numpy as np
 
 class Trainer(Protocol):
     settings: dict[str, Any]  # what the stack applied: threads, precision, compile, ...
+    rows: int
 
     def prepare(self, indices: Any) -> Any: ...
 

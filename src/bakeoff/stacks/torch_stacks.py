@@ -36,6 +36,7 @@ class TorchTrainer:
         self.y_train = torch.from_numpy(np.ascontiguousarray(data["y_train"]))
         self.x_val = torch.from_numpy(np.ascontiguousarray(data["x_val"]))
         self.y_val = torch.from_numpy(np.ascontiguousarray(data["y_val"]))
+        self.rows = len(self.y_train)
         self.model = model_factory(spec.factory, spec.factory_dir)()
         self.model.load_state_dict(load_file(spec.init_path))
         self.model.train()

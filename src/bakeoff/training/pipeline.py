@@ -3,8 +3,8 @@
 1. The data and each seed's initial weights are written once into the run's
    folder; every PyTorch stack loads the same file.
 2. Throughput: each stack's worker (seed 0) is started through the trial engine.
-   Its first step's loss, taken from the initial weights on the first batch, must
-   be the reference's (computed here in FP32): a stack that starts from other
+   Its first loss, the initial weights on the first batch in eval mode before any
+   update, must be the reference's (computed here in FP32): a stack that starts from other
    weights or other data is flagged before it is timed. Then steps are timed in
    randomized interleaved rounds across stacks, with racing and a bootstrap CI,
    exactly as inference calls are.
@@ -53,7 +53,7 @@ class TrainOptions:
     store: Path = DEFAULT_STORE  # the run's folder goes beside it, in runs/<run_id>
     threads: int | None = None  # default: the physical cores
     trial_timeout_s: float = 600.0
-    budget_s: float | None = None  # the timed rounds' budget (default 30 s, --quick 90 s)
+    budget_s: float | None = None  # the timed rounds' budget (default 90 s, --quick 30 s)
     tensorboard: Path | None = None  # event files per stack and seed go here
 
 
@@ -217,9 +217,10 @@ def train(
             "quick": opts.quick,
             "threads": threads,
         }
-        store.start_run(run_id, recipe.name, environment.fingerprint(), settings)
+        env = {**environment.fingerprint(), "threads": threads, "seeds": seeds}
+        store.start_run(run_id, recipe.name, env, settings)
         try:
-            doc = _measure(recipe, names, seeds, threads, run_id, folder, opts, store, say)
+            doc = _measure(recipe, names, env, run_id, folder, opts, store, say)
         except KeyboardInterrupt:
             store.finish_run(run_id, "interrupted", None)
             raise
@@ -239,15 +240,15 @@ def train(
 def _measure(
     recipe: Recipe,
     names: tuple[str, ...],
-    seeds: int,
-    threads: int,
+    env: dict[str, Any],
     run_id: str,
     folder: Path,
     opts: TrainOptions,
     store: Store,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
-    data, inits, first_loss = _write_inputs(recipe, folder, seeds)
+    threads = env["threads"]
+    data, inits, first_loss = _write_inputs(recipe, folder, env["seeds"])
     candidates = [TrainCandidate(n, recipe.batch_size) for n in names]
     for c in candidates:
         why = stacks.availability(c.stack)
@@ -275,7 +276,7 @@ def _measure(
     _parity(candidates, recipe)
     # After the seeds: a stack that diverged or lost accuracy wins nothing.
     throughput = _throughput_verdict(candidates, recipe, settings)
-    doc = _document(run_id, recipe, candidates, seeds, threads, throughput)
+    doc = _document(run_id, recipe, candidates, env, throughput)
     doc["timing_s"] = {"rounds": round(rounds_s, 3), "seeds": round(seeds_s, 3)}
     return doc
 
@@ -395,7 +396,7 @@ def _parity(candidates: list[TrainCandidate], recipe: Recipe) -> None:
             )
 
 
-def _candidate_document(c: TrainCandidate, recipe: Recipe, n_seeds: int) -> dict[str, Any]:
+def _candidate_document(c: TrainCandidate, recipe: Recipe) -> dict[str, Any]:
     samples = c.samples()
     sps = None
     if c.rounds_ns and samples.size:
@@ -443,8 +444,9 @@ def _candidate_document(c: TrainCandidate, recipe: Recipe, n_seeds: int) -> dict
         "checkpoint": None
         if c.checkpoint is None
         else {k: c.checkpoint[k] for k in ("save_s", "load_s", "size_mb", "reload_identical")},
+        # where the stack compiles (its settings name the compiler)
         "compile_s": float(np.median(compiles))
-        if compiles and c.stack == "torch-compile"
+        if compiles and "compile_backend" in c.settings
         else None,
         "trainable_parameters": c.settings.get("trainable_parameters"),
         "first_step_s": c.first_call_s,
@@ -460,11 +462,10 @@ def _document(
     run_id: str,
     recipe: Recipe,
     candidates: list[TrainCandidate],
-    seeds: int,
-    threads: int,
+    env: dict[str, Any],
     throughput: dict[str, Any],
 ) -> dict[str, Any]:
-    docs = [_candidate_document(c, recipe, seeds) for c in candidates]
+    docs = [_candidate_document(c, recipe) for c in candidates]
     ref_final = next((d["final_metric"] for d in docs if d["stack"] == stacks.REFERENCE), None)
     for d in docs:
         if d["final_metric"] is not None and ref_final is not None:
@@ -486,7 +487,7 @@ def _document(
             "train_rows": len(recipe.y_train),
             "validation_rows": len(recipe.y_val),
         },
-        "environment": {**environment.fingerprint(), "threads": threads, "seeds": seeds},
+        "environment": env,
         "candidates": docs,
         "verdicts": [throughput, _time_to_target_verdict(docs)],
     }

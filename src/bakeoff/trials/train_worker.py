@@ -28,11 +28,6 @@ from bakeoff.trials.jobs import (
 from bakeoff.trials.memory import PeakMemory
 
 
-def _rows(spec: TrainSpec) -> int:
-    with np.load(spec.data_path, allow_pickle=False) as data:
-        return len(data["y_train"])
-
-
 class Training:
     """A trainer answering the trial engine: each timed call is one optimizer step on
     the next batch of the seed's data order (its batch taken from the data as a
@@ -40,7 +35,7 @@ class Training:
 
     def __init__(self, trainer: stacks.Trainer, spec: TrainSpec) -> None:
         self.trainer = trainer
-        self.order = stacks.batches(_rows(spec), spec.batch_size, spec.seed)
+        self.order = stacks.batches(trainer.rows, spec.batch_size, spec.seed)
         self.memory = PeakMemory()
         self.clock: Callable[[], int] = time.perf_counter_ns
 
@@ -87,7 +82,7 @@ def start_training(job: TrainJob, started: float) -> tuple[dict[str, Any], Train
     training = Training(trainer, job.train)
     # The first batch of the seed's order, from a generator of its own: the check
     # takes nothing from the order the timed steps go through.
-    first = next(stacks.batches(_rows(job.train), job.train.batch_size, job.train.seed))
+    first = next(stacks.batches(trainer.rows, job.train.batch_size, job.train.seed))
     first_loss = trainer.initial_loss(trainer.prepare(first))
     first_ns, _ = training.one()
     training.memory.loaded()
@@ -109,7 +104,7 @@ def do_target(job: TargetJob) -> dict[str, Any]:
     evaluation, when the target was first reached, whether the loss diverged, the
     share of step time spent getting the batch, and the checkpoint's figures."""
     trainer = stacks.trainer(job.train)
-    order = stacks.batches(_rows(job.train), job.train.batch_size, job.train.seed)
+    order = stacks.batches(trainer.rows, job.train.batch_size, job.train.seed)
     clock = time.perf_counter
     step_s: list[float] = []
     data_s: list[float] = []
