@@ -6,8 +6,9 @@ order, optimizer and threads, in two processes started alike: bakeoff's
 loop (`zero_grad`, forward, loss, backward, step on the next batch) written here.
 They are timed in turns, one process at a time, and the ratio of their per-step
 times is printed per turn and as the median of the turns (target: at most 1.02).
-Lightning's overhead against the same loop needs its stack, which is not built
-yet; the script says so.
+With Lightning installed, a third process takes its turns too: bakeoff's
+`lightning` stack, the same recipe through `Trainer.fit` (its ratio to the bare
+loop is Lightning's overhead, plus the worker's, printed above it).
 
     python benchmarks/train_overhead.py [--turns 7] [--steps 400]
 """
@@ -95,9 +96,15 @@ def main() -> None:
             lr=2e-3,
             threads=threads,
         )
-        worker = LocalLauncher(Path(tmp) / "logs").start(TrainJob(train=spec), "worker")
-        worker.reply(300)
-        worker.request(Warmup(seconds=1.0, min_calls=50), 300)
+        launcher = LocalLauncher(Path(tmp) / "logs")
+        workers = {"bakeoff's worker": launcher.start(TrainJob(train=spec), "worker")}
+        lightning = importlib.util.find_spec("lightning") is not None
+        if lightning:
+            lit = dataclasses.replace(spec, stack="lightning")
+            workers["Lightning"] = launcher.start(TrainJob(train=lit), "lightning")
+        for worker in workers.values():
+            worker.reply(300)
+            worker.request(Warmup(seconds=1.0, min_calls=50), 300)
         bare_spec = {**dataclasses.asdict(spec), "warmup": 50}
         bare = subprocess.Popen(
             [sys.executable, "-c", BARE, json.dumps(bare_spec)],
@@ -108,30 +115,37 @@ def main() -> None:
         )
         assert bare.stdin is not None and bare.stdout is not None
         assert bare.stdout.readline().strip() == "ready"
-        ratios = []
+        ratios: dict[str, list[float]] = {name: [] for name in workers}
         print(f"== training step overhead: digits CNN, batch 64, {threads} thread(s)")
         for turn in range(args.turns):
-            timed = worker.measure(Measure(calls=args.steps), 300)
-            ours = timed.block_ns / 1e9 / args.steps
             bare.stdin.write(f"{args.steps}\n")
             bare.stdin.flush()
             theirs = float(bare.stdout.readline()) / args.steps
-            ratios.append(ours / theirs)
-            print(
-                f"turn {turn + 1}: bakeoff's worker {ours * 1e3:.3f} ms/step, "
-                f"bare loop {theirs * 1e3:.3f} ms/step, ratio {ours / theirs:.3f}"
-            )
-        worker.request(Exit(), 60)
-        worker.close()
+            words = [f"bare loop {theirs * 1e3:.3f} ms/step"]
+            for name, worker in workers.items():
+                timed = worker.measure(Measure(calls=args.steps), 300)
+                ours = timed.block_ns / 1e9 / args.steps
+                ratios[name].append(ours / theirs)
+                words.append(f"{name} {ours * 1e3:.3f} ms/step (ratio {ours / theirs:.3f})")
+            print(f"turn {turn + 1}: " + ", ".join(words))
+        for worker in workers.values():
+            worker.request(Exit(), 60)
+            worker.close()
         bare.stdin.close()
         bare.wait(60)
-        median = statistics.median(ratios)
+        median = statistics.median(ratios["bakeoff's worker"])
         print(
             f"median ratio (worker / bare loop): {median:.3f} (target <= 1.02: "
             f"{'met' if median <= 1.02 else 'not met'})"
         )
-        if importlib.util.find_spec("lightning") is None:
-            print("Lightning: not measured (the lightning stack is not built yet, nor installed)")
+        if lightning:
+            lit_median = statistics.median(ratios["Lightning"])
+            print(
+                f"median ratio (Lightning's Trainer.fit / bare loop): {lit_median:.3f} "
+                f"(Lightning's overhead {lit_median - 1:+.1%}, the worker's included)"
+            )
+        else:
+            print("Lightning: not measured (not installed: pip install 'bakeoff[train]')")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,3 +39,37 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> None:
 @pytest.fixture
 def store_path(tmp_path: Path) -> Path:
     return tmp_path / "store" / "bakeoff.db"
+
+
+@pytest.fixture
+def digits_train_spec(tmp_path: Path) -> Callable[..., Any]:
+    """A factory of `TrainSpec`s on the digits recipe's data and seed-0 initial
+    weights, written once into the test's temp dir; keywords override fields."""
+
+    def make(**fields: Any) -> Any:
+        import numpy as np
+        import torch
+        from safetensors.torch import save_file
+
+        from bakeoff.builtins import digits
+        from bakeoff.trials.jobs import TrainSpec
+
+        data, init = tmp_path / "d.npz", tmp_path / "init.safetensors"
+        if not init.exists():
+            x_train, y_train, x_val, y_val = digits.train_and_validation()
+            np.savez(data, x_train=x_train, y_train=y_train, x_val=x_val, y_val=y_val)
+            torch.manual_seed(0)
+            save_file(digits.untrained().state_dict(), str(init))
+        defaults: dict[str, Any] = {
+            "stack": "torch",
+            "factory": "bakeoff.builtins.digits:untrained",
+            "init_path": str(init),
+            "data_path": str(data),
+            "seed": 0,
+            "batch_size": 64,
+            "lr": 2e-3,
+            "threads": 1,
+        }
+        return TrainSpec(**{**defaults, **fields})
+
+    return make

@@ -7,6 +7,7 @@ import json
 import math
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ from bakeoff.trials.jobs import TargetJob, TrainJob, TrainSpec, job_from_json
 from bakeoff.trials.launcher import LocalLauncher
 
 # What every candidate of a training document carries (the interface other work
-# relies on); `scaling` comes with the multi-process stacks, not built yet.
+# relies on); `scaling` is null but for the multi-process stacks.
 CANDIDATE_KEYS = {
     "id",
     "stack",
@@ -39,6 +40,7 @@ CANDIDATE_KEYS = {
     "checkpoint",
     "compile_s",
     "trainable_parameters",
+    "scaling",
 }
 VERDICT_KEYS = {"objective", "winner", "baseline", "ratio", "ranking", "ties", "reason"}
 
@@ -94,7 +96,15 @@ def test_every_stack_is_measured_with_a_ci_over_rounds_and_its_seeds(trained: di
     # same final accuracy as the whole batch at once, seed by seed.
     for mine, ref in zip(by["torch-accumulate"]["seeds"], by["torch"]["seeds"], strict=True):
         assert mine["final_metric"] == pytest.approx(ref["final_metric"], abs=0.02)
-    assert [v["objective"] for v in doc["verdicts"]] == ["samples_per_s", "time_to_target"]
+    assert [v["objective"] for v in doc["verdicts"]] == [
+        "samples_per_s",
+        "time_to_target",
+        "peak_memory",
+    ]
+    memory = doc["verdicts"][2]
+    lowest = min(c["peak_rss_mb"]["sum"] for c in doc["candidates"])
+    assert by[memory["winner"]]["peak_rss_mb"]["sum"] == lowest
+    assert memory["ranking"][0] == memory["winner"]
     for v in doc["verdicts"]:
         assert set(v) >= VERDICT_KEYS
         assert v["baseline"] == "torch"
@@ -188,38 +198,20 @@ def test_a_first_loss_that_is_not_the_references_is_flagged() -> None:
     assert gate.check(bf16, None, True).passed  # type: ignore[arg-type]
 
 
-def _spec(tmp_path: Path, lr: float) -> TrainSpec:
-    import torch
-    from safetensors.torch import save_file
-
-    from bakeoff.builtins import digits
-
-    x_train, y_train, x_val, y_val = digits.train_and_validation()
-    np.savez(tmp_path / "d.npz", x_train=x_train, y_train=y_train, x_val=x_val, y_val=y_val)
-    torch.manual_seed(0)
-    save_file(digits.untrained().state_dict(), str(tmp_path / "init.safetensors"))
-    return TrainSpec(
-        stack="torch",
-        factory="bakeoff.builtins.digits:untrained",
-        init_path=str(tmp_path / "init.safetensors"),
-        data_path=str(tmp_path / "d.npz"),
-        seed=0,
-        batch_size=64,
-        lr=lr,
-        threads=1,
-    )
-
-
-def test_an_absurd_learning_rate_diverges_and_says_so(tmp_path: Path) -> None:
-    job = TargetJob(train=_spec(tmp_path, 1e36), max_steps=40, eval_every=20, target=0.95)
+def test_an_absurd_learning_rate_diverges_and_says_so(
+    tmp_path: Path, digits_train_spec: Callable[..., TrainSpec]
+) -> None:
+    job = TargetJob(train=digits_train_spec(lr=1e36), max_steps=40, eval_every=20, target=0.95)
     found = LocalLauncher(tmp_path / "logs").run(job, "absurd", 120)
     assert found["diverged"] is True
     assert not math.isfinite(found["losses"][-1]) and found["steps"] < 40
     assert found["time_to_target_s"] is None
 
 
-def test_training_jobs_cross_the_socket_as_json(tmp_path: Path) -> None:
-    spec = _spec(tmp_path, 2e-3)
+def test_training_jobs_cross_the_socket_as_json(
+    digits_train_spec: Callable[..., TrainSpec],
+) -> None:
+    spec = digits_train_spec()
     for job in (TrainJob(train=spec), TargetJob(train=spec, max_steps=5, eval_every=5, target=0.5)):
         assert job_from_json(json.loads(json.dumps(job.to_json()))) == job
         assert job.threads == 1

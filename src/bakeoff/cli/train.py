@@ -105,7 +105,7 @@ def print_training(doc: dict[str, Any]) -> None:
             else f"{ttt['score']:.2f} s ({ttt['method']}, spread {ttt['spread']:.2f})",
             "-" if not final else f"{final['mean']:.4f} ± {final['spread'] / 2:.4f}",
             "-" if c["data_wait_share"] is None else f"{c['data_wait_share']:.1%}",
-            "-" if not c["peak_rss_mb"] else f"{c['peak_rss_mb']['max_rank']:.0f}",
+            _peak_words(c["peak_rss_mb"]),
             "-" if c["compile_s"] is None else f"{c['compile_s']:.1f}",
             "-"
             if not ck
@@ -115,6 +115,9 @@ def print_training(doc: dict[str, Any]) -> None:
         )
     out.print(table)
     for c in doc["candidates"]:
+        if c.get("scaling"):
+            out.print(f"  {c['id']}: {_scaling_words(c)}", highlight=False)
+    for c in doc["candidates"]:
         if c["reason"]:
             out.print(f"  {c['id']}: {c['status']} - {escape(c['reason'])}", highlight=False)
     out.print("\nVerdict")
@@ -122,11 +125,44 @@ def print_training(doc: dict[str, Any]) -> None:
         out.print(f"  {v['objective']}: {_verdict_words(v)}", highlight=False)
 
 
+def _peak_words(peak: dict[str, Any] | None) -> str:
+    """The largest process's peak; with several ranks, how many and their sum too."""
+    if not peak:
+        return "-"
+    if "ranks" not in peak:
+        return f"{peak['max_rank']:.0f}"
+    return f"{peak['max_rank']:.0f} per rank, {peak['sum']:.0f} in all"
+
+
+def _scaling_words(c: dict[str, Any]) -> str:
+    sc = c["scaling"]
+
+    def share(x: float | None) -> str:
+        return "-" if x is None else f"{x:.2f}"
+
+    words = (
+        f"{c['processes']} processes x {c['threads_per_process']} thread(s); scaling efficiency "
+        f"{share(sc['efficiency_vs_one_process'])} against itself in 1 process with the same "
+        f"threads, {share(sc['efficiency_vs_one_thread'])} against {c['processes']}x its "
+        "1-thread rate"
+    )
+    if sc["communication_share"] is not None:
+        words += f"; the all-reduce in flight {sc['communication_share']:.0%} of step time"
+    if sc.get("reason"):
+        words += f" ({escape(sc['reason'])})"
+    return words
+
+
 def _verdict_words(v: dict[str, Any]) -> str:
     """One verdict in words: a winner only where it is separated from the reference."""
     winner, base, ratio = v["winner"], v["baseline"], v["ratio"]
     if not winner:
         return f"no winner ({escape(v['reason'])})"
+    if v["objective"] == "peak_memory":
+        low = f"{winner} the lowest"
+        if ratio and winner != base:
+            low += f", {ratio['value']:.2f}x less than the reference {base}"
+        return low + (f" ({escape(v['reason'])})" if v["ties"] else "")
     if winner == base:
         return f"{winner}, the reference: no stack beat it"
     gain = (

@@ -15,8 +15,12 @@ is how the step runs. A stack's `Trainer` is built in the worker from a
 - `evaluate()` gives the validation metric;
 - `save(path)` / `load(path)` write and read the model and optimizer state.
 
-The torch family lives in `torch_stacks`. Heavy libraries are imported inside
-the module that needs them.
+The torch family lives in `torch_stacks`; `ddp` (one rank of DistributedDataParallel,
+started by torchrun) in `ddp`; Lightning, whose `Trainer.fit` owns the loop, is a
+driver of its own in `lightning_stack`. A stack with `processes` above 1 runs in ranks that
+`bakeoff.trials.train_ranks` starts and drives; each rank builds the stack's trainer
+for its share of the global batch. Heavy libraries are imported inside the module
+that needs them.
 """
 
 from __future__ import annotations
@@ -49,6 +53,11 @@ class Trainer(Protocol):
 class StackInfo:
     name: str
     description: str
+    # Processes it trains in: above 1, ranks under torchrun, the threads split
+    # evenly among them (equal threads in all for every stack).
+    processes: int = 1
+    # Started by torchrun even in 1 process (its scaling references run so).
+    launched: bool = False
 
 
 STACKS = (
@@ -56,7 +65,23 @@ STACKS = (
     StackInfo("torch-compile", "torch.compile (inductor); compile time reported apart"),
     StackInfo("torch-bf16", "PyTorch eager under BF16 autocast"),
     StackInfo("torch-accumulate", "PyTorch eager, half the micro-batch, two accumulation steps"),
+    StackInfo(
+        "ddp",
+        "DistributedDataParallel, 2 processes under torchrun, gloo (NCCL on a GPU)",
+        processes=2,
+        launched=True,
+    ),
+    StackInfo("lightning", "Lightning Trainer.fit, 1 process"),
+    StackInfo(
+        "lightning-ddp",
+        "Lightning Trainer.fit with the DDP strategy, 2 processes under torchrun (our entry "
+        "script), gloo",
+        processes=2,
+        launched=True,
+    ),
 )
+LIGHTNING = ("lightning", "lightning-ddp")
+BY_NAME = {s.name: s for s in STACKS}
 NAMES = tuple(s.name for s in STACKS)
 REFERENCE = "torch"
 
@@ -96,11 +121,35 @@ def availability(name: str) -> str | None:
 
     if importlib.util.find_spec("torch") is None:
         return "needs PyTorch: pip install 'bakeoff'"
+    if name in LIGHTNING and importlib.util.find_spec("lightning") is None:
+        return "needs Lightning: pip install 'bakeoff[train]'"
+    if BY_NAME[name].launched:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_gloo_available()):
+            return "this PyTorch build has no torch.distributed with gloo"
     return None
 
 
+def driver(spec: Any, in_ranks: bool = False) -> Any:
+    """What runs the stack's steps in this process (a `steps.Driver`): our own loop
+    around its `Trainer`, or, where the framework owns the loop, its own driver."""
+    if spec.stack in LIGHTNING:
+        from bakeoff.stacks import lightning_stack
+
+        return lightning_stack.LightningDriver(spec)
+    from bakeoff.stacks import steps
+
+    return steps.LocalDriver(spec, stop_on_nan=not in_ranks)
+
+
 def trainer(spec: Any) -> Trainer:
-    """The stack's trainer for a `TrainSpec` (in the worker)."""
+    """The stack's trainer for a `TrainSpec` (in the worker, or in each rank of a
+    launched stack, with the process group already up)."""
+    if spec.stack == "ddp":
+        from bakeoff.stacks import ddp
+
+        return ddp.DDPTrainer(spec)
     from bakeoff.stacks import torch_stacks
 
     return torch_stacks.TorchTrainer(spec)

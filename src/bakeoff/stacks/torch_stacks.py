@@ -18,6 +18,8 @@ _OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD"}
 
 
 class TorchTrainer:
+    checkpoint_format = "torch.save of the model's and the optimizer's state_dict"
+
     def __init__(self, spec: Any) -> None:
         import torch
         from safetensors.torch import load_file

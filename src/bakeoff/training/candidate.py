@@ -37,10 +37,16 @@ class TrainCandidate:
     validity_reason: str = ""
     seeds: list[dict[str, Any]] = field(default_factory=list)
     checkpoint: dict[str, Any] | None = None
+    processes: int = 1
+    # A multi-process stack's scaling references (the same stack in 1 process, with
+    # all the threads or with 1) are timed in the same rounds under their own id;
+    # they are no candidate of the document, only its `scaling`.
+    label: str = ""
+    scaling_of: str = ""
 
     @property
     def id(self) -> str:
-        return self.stack
+        return self.label or self.stack
 
     def set_status(self, status: str, reason: str = "") -> None:
         if status not in STATUSES:

@@ -151,7 +151,15 @@ def _factory(ref: str, folder: str) -> Any:
         raise UserError(f"model.factory = {ref!r}: {type(exc).__name__}: {exc}") from None
 
 
-def _spec(recipe: Recipe, stack: str, data: Path, init: Path, seed: int, threads: int) -> TrainSpec:
+def _spec(
+    recipe: Recipe,
+    stack: str,
+    data: Path,
+    init: Path,
+    seed: int,
+    threads: int,
+    processes: int | None = None,
+) -> TrainSpec:
     return TrainSpec(
         stack=stack,
         factory=recipe.factory,
@@ -164,6 +172,7 @@ def _spec(recipe: Recipe, stack: str, data: Path, init: Path, seed: int, threads
         candidate_id=stack,
         optimizer=recipe.optimizer,
         factory_dir=recipe.factory_dir,
+        processes=stacks.BY_NAME[stack].processes if processes is None else processes,
     )
 
 
@@ -249,9 +258,18 @@ def _measure(
 ) -> dict[str, Any]:
     threads = env["threads"]
     data, inits, first_loss = _write_inputs(recipe, folder, env["seeds"])
-    candidates = [TrainCandidate(n, recipe.batch_size) for n in names]
+    candidates = [
+        TrainCandidate(n, recipe.batch_size, processes=stacks.BY_NAME[n].processes) for n in names
+    ]
     for c in candidates:
         why = stacks.availability(c.stack)
+        if not why and recipe.batch_size % c.processes:
+            why = (
+                f"the global batch ({recipe.batch_size}) does not split evenly over its "
+                f"{c.processes} processes"
+            )
+        elif not why and threads < c.processes:
+            why = f"needs {c.processes} threads, one per process; the run has {threads}"
         if why:
             c.set_status("unavailable", why)
     launcher = LocalLauncher(folder / "logs")
@@ -259,11 +277,17 @@ def _measure(
     jobs: dict[str, MeasuredJob] = {
         c.id: TrainJob(train=_spec(recipe, c.stack, data, inits[0], 0, threads)) for c in pending
     }
+    scaling = _scaling_entrants(pending, recipe, data, inits[0], threads, jobs)
     settings = _settings(opts, threads)
     gate = FirstLossGate(first_loss, _FIRST_LOSS_TOLERANCE)
-    say(f"measuring steps/s: {len(pending)} stacks in interleaved rounds")
+    say(
+        f"measuring steps/s: {len(pending)} stacks in interleaved rounds"
+        + (f" (and {len(scaling)} scaling references)" if scaling else "")
+    )
     t_rounds = time.perf_counter()
-    run_trials(pending, jobs, Engine(gate, launcher, settings, _Events(say, store, run_id)))
+    run_trials(
+        pending + scaling, jobs, Engine(gate, launcher, settings, _Events(say, store, run_id))
+    )
     rounds_s = time.perf_counter() - t_rounds
     for c in candidates:
         if c.status == "rejected":
@@ -276,7 +300,7 @@ def _measure(
     _parity(candidates, recipe)
     # After the seeds: a stack that diverged or lost accuracy wins nothing.
     throughput = _throughput_verdict(candidates, recipe, settings)
-    doc = _document(run_id, recipe, candidates, env, throughput)
+    doc = _document(run_id, recipe, candidates, env, throughput, scaling)
     doc["timing_s"] = {"rounds": round(rounds_s, 3), "seeds": round(seeds_s, 3)}
     return doc
 
@@ -320,6 +344,61 @@ def _train_seeds(
             c.checkpoint = found["checkpoint"]
     if all(s["diverged"] for s in c.seeds):
         c.set_status("diverged", "the loss went NaN or infinite in every seed")
+
+
+def _scaling_entrants(
+    pending: list[TrainCandidate],
+    recipe: Recipe,
+    data: Path,
+    init: Path,
+    threads: int,
+    jobs: dict[str, MeasuredJob],
+) -> list[TrainCandidate]:
+    """For each multi-process stack, the same stack in 1 process with the run's
+    threads and with 1 thread, timed in the same rounds (so drift hits them alike)."""
+    out = []
+    for c in pending:
+        if c.processes == 1:
+            continue
+        for label, n in ((f"{c.stack}@1-process", threads), (f"{c.stack}@1-thread", 1)):
+            ref = TrainCandidate(c.stack, recipe.batch_size, label=label, scaling_of=c.stack)
+            jobs[label] = TrainJob(train=_spec(recipe, c.stack, data, init, 0, n, processes=1))
+            out.append(ref)
+    return out
+
+
+def _scaling(
+    c: TrainCandidate, sps: dict[str, Any] | None, scaling: list[TrainCandidate], recipe: Recipe
+) -> dict[str, Any] | None:
+    """A multi-process stack against itself in 1 process: with the same total threads,
+    and against `processes` times its 1-thread throughput; and the share of its step
+    time the gradients' all-reduce was in flight."""
+    if c.processes == 1:
+        return None
+    refs = {r.label.rpartition("@")[2]: r for r in scaling if r.scaling_of == c.stack}
+    value = sps["value"] if sps else None
+
+    def rate(r: TrainCandidate | None) -> float | None:
+        if r is None or r.status != "ok" or not r.rounds_ns:
+            return None
+        samples = r.samples()
+        calls = np.full(samples.shape[0], samples.shape[1])
+        return stats.throughput(calls, np.asarray(r.block_ns), recipe.batch_size).value
+
+    one_process, one_thread = rate(refs.get("1-process")), rate(refs.get("1-thread"))
+    why = [
+        f"{r.id}: {r.status}: {r.reason}" for r in refs.values() if r.status != "ok" and r.reason
+    ]
+    return {
+        "efficiency_vs_one_process": value / one_process if value and one_process else None,
+        "efficiency_vs_one_thread": value / (c.processes * one_thread)
+        if value and one_thread
+        else None,
+        "communication_share": c.worker.get("communication_share"),
+        "one_process_samples_per_s": one_process,
+        "one_thread_samples_per_s": one_thread,
+        "reason": "; ".join(why),
+    }
 
 
 def _throughput_verdict(
@@ -396,7 +475,9 @@ def _parity(candidates: list[TrainCandidate], recipe: Recipe) -> None:
             )
 
 
-def _candidate_document(c: TrainCandidate, recipe: Recipe) -> dict[str, Any]:
+def _candidate_document(
+    c: TrainCandidate, recipe: Recipe, scaling: list[TrainCandidate]
+) -> dict[str, Any]:
     samples = c.samples()
     sps = None
     if c.rounds_ns and samples.size:
@@ -426,13 +507,12 @@ def _candidate_document(c: TrainCandidate, recipe: Recipe) -> dict[str, Any]:
         "stack": c.stack,
         "status": c.status,
         "reason": c.reason,
-        "processes": 1,
+        "processes": c.processes,
         "threads_per_process": c.settings.get("threads"),
         "samples_per_s": sps,
         "data_wait_share": float(np.mean(waits)) if waits else None,
-        "peak_rss_mb": None
-        if c.peak_rss_mb is None
-        else {"max_rank": c.peak_rss_mb, "sum": c.peak_rss_mb},
+        "peak_rss_mb": _peak(c),
+        "scaling": _scaling(c, sps, scaling, recipe),
         "seeds": seeds,
         "time_to_target_s": _score(reached, len(c.seeds)) if c.seeds else None,
         "final_metric": {
@@ -443,7 +523,11 @@ def _candidate_document(c: TrainCandidate, recipe: Recipe) -> dict[str, Any]:
         else None,
         "checkpoint": None
         if c.checkpoint is None
-        else {k: c.checkpoint[k] for k in ("save_s", "load_s", "size_mb", "reload_identical")},
+        else {
+            k: c.checkpoint[k]
+            for k in ("save_s", "load_s", "size_mb", "reload_identical", "format")
+            if k in c.checkpoint
+        },
         # where the stack compiles (its settings name the compiler)
         "compile_s": float(np.median(compiles))
         if compiles and "compile_backend" in c.settings
@@ -458,14 +542,29 @@ def _candidate_document(c: TrainCandidate, recipe: Recipe) -> dict[str, Any]:
     }
 
 
+def _peak(c: TrainCandidate) -> dict[str, Any] | None:
+    """The peak resident memory of the largest rank and of all ranks together (one
+    process: both the same); each rank's figure where there are several."""
+    ranks = c.worker.get("peak_rss_mb_ranks") or (
+        [c.peak_rss_mb] if c.peak_rss_mb is not None else []
+    )
+    if not ranks:
+        return None
+    out: dict[str, Any] = {"max_rank": max(ranks), "sum": sum(ranks)}
+    if len(ranks) > 1:
+        out["ranks"] = ranks
+    return out
+
+
 def _document(
     run_id: str,
     recipe: Recipe,
     candidates: list[TrainCandidate],
     env: dict[str, Any],
     throughput: dict[str, Any],
+    scaling: list[TrainCandidate],
 ) -> dict[str, Any]:
-    docs = [_candidate_document(c, recipe) for c in candidates]
+    docs = [_candidate_document(c, recipe, scaling) for c in candidates]
     ref_final = next((d["final_metric"] for d in docs if d["stack"] == stacks.REFERENCE), None)
     for d in docs:
         if d["final_metric"] is not None and ref_final is not None:
@@ -489,7 +588,7 @@ def _document(
         },
         "environment": env,
         "candidates": docs,
-        "verdicts": [throughput, _time_to_target_verdict(docs)],
+        "verdicts": [throughput, _time_to_target_verdict(docs), _memory_verdict(docs)],
     }
 
 
@@ -524,4 +623,37 @@ def _time_to_target_verdict(docs: list[dict[str, Any]]) -> dict[str, Any]:
         if win["id"] != base["id"] and lo <= 1.0:
             out["ties"] = [[win["id"], base["id"]]]
             out["reason"] = "the CI over seeds includes 1: not separated from the reference"
+    return out
+
+
+# Peak resident memory is one reading per stack, not a sample: stacks within this
+# share of the lowest are tied with it.
+MEMORY_TIE = 0.05
+
+
+def _memory_verdict(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Lowest peak memory: all of a stack's processes together (its ranks' sum),
+    from the throughput worker; within 5% of the lowest is a tie."""
+    scored = [d for d in docs if d["status"] == "ok" and d["peak_rss_mb"]]
+    ranking = sorted(scored, key=lambda d: d["peak_rss_mb"]["sum"])
+    base = next((d for d in scored if d["stack"] == stacks.REFERENCE), None)
+    out: dict[str, Any] = {
+        "objective": "peak_memory",
+        "winner": ranking[0]["id"] if ranking else None,
+        "baseline": stacks.REFERENCE,
+        "ratio": None,
+        "ranking": [d["id"] for d in ranking],
+        "ties": [],
+        "reason": "" if ranking else "no stack measured",
+    }
+    if not ranking:
+        return out
+    low = ranking[0]["peak_rss_mb"]["sum"]
+    tied = [d["id"] for d in ranking if d["peak_rss_mb"]["sum"] <= low * (1 + MEMORY_TIE)]
+    if len(tied) > 1:
+        out["ties"] = [tied]
+        out["reason"] = f"within {MEMORY_TIE:.0%} of the lowest peak: {', '.join(tied)}"
+    if base is not None:
+        # The reference's peak over the winner's (above 1: the winner needs less).
+        out["ratio"] = {"value": base["peak_rss_mb"]["sum"] / low, "ci95": None}
     return out

@@ -503,7 +503,11 @@ def _exit(c: Entrant, processes: list[tuple[int, Worker]], s: TrialSettings) -> 
     peaks = []
     for _, worker in processes:
         try:
-            peaks.append(worker.request(Exit(), s.trial_timeout_s)["peak_rss_mb"])
+            said = worker.request(Exit(), s.trial_timeout_s)
+            peaks.append(said["peak_rss_mb"])
+            # What a worker can only say at the end (a training stack's ranks' memory,
+            # its communication share) joins what it said when ready.
+            c.worker.update(said.get("worker") or {})
         except WorkerFailed as exc:
             _fail(c, None, f"failed while exiting: {exc}")
             return

@@ -169,6 +169,7 @@ class TrainSpec:
     candidate_id: str = ""
     optimizer: str = "adam"  # adam | adamw | sgd, its state in FP32
     factory_dir: str = ""  # put first on sys.path to import the factory's module
+    processes: int = 1  # above 1: ranks under torchrun, `threads` split among them
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,5 +1,7 @@
 """The worker side of training: a `TrainJob`'s timed steps and a `TargetJob`'s run
-to the end of the recipe (called from `bakeoff.trials.worker`)."""
+to the end of the recipe (called from `bakeoff.trials.worker`). A single-process
+stack trains in this process; a multi-process one in ranks this process starts
+and drives (`bakeoff.trials.train_ranks`), through the same calls."""
 
 from __future__ import annotations
 
@@ -7,12 +9,12 @@ import math
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bakeoff import stacks
+from bakeoff.stacks.steps import Driver, Steps
 from bakeoff.trials.jobs import (
     Command,
     Exit,
@@ -28,37 +30,76 @@ from bakeoff.trials.jobs import (
 from bakeoff.trials.memory import PeakMemory
 
 
-class Training:
-    """A trainer answering the trial engine: each timed call is one optimizer step on
-    the next batch of the seed's data order (its batch taken from the data as a
-    training loop would, inside the clock)."""
+def driver(spec: TrainSpec) -> Driver:
+    """Where the stack trains: here, or in ranks under torchrun."""
+    if spec.processes > 1 or stacks.BY_NAME[spec.stack].launched:
+        from bakeoff.trials.train_ranks import RankGroup
 
-    def __init__(self, trainer: stacks.Trainer, spec: TrainSpec) -> None:
-        self.trainer = trainer
-        self.order = stacks.batches(trainer.rows, spec.batch_size, spec.seed)
+        return RankGroup(spec)
+    return stacks.driver(spec)
+
+
+def _peaks(driver: Driver, memory: PeakMemory) -> list[float]:
+    """Each process's peak resident memory: the ranks' own, or this process's."""
+    ranks = getattr(driver, "peak_mb", None)
+    return ranks() if ranks is not None else [memory.mb()]
+
+
+def _communication_share(driver: Driver, comm_ns: int, step_ns: int) -> float | None:
+    """The share of step time gradient communication was in flight (multi-process
+    stacks; it overlaps the backward pass where the stack overlaps it)."""
+    if driver.processes == 1 or not step_ns:
+        return None
+    return comm_ns / step_ns
+
+
+class Training:
+    """A stack answering the trial engine: each timed call is one optimizer step on
+    the next batch of the seed's data order."""
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
         self.memory = PeakMemory()
         self.clock: Callable[[], int] = time.perf_counter_ns
+        self.step_ns = 0  # every step's time so far, for the communication share
+        self.comm_from = driver.communication_ns()
 
-    def one(self) -> tuple[int, float]:
-        t0 = self.clock()
-        loss = self.trainer.step(self.trainer.prepare(next(self.order)))
-        return self.clock() - t0, loss
+    def steps(self, n: int) -> Steps:
+        done = self.driver.steps(n)
+        self.step_ns += sum(done.step_ns)
+        return done
 
     def warm_up(self, cmd: Warmup) -> dict[str, Any]:
+        # In blocks, so that ranks take their steps together: the first the fewest
+        # calls asked for, then as many as the time left should hold at that pace.
         lat: list[int] = []
         deadline = self.clock() + int(cmd.seconds * 1e9)
-        while len(lat) < cmd.min_calls or self.clock() < deadline:
-            lat.append(self.one()[0])
-            if len(lat) >= cmd.max_calls:
+        n = max(1, min(cmd.min_calls, cmd.max_calls))
+        while n > 0:
+            lat += self.steps(n).step_ns
+            left = deadline - self.clock()
+            if left <= 0 or len(lat) >= cmd.max_calls:
                 break
+            pace = max(1, int(np.median(lat)))
+            n = max(1, min(cmd.max_calls - len(lat), left // pace))
         return {"latency_ns": lat}
 
     def measure(self, cmd: Measure) -> dict[str, Any]:
-        for _ in range(cmd.settle):
-            self.one()
-        start = self.clock()
-        lat = [self.one()[0] for _ in range(cmd.calls)]
-        return Timed(lat, self.clock() - start).to_json()
+        if cmd.settle:
+            self.steps(cmd.settle)
+        done = self.steps(cmd.calls)
+        return Timed(done.step_ns, done.block_ns).to_json()
+
+    def at_exit(self) -> dict[str, Any]:
+        ranks = _peaks(self.driver, self.memory)
+        comm = self.driver.communication_ns() - self.comm_from
+        return {
+            "peak_rss_mb": max(ranks),
+            "worker": {
+                "peak_rss_mb_ranks": ranks,
+                "communication_share": _communication_share(self.driver, comm, self.step_ns),
+            },
+        }
 
     def answer(self, cmd: Command) -> dict[str, Any]:
         match cmd:
@@ -66,8 +107,13 @@ class Training:
                 return self.warm_up(cmd)
             case Measure():
                 return self.measure(cmd)
-            case Peak() | Exit():
-                return {"peak_rss_mb": self.memory.mb()}
+            case Peak():
+                return self.at_exit()
+            case Exit():
+                try:
+                    return self.at_exit()
+                finally:
+                    self.driver.close()
             case _:
                 raise JobError(
                     f"a training worker answers warmup, measure, peak and exit, not {cmd.kind!r}"
@@ -75,37 +121,45 @@ class Training:
 
 
 def start_training(job: TrainJob, started: float) -> tuple[dict[str, Any], Training]:
-    """The trainer built and its first step timed: the ready message, and what
-    answers the engine's commands after it."""
-    trainer = stacks.trainer(job.train)
+    """The stack built and its first step timed: the ready message, and what answers
+    the engine's commands after it."""
+    found = driver(job.train)
     load_s = time.perf_counter() - started
-    training = Training(trainer, job.train)
-    # The first batch of the seed's order, from a generator of its own: the check
-    # takes nothing from the order the timed steps go through.
-    first = next(stacks.batches(trainer.rows, job.train.batch_size, job.train.seed))
-    first_loss = trainer.initial_loss(trainer.prepare(first))
-    first_ns, _ = training.one()
-    training.memory.loaded()
+    first_loss = found.initial_loss()
+    first = found.steps(1)
     ready = {
         "ok": True,
         "event": "ready",
         "load_s": load_s,
-        "first_call_s": first_ns / 1e9,
-        "settings": trainer.settings,
+        "first_call_s": first.step_ns[0] / 1e9,
+        "settings": found.settings,
         "model_bytes": None,
         "pid": os.getpid(),
-        "worker": {"first_loss": first_loss, "peak_memory": training.memory.scope()},
+        "worker": {
+            "first_loss": first_loss,
+            "peak_memory": "each process's peak resident memory, from its start"
+            + (" (the ranks')" if found.processes > 1 else ""),
+        },
     }
-    return ready, training
+    return ready, Training(found)
 
 
 def do_target(job: TargetJob) -> dict[str, Any]:
     """The seed's whole recipe: step times (evaluation apart), the loss curve, each
     evaluation, when the target was first reached, whether the loss diverged, the
     share of step time spent getting the batch, and the checkpoint's figures."""
-    trainer = stacks.trainer(job.train)
-    order = stacks.batches(trainer.rows, job.train.batch_size, job.train.seed)
-    clock = time.perf_counter
+    found = driver(job.train)
+    memory = PeakMemory()
+    try:
+        out = _to_target(found, job)
+        out["peak_rss_mb_ranks"] = _peaks(found, memory)
+        return out
+    finally:
+        found.close()
+
+
+def _to_target(found: Driver, job: TargetJob) -> dict[str, Any]:
+    comm_from = found.communication_ns()
     step_s: list[float] = []
     data_s: list[float] = []
     losses: list[float] = []
@@ -113,20 +167,21 @@ def do_target(job: TargetJob) -> dict[str, Any]:
     reached: float | None = None
     reached_step: int | None = None
     diverged = False
-    for step in range(1, job.max_steps + 1):
-        t0 = clock()
-        prepared = trainer.prepare(next(order))
-        t1 = clock()
-        loss = trainer.step(prepared)
-        t2 = clock()
-        data_s.append(t1 - t0)
-        step_s.append(t2 - t0)
-        losses.append(loss)
-        if not math.isfinite(loss):
-            diverged = True
-            break
-        if step % job.eval_every == 0 or step == job.max_steps:
-            metric = trainer.evaluate()
+    while len(step_s) < job.max_steps and not diverged:
+        # Up to the next evaluation (or the recipe's end) in one block.
+        done = len(step_s)
+        block = min(job.eval_every - done % job.eval_every, job.max_steps - done)
+        steps = found.steps(block)
+        for data_ns, step_ns, loss in zip(steps.data_ns, steps.step_ns, steps.losses, strict=True):
+            data_s.append(data_ns / 1e9)
+            step_s.append(step_ns / 1e9)
+            losses.append(loss)
+            if not math.isfinite(loss):
+                diverged = True  # what ranks took after it is not the recipe's
+                break
+        step = len(step_s)
+        if not diverged and (step % job.eval_every == 0 or step == job.max_steps):
+            metric = found.evaluate()
             evals.append([step, metric, sum(step_s)])
             if reached is None and metric >= job.target:
                 reached, reached_step = sum(step_s), step
@@ -147,29 +202,11 @@ def do_target(job: TargetJob) -> dict[str, Any]:
         "train_s": sum(step_s) - compile_s,
         # From the second step on: the first one's compile is no step's usual time.
         "data_wait_share": sum(data_s[1:]) / sum(step_s[1:]) if len(step_s) > 1 else None,
-        "settings": trainer.settings,
+        "communication_share": _communication_share(
+            found, found.communication_ns() - comm_from, int(sum(step_s) * 1e9)
+        ),
+        "settings": found.settings,
     }
     if job.checkpoint_path and not diverged:
-        out["checkpoint"] = _checkpoint(trainer, order, job.checkpoint_path)
+        out["checkpoint"] = found.checkpoint(job.checkpoint_path)
     return out
-
-
-def _checkpoint(trainer: stacks.Trainer, order: Any, path: str) -> dict[str, Any]:
-    """Save, take the next step, load what was saved and take the same step again:
-    the two losses must be equal bit for bit on a CPU."""
-    t0 = time.perf_counter()
-    trainer.save(path)
-    save_s = time.perf_counter() - t0
-    batch = trainer.prepare(next(order))
-    before = trainer.step(batch)
-    t0 = time.perf_counter()
-    trainer.load(path)
-    load_s = time.perf_counter() - t0
-    after = trainer.step(batch)
-    return {
-        "save_s": save_s,
-        "load_s": load_s,
-        "size_mb": Path(path).stat().st_size / 2**20,
-        "reload_identical": before == after,
-        "losses": [before, after],
-    }

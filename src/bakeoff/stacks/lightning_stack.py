@@ -1,0 +1,294 @@
+"""`lightning` and `lightning-ddp`: the recipe through Lightning's `Trainer.fit`.
+
+Lightning owns the training loop, so this stack is a driver of its own rather
+than a `Trainer` our loop steps: `fit` runs in a thread of the worker (or of each
+rank, for `lightning-ddp` under torchrun, where Lightning finds torchrun's
+environment and launches nothing itself), and a callback parks it between steps
+until the driver asks for more. Every step inside a block runs back to back in
+Lightning's own loop, hooks and all: that is the stack being measured. A step's
+time runs from the end of the one before (or the release) to the end of its own
+`on_train_batch_end`; the clock never includes the parked wait.
+
+The model, its initial weights, the optimizer and the data order are the torch
+reference's (`TorchTrainer`, eager): the LightningModule wraps them. The data
+loader yields each step's row indices (the rank's share of the global batch), and
+the step takes its rows from memory as our own loop does, timed as the data wait.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from bakeoff import stacks
+from bakeoff.stacks.steps import Steps, checkpoint_figures
+from bakeoff.stacks.torch_stacks import TorchTrainer
+
+
+class _Stop(Exception):
+    """Raised in the fit thread by the parked callback when the driver closes."""
+
+
+class LightningDriver:
+    def __init__(self, spec: Any) -> None:
+        import lightning as L
+
+        self.spec = spec
+        self.inner = TorchTrainer(spec)
+        self.rows = self.inner.rows
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        self.world = torch.distributed.get_world_size() if distributed else 1
+        self.rank = torch.distributed.get_rank() if distributed else 0
+        self.processes = 1  # what the worker sees of this driver (ranks are the group's)
+        if spec.batch_size % self.world:
+            raise ValueError(
+                f"the global batch ({spec.batch_size}) does not split evenly over "
+                f"{self.world} processes"
+            )
+        self.share = spec.batch_size // self.world
+        self.clock = _CommClock(torch.distributed if distributed else None, self.world)
+        self.gate = _Gate(self.clock if distributed else None)
+        self.module = _module(L, self.inner, self.gate)
+        strategy: Any = "auto"
+        if distributed:
+            from lightning.pytorch.strategies import DDPStrategy
+
+            # Lightning registers a `ddp_comm_hook` on CUDA only; the gate registers
+            # the timed all-reduce itself, once the strategy has wrapped the model.
+            strategy = DDPStrategy(process_group_backend="gloo")
+        self.trainer = L.Trainer(
+            accelerator="cpu",
+            devices=self.world,
+            strategy=strategy,
+            max_epochs=-1,
+            max_steps=-1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            limit_val_batches=0,
+            use_distributed_sampler=False,
+            callbacks=[self.gate],
+        )
+        self.settings: dict[str, Any] = {
+            **self.inner.settings,
+            "framework": f"lightning {L.__version__}",
+            "loop": "Trainer.fit",
+        }
+        if distributed:
+            self.settings.update(
+                processes=self.world,
+                micro_batch=self.share,
+                backend="gloo",
+                launcher="torchrun",
+                strategy="ddp",
+            )
+        loader = torch.utils.data.DataLoader(
+            _Order(self.rows, spec.batch_size, spec.seed, self.rank, self.share),
+            batch_size=None,
+        )
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._fit, args=(loader,), daemon=True)
+        self.thread.start()
+        self.gate.wait_parked(self._alive)  # Lightning's setup done, before the first step
+
+    def _fit(self, loader: Any) -> None:
+        try:
+            self.trainer.fit(self.module, train_dataloaders=loader)
+        except _Stop:
+            pass
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.gate.finished()
+
+    def _alive(self) -> None:
+        if self.error is not None:
+            raise RuntimeError(
+                f"Lightning's fit stopped: {type(self.error).__name__}: {self.error}"
+            )
+        if not self.thread.is_alive():
+            raise RuntimeError("Lightning's fit ended before the steps asked for")
+
+    def steps(self, n: int) -> Steps:
+        records = self.gate.run(n, self._alive)
+        return Steps(
+            data_ns=[r[0] for r in records],
+            step_ns=[r[1] for r in records],
+            losses=[r[2] for r in records],
+            block_ns=sum(r[1] for r in records),
+        )
+
+    def initial_loss(self) -> float:
+        first = next(stacks.batches(self.rows, self.spec.batch_size, self.spec.seed))
+        mine = first[self.rank * self.share : (self.rank + 1) * self.share]
+        return self.inner.initial_loss(self.inner.prepare(mine))
+
+    def evaluate(self) -> float:
+        return self.inner.evaluate()
+
+    def checkpoint(self, path: str) -> dict[str, Any]:
+        """Lightning's own checkpoint (`Trainer.save_checkpoint`), then the next step;
+        its weights and optimizer state loaded back, and that same step again."""
+        import torch
+
+        t0 = time.perf_counter()
+        self.trainer.save_checkpoint(path)
+        save_s = time.perf_counter() - t0
+        (before,) = self.steps(1).losses
+        t0 = time.perf_counter()
+        # Our own file, written just now; still read the safe way.
+        state = torch.load(path, weights_only=True)
+        self.module.load_state_dict(state["state_dict"])
+        self.trainer.optimizers[0].load_state_dict(state["optimizer_states"][0])
+        load_s = time.perf_counter() - t0
+        self.module.replay = self.module.last_rows
+        (after,) = self.steps(1).losses
+        form = "Lightning checkpoint (Trainer.save_checkpoint)"
+        return checkpoint_figures(path, save_s, load_s, before, after, form)
+
+    def communication_ns(self) -> int:
+        return self.clock.comm_ns
+
+    def close(self) -> None:
+        self.gate.stop()
+        self.thread.join(timeout=60)
+
+
+class _CommClock:
+    """The state DDP's communication hook gets: where it adds its time in flight."""
+
+    def __init__(self, dist: Any, world: int) -> None:
+        self.dist, self.world, self.comm_ns = dist, world, 0
+
+
+class _Order(torch.utils.data.IterableDataset):
+    """Each step's row indices, the rank's share of the seed's global batches: an
+    iterable the data loader hands on as they are (batch_size=None). It shards
+    itself, so Lightning adds no sampler of its own."""
+
+    def __init__(self, rows: int, batch_size: int, seed: int, rank: int, share: int) -> None:
+        super().__init__()
+        self.rows, self.batch_size, self.seed = rows, batch_size, seed
+        self.rank, self.share = rank, share
+
+    def __iter__(self) -> Any:
+        for batch in stacks.batches(self.rows, self.batch_size, self.seed):
+            yield np.ascontiguousarray(batch[self.rank * self.share : (self.rank + 1) * self.share])
+
+
+def _module(L: Any, inner: TorchTrainer, gate: _Gate) -> Any:
+    class RecipeModule(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = inner.model
+            self.replay: Any = None  # rows to take again instead of the loader's
+            self.last_rows: Any = None
+
+        def training_step(self, rows: Any, batch_idx: int) -> Any:
+            t0 = time.perf_counter_ns()
+            if self.replay is not None:
+                rows, self.replay = self.replay, None
+            self.last_rows = rows
+            x, y = inner.x_train[rows], inner.y_train[rows]
+            gate.data_ns += time.perf_counter_ns() - t0
+            loss = inner._loss(x, y)
+            gate.loss = float(loss.detach())
+            return loss
+
+        def configure_optimizers(self) -> Any:
+            return inner.optimizer
+
+    return RecipeModule()
+
+
+class _Gate(Callback):
+    """Parks `fit` between steps: the driver grants steps, the callback times them."""
+
+    def __init__(self, comm: _CommClock | None) -> None:
+        super().__init__()
+        self.comm = comm
+        self.cv = threading.Condition()
+        self.permits = 0
+        self.parked = False
+        self.stopping = False
+        self.done = False
+        self.records: list[tuple[int, int, float]] = []
+        self.started = 0
+        self.fetched = 0
+        self.data_ns = 0
+        self.loss = math.nan
+
+    # -- the fit thread's side
+    def _park(self) -> None:
+        with self.cv:
+            self.parked = True
+            self.cv.notify_all()
+            while self.permits == 0 and not self.stopping:
+                self.cv.wait()
+            if self.stopping:
+                raise _Stop
+            self.permits -= 1
+            self.parked = False
+        self.started = time.perf_counter_ns()
+
+    def on_train_start(self, trainer: Any, module: Any) -> None:
+        if self.comm is not None:
+            from torch.nn.parallel import DistributedDataParallel
+
+            from bakeoff.stacks.ddp import timed_allreduce
+
+            wrapped = trainer.strategy.model
+            if not isinstance(wrapped, DistributedDataParallel):
+                raise TypeError(f"Lightning's DDP strategy gave a {type(wrapped).__name__}")
+            wrapped.register_comm_hook(self.comm, timed_allreduce)
+        self._park()
+
+    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, idx: int) -> None:
+        self.fetched = time.perf_counter_ns()
+        self.data_ns = self.fetched - self.started  # the loader's part of the data wait
+
+    def on_train_batch_end(
+        self, trainer: Any, module: Any, outputs: Any, batch: Any, idx: int
+    ) -> None:
+        ended = time.perf_counter_ns()
+        with self.cv:
+            self.records.append((self.data_ns, ended - self.started, self.loss))
+        self._park()
+
+    def finished(self) -> None:
+        with self.cv:
+            self.done = True
+            self.cv.notify_all()
+
+    # -- the driver's side
+    def wait_parked(self, alive: Any) -> None:
+        with self.cv:
+            while not self.parked and not self.done:
+                self.cv.wait(timeout=1.0)
+        alive()
+
+    def run(self, n: int, alive: Any) -> list[tuple[int, int, float]]:
+        with self.cv:
+            first = len(self.records)
+            self.permits += n
+            self.parked = False
+            self.cv.notify_all()
+            while not (len(self.records) >= first + n and self.parked) and not self.done:
+                self.cv.wait(timeout=1.0)
+            found = self.records[first : first + n]
+        if len(found) < n:
+            alive()
+        return found
+
+    def stop(self) -> None:
+        with self.cv:
+            self.stopping = True
+            self.cv.notify_all()

@@ -1,0 +1,247 @@
+"""Multi-process training stacks: ranks under torchrun, driven from the worker.
+
+The worker the trial engine started (`bakeoff.trials.worker`) stays the engine's
+one worker: it starts torchrun with this module as the entry script (never by
+re-running `sys.argv`), and every rank connects back to it on a loopback socket.
+Each command goes to every rank, and each rank answers it; the ranks meet only
+inside the steps themselves (DDP's all-reduce), so an idle rank waits on its own
+socket and the process group's timeout (far below torch's default of 30 minutes)
+bounds only a collective that hangs.
+
+A rank draws the seed's data order itself, as every stack does, and takes its
+share of each global batch; the steps of a command are timed inside rank 0, so
+no message passes inside the clock. If the worker goes, every rank sees its
+socket close and exits; torchrun then stops and the worker's log has their output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from bakeoff import stacks
+from bakeoff.stacks.steps import Steps
+from bakeoff.trials.jobs import TrainSpec
+from bakeoff.trials.launcher import PRIVATE_CACHE_VARIABLE
+from bakeoff.trials.memory import PeakMemory
+
+SPEC_VARIABLE = "BAKEOFF_RANK_SPEC"
+CONTROL_VARIABLE = "BAKEOFF_RANK_CONTROL"
+# The process group's timeout: a collective that waits this long has a rank that
+# hung or died (torch's default, 30 minutes, would hold the run that long).
+GROUP_TIMEOUT_S = 120.0
+# How long the ranks may take to start, import torch and build the model.
+START_TIMEOUT_S = 300.0
+
+
+class RankError(RuntimeError):
+    pass
+
+
+class RankGroup:
+    """The ranks of one multi-process stack, as the worker drives them: the same
+    calls a single-process stack answers in the worker itself (`LocalDriver`)."""
+
+    def __init__(self, spec: TrainSpec) -> None:
+        self.processes = spec.processes
+        per_rank = max(1, spec.threads // spec.processes)
+        listener = socket.create_server(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        env = dict(os.environ)
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            env[name] = str(per_rank)
+        env.update(
+            {
+                SPEC_VARIABLE: json.dumps(
+                    dataclasses.asdict(dataclasses.replace(spec, threads=per_rank))
+                ),
+                CONTROL_VARIABLE: str(port),
+                "MASTER_ADDR": "127.0.0.1",
+                "GLOO_SOCKET_IFNAME": "lo",
+            }
+        )
+        # --standalone: a rendezvous on a free local port; the ranks' output goes to
+        # the worker's log, as the worker's own does. torchrun's own files go into the
+        # worker's private folder (removed when it ends), not into /tmp.
+        private = os.environ.get(PRIVATE_CACHE_VARIABLE)
+        log_dir = [f"--log-dir={Path(private) / 'torchrun'}"] if private else []
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc-per-node={spec.processes}",
+                *log_dir,
+                "--module",
+                "bakeoff.trials.train_ranks",
+            ],
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+        self.conns: list[Connection] = []
+        try:
+            self.conns = self._accept(listener)
+            readies = self._gather()
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            listener.close()
+        self.rows = int(readies[0]["rows"])
+        self.settings: dict[str, Any] = {**readies[0]["settings"], "processes": self.processes}
+        self.comm_ns = 0  # rank 0's all-reduce time in flight, as its replies said
+
+    def _accept(self, listener: socket.socket) -> list[Connection]:
+        by_rank: dict[int, Connection] = {}
+        deadline = time.monotonic() + START_TIMEOUT_S
+        listener.settimeout(1.0)
+        while len(by_rank) < self.processes:
+            if self.proc.poll() is not None:
+                raise RankError(
+                    f"torchrun exited with code {self.proc.returncode} before every rank started"
+                )
+            if time.monotonic() > deadline:
+                raise RankError(f"the ranks did not start within {START_TIMEOUT_S:g} s")
+            try:
+                sock, _ = listener.accept()
+            except TimeoutError:
+                continue
+            sock.setblocking(True)
+            conn = Connection(sock.detach())
+            by_rank[int(json.loads(conn.recv_bytes())["rank"])] = conn
+        return [by_rank[r] for r in range(self.processes)]
+
+    def _gather(self) -> list[dict[str, Any]]:
+        replies = []
+        for rank, conn in enumerate(self.conns):
+            try:
+                reply = json.loads(conn.recv_bytes())
+            except (EOFError, OSError):
+                code = self.proc.wait(timeout=30)
+                raise RankError(f"rank {rank} stopped (torchrun exited with code {code})") from None
+            if not reply.get("ok"):
+                raise RankError(f"rank {rank}: {reply.get('reason')}")
+            replies.append(reply)
+        return replies
+
+    def _all(self, op: str, **args: Any) -> list[dict[str, Any]]:
+        message = json.dumps({"op": op, **args}).encode()
+        for conn in self.conns:
+            conn.send_bytes(message)
+        return self._gather()
+
+    def steps(self, n: int) -> Steps:
+        """`n` steps on every rank, timed in rank 0; each step's loss is the mean of
+        the ranks' (their shares are equal), the loss of the whole global batch."""
+        replies = self._all("steps", n=n)
+        first = Steps(**replies[0]["steps"])
+        losses = [
+            sum(r["steps"]["losses"][i] for r in replies) / len(replies)
+            for i in range(len(first.losses))
+        ]
+        self.comm_ns = int(replies[0]["comm_ns"])
+        return dataclasses.replace(first, losses=losses)
+
+    def initial_loss(self) -> float:
+        replies = self._all("initial_loss")
+        return sum(float(r["loss"]) for r in replies) / len(replies)
+
+    def evaluate(self) -> float:
+        return float(self._all("evaluate")[0]["metric"])
+
+    def checkpoint(self, path: str) -> dict[str, Any]:
+        replies = self._all("checkpoint", path=path)
+        found = dict(replies[0]["checkpoint"])
+        found["reload_identical"] = all(r["checkpoint"]["reload_identical"] for r in replies)
+        return found
+
+    def peak_mb(self) -> list[float]:
+        return [float(r["peak_rss_mb"]) for r in self._all("peak")]
+
+    def communication_ns(self) -> int:
+        return self.comm_ns
+
+    def close(self) -> None:
+        for conn in self.conns:
+            with contextlib.suppress(OSError):  # a rank that is gone already
+                conn.send_bytes(json.dumps({"op": "exit"}).encode())
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for conn in self.conns:
+            conn.close()
+
+
+def _rank_main() -> int:
+    """One rank, as torchrun starts it: connect to the worker, build the stack's
+    trainer inside the process group, then answer the worker's commands."""
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    spec = TrainSpec(**json.loads(os.environ[SPEC_VARIABLE]))
+    sock = socket.create_connection(("127.0.0.1", int(os.environ[CONTROL_VARIABLE])))
+    conn = Connection(sock.detach())
+    conn.send_bytes(json.dumps({"rank": rank}).encode())
+    try:
+        dist.init_process_group("gloo", timeout=timedelta(seconds=GROUP_TIMEOUT_S))
+        driver = stacks.driver(spec, in_ranks=True)
+        memory = PeakMemory()
+    except Exception as exc:
+        conn.send_bytes(
+            json.dumps({"ok": False, "reason": f"{type(exc).__name__}: {exc}"}).encode()
+        )
+        raise
+    ready = {"ok": True, "rows": driver.rows, "settings": driver.settings}
+    conn.send_bytes(json.dumps(ready).encode())
+    while True:
+        try:
+            cmd = json.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return 1  # the worker is gone
+        op = cmd["op"]
+        if op == "exit":
+            break
+        try:
+            match op:
+                case "steps":
+                    steps = driver.steps(int(cmd["n"]))
+                    reply = {
+                        "steps": dataclasses.asdict(steps),
+                        "comm_ns": driver.communication_ns(),
+                    }
+                case "initial_loss":
+                    reply = {"loss": driver.initial_loss()}
+                case "evaluate":
+                    reply = {"metric": driver.evaluate()}
+                case "checkpoint":
+                    reply = {"checkpoint": driver.checkpoint(cmd["path"])}
+                case "peak":
+                    reply = {"peak_rss_mb": memory.mb()}
+                case _:
+                    raise RankError(f"no rank command {op!r}")
+        except Exception as exc:
+            conn.send_bytes(
+                json.dumps({"ok": False, "reason": f"{type(exc).__name__}: {exc}"}).encode()
+            )
+            raise
+        conn.send_bytes(json.dumps({"ok": True, **reply}).encode())
+    driver.close()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_rank_main())

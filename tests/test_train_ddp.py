@@ -1,0 +1,139 @@
+"""The multi-process and Lightning training stacks on the real libraries: DDP and
+Lightning's DDP strategy in two ranks under real torchrun, over gloo, and
+Lightning's `Trainer.fit` in one process, on the digits CNN."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from bakeoff import api
+from bakeoff.trials.jobs import Exit, TrainJob, TrainSpec
+from bakeoff.trials.launcher import LocalLauncher
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("ddp")
+    result = api.train(
+        "builtin:digits-train",
+        api.TrainOptions(
+            stacks=("torch", "ddp", "lightning", "lightning-ddp"),
+            seeds=1,
+            quick=True,
+            threads=2,
+            budget_s=10,
+            store=root / "s.db",
+        ),
+    )
+    return result.document
+
+
+@pytest.mark.parametrize("stack", ["ddp", "lightning-ddp"])
+def test_two_rank_stacks_train_and_say_how_they_scale(ddp_run: dict, stack: str) -> None:
+    by = {c["id"]: c for c in ddp_run["candidates"]}
+    # The scaling references are timed beside them, but they are no candidate.
+    assert list(by) == ["torch", "ddp", "lightning", "lightning-ddp"]
+    mine = by[stack]
+    assert mine["status"] == "ok", mine["reason"]
+    assert mine["processes"] == 2 and mine["threads_per_process"] == 1
+    assert mine["settings"]["backend"] == "gloo" and mine["settings"]["launcher"] == "torchrun"
+    assert mine["settings"]["micro_batch"] == 32
+    peak = mine["peak_rss_mb"]
+    assert len(peak["ranks"]) == 2 and peak["sum"] == pytest.approx(sum(peak["ranks"]))
+    assert peak["max_rank"] == max(peak["ranks"]) > 0
+    sps = mine["samples_per_s"]
+    assert sps["ci95"][0] <= sps["value"] <= sps["ci95"][1]
+    scaling = mine["scaling"]
+    assert scaling["efficiency_vs_one_process"] > 0, scaling
+    assert scaling["efficiency_vs_one_thread"] > 0, scaling
+    assert 0 < scaling["communication_share"] < 1
+    # Both ranks reloaded the checkpoint and took the same step to the same loss.
+    assert mine["checkpoint"]["reload_identical"] is True
+    _trains_like_the_reference(mine, by["torch"])
+
+
+def test_lightning_trains_in_one_process_through_its_own_loop(ddp_run: dict) -> None:
+    by = {c["id"]: c for c in ddp_run["candidates"]}
+    lit = by["lightning"]
+    assert lit["status"] == "ok", lit["reason"]
+    assert lit["processes"] == 1 and lit["threads_per_process"] == 2
+    assert lit["settings"]["loop"] == "Trainer.fit"
+    assert lit["settings"]["framework"].startswith("lightning ")
+    assert lit["scaling"] is None and by["torch"]["scaling"] is None
+    assert "ranks" not in lit["peak_rss_mb"]
+    assert 0 <= lit["data_wait_share"] < 1
+    ck = lit["checkpoint"]
+    assert ck["reload_identical"] is True and ck["format"].startswith("Lightning checkpoint")
+    _trains_like_the_reference(lit, by["torch"])
+
+
+def _trains_like_the_reference(mine: dict, ref: dict) -> None:
+    """The same initial weights, data order and optimizer: the same losses to float
+    rounding at first (the first-loss gate held them to the reference's already),
+    and the same accuracy at the end within what summation order leaves."""
+    (seed,), (ref_seed,) = mine["seeds"], ref["seeds"]
+    assert not seed["diverged"] and seed["steps"] == ref_seed["steps"]
+    assert np.allclose(seed["losses"][:5], ref_seed["losses"][:5], rtol=1e-3)
+    assert seed["final_metric"] == pytest.approx(ref_seed["final_metric"], abs=0.03)
+
+
+def test_a_killed_worker_takes_its_ranks_with_it(
+    tmp_path: Path, digits_train_spec: Callable[..., TrainSpec]
+) -> None:
+    """The worker is the engine's only handle on the stack: when it is killed (a
+    hang, a timeout), torchrun and every rank go with it, nothing left running."""
+    spec = digits_train_spec(stack="ddp", threads=2, processes=2)
+    worker = LocalLauncher(tmp_path / "logs").start(TrainJob(train=spec), "ddp")
+    try:
+        ready = worker.reply(300)
+        assert ready["settings"]["processes"] == 2
+        ranks = psutil.Process(worker.proc.pid).children(recursive=True)
+        assert len(ranks) >= 3  # torchrun and its two ranks
+        worker.proc.kill()
+        worker.proc.wait()
+        _, alive = psutil.wait_procs(ranks, timeout=60)
+        assert not alive, [p.cmdline() for p in alive]
+    finally:
+        worker.close()
+
+
+def test_a_worker_that_exits_closes_its_ranks(
+    tmp_path: Path, digits_train_spec: Callable[..., TrainSpec]
+) -> None:
+    """The usual end: Exit reports each rank's peak memory, then the ranks stop."""
+    spec = digits_train_spec(stack="ddp", threads=2, processes=2)
+    worker = LocalLauncher(tmp_path / "logs").start(TrainJob(train=spec), "ddp")
+    try:
+        worker.reply(300)
+        ranks = psutil.Process(worker.proc.pid).children(recursive=True)
+        said = worker.request(Exit(), 120)
+        assert len(said["worker"]["peak_rss_mb_ranks"]) == 2
+        _, alive = psutil.wait_procs(ranks, timeout=60)
+        assert not alive
+    finally:
+        worker.close()
+
+
+def test_a_batch_that_does_not_split_over_the_ranks_is_unavailable(tmp_path: Path) -> None:
+    from bakeoff.builtins import digits
+
+    x_train, y_train, x_val, y_val = digits.train_and_validation()
+    np.savez(tmp_path / "d.npz", x_train=x_train, y_train=y_train, x_val=x_val, y_val=y_val)
+    (tmp_path / "recipe.toml").write_text(
+        'name = "odd"\n[model]\nkind = "torch"\nfactory = "bakeoff.builtins.digits:untrained"\n'
+        '[train]\ndata = "d.npz"\nlr = 0.002\nbatch_size = 63\nsteps = 20\n'
+        'stacks = ["torch", "ddp"]\ntarget = { value = 0.5 }\n'
+    )
+    doc = api.train(
+        str(tmp_path / "recipe.toml"),
+        api.TrainOptions(seeds=1, quick=True, threads=2, budget_s=3, store=tmp_path / "s.db"),
+    ).document
+    by = {c["id"]: c for c in doc["candidates"]}
+    assert by["torch"]["status"] == "ok"
+    assert by["ddp"]["status"] == "unavailable"
+    assert "63" in by["ddp"]["reason"] and "2 processes" in by["ddp"]["reason"]
