@@ -22,7 +22,7 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     result = api.train(
         "builtin:digits-train",
         api.TrainOptions(
-            stacks=("torch", "ddp", "lightning", "lightning-ddp"),
+            stacks=("torch", "ddp", "fsdp", "deepspeed", "lightning", "lightning-ddp", "fastai"),
             seeds=1,
             quick=True,
             threads=2,
@@ -37,7 +37,15 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_two_rank_stacks_train_and_say_how_they_scale(ddp_run: dict, stack: str) -> None:
     by = {c["id"]: c for c in ddp_run["candidates"]}
     # The scaling references are timed beside them, but they are no candidate.
-    assert list(by) == ["torch", "ddp", "lightning", "lightning-ddp"]
+    assert list(by) == [
+        "torch",
+        "ddp",
+        "fsdp",
+        "deepspeed",
+        "lightning",
+        "lightning-ddp",
+        "fastai",
+    ]
     mine = by[stack]
     assert mine["status"] == "ok", mine["reason"]
     assert mine["processes"] == 2 and mine["threads_per_process"] == 1
@@ -55,6 +63,46 @@ def test_two_rank_stacks_train_and_say_how_they_scale(ddp_run: dict, stack: str)
     # Both ranks reloaded the checkpoint and took the same step to the same loss.
     assert mine["checkpoint"]["reload_identical"] is True
     _trains_like_the_reference(mine, by["torch"])
+
+
+def test_fsdp_shards_over_two_ranks_and_reloads_its_distributed_checkpoint(
+    ddp_run: dict,
+) -> None:
+    by = {c["id"]: c for c in ddp_run["candidates"]}
+    fsdp = by["fsdp"]
+    assert fsdp["status"] == "ok", fsdp["reason"]
+    assert fsdp["processes"] == 2 and fsdp["settings"]["sharding"] == "FSDP2 fully_shard"
+    assert len(fsdp["peak_rss_mb"]["ranks"]) == 2
+    # Every rank wrote its own shards (DCP) and read them back in place.
+    ck = fsdp["checkpoint"]
+    assert ck["reload_identical"] is True and ck["format"].startswith(
+        "torch.distributed.checkpoint"
+    )
+    assert ck["size_mb"] > 0
+    scaling = fsdp["scaling"]
+    assert scaling["efficiency_vs_one_process"] > 0 and scaling["efficiency_vs_one_thread"] > 0
+    # FSDP2 has no communication hook: not timed, and said so rather than a 0.
+    assert scaling["communication_share"] is None and "not timed" in scaling["reason"]
+    _trains_like_the_reference(fsdp, by["torch"])
+
+
+def test_deepspeed_runs_zero_2_on_its_cpu_accelerator(ddp_run: dict) -> None:
+    by = {c["id"]: c for c in ddp_run["candidates"]}
+    ds = by["deepspeed"]
+    assert ds["status"] == "ok", ds["reason"]
+    assert ds["processes"] == 2 and ds["settings"]["zero_stage"] == 2
+    assert ds["settings"]["accelerator"] in ("cpu", "cuda")
+    assert ds["checkpoint"]["reload_identical"] is True
+    assert ds["checkpoint"]["format"].startswith("DeepSpeed checkpoint")
+    assert ds["scaling"]["efficiency_vs_one_process"] > 0
+    assert ds["scaling"]["communication_share"] is None
+    _trains_like_the_reference(ds, by["torch"])
+
+
+def test_fastai_is_unavailable_with_what_was_seen_installing_it(ddp_run: dict) -> None:
+    fastai = {c["id"]: c for c in ddp_run["candidates"]}["fastai"]
+    assert fastai["status"] == "unavailable"
+    assert "torchvision" in fastai["reason"] and "torch 2.14.1" in fastai["reason"]
 
 
 def test_lightning_trains_in_one_process_through_its_own_loop(ddp_run: dict) -> None:

@@ -16,11 +16,12 @@ is how the step runs. A stack's `Trainer` is built in the worker from a
 - `save(path)` / `load(path)` write and read the model and optimizer state.
 
 The torch family lives in `torch_stacks`; `ddp` (one rank of DistributedDataParallel,
-started by torchrun) in `ddp`; Lightning, whose `Trainer.fit` owns the loop, is a
-driver of its own in `lightning_stack`. A stack with `processes` above 1 runs in ranks that
-`bakeoff.trials.train_ranks` starts and drives; each rank builds the stack's trainer
-for its share of the global batch. Heavy libraries are imported inside the module
-that needs them.
+started by torchrun) in `ddp`; `fsdp` (FSDP2's `fully_shard`) in `fsdp`;
+`deepspeed` (ZeRO) in `deepspeed_stack`; Lightning,
+whose `Trainer.fit` owns the loop, is a driver of its own in `lightning_stack`. A
+stack with `processes` above 1 runs in ranks that `bakeoff.trials.train_ranks`
+starts and drives; each rank builds the stack's trainer (or driver) for its share
+of the global batch. Heavy libraries are imported inside the module that needs them.
 """
 
 from __future__ import annotations
@@ -71,7 +72,20 @@ STACKS = (
         processes=2,
         launched=True,
     ),
+    StackInfo(
+        "fsdp",
+        "FSDP2 fully_shard, 2 processes under torchrun, gloo (experimental on a CPU)",
+        processes=2,
+        launched=True,
+    ),
+    StackInfo(
+        "deepspeed",
+        "DeepSpeed ZeRO stage 2, 2 processes under torchrun (its CPU accelerator, gloo)",
+        processes=2,
+        launched=True,
+    ),
     StackInfo("lightning", "Lightning Trainer.fit, 1 process"),
+    StackInfo("fastai", "fastai's Learner (not built: see FASTAI_UNAVAILABLE)"),
     StackInfo(
         "lightning-ddp",
         "Lightning Trainer.fit with the DDP strategy, 2 processes under torchrun (our entry "
@@ -81,6 +95,15 @@ STACKS = (
     ),
 )
 LIGHTNING = ("lightning", "lightning-ddp")
+
+# What was seen trying to install fastai 2.8.12 beside the pinned torch: its
+# torchvision dependency has no wheel for torch 2.13.0 on the package index, so pip
+# takes torch 2.14.1 and the CUDA stack with it (`pip install --dry-run fastai`).
+FASTAI_UNAVAILABLE = (
+    "fastai 2.8.12 does not install beside torch 2.13.0 without the CUDA stack: it needs "
+    "torchvision, whose wheels on the package index require torch 2.14.1 and the NVIDIA "
+    "libraries, so no fastai stack is built"
+)
 BY_NAME = {s.name: s for s in STACKS}
 NAMES = tuple(s.name for s in STACKS)
 REFERENCE = "torch"
@@ -119,10 +142,14 @@ def availability(name: str) -> str | None:
         return f"no training stack {name!r} (stacks: {', '.join(NAMES)})"
     import importlib.util
 
+    if name == "fastai":
+        return FASTAI_UNAVAILABLE
     if importlib.util.find_spec("torch") is None:
         return "needs PyTorch: pip install 'bakeoff'"
     if name in LIGHTNING and importlib.util.find_spec("lightning") is None:
         return "needs Lightning: pip install 'bakeoff[train]'"
+    if name == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
+        return "needs DeepSpeed: pip install 'bakeoff[train]'"
     if BY_NAME[name].launched:
         import torch.distributed as dist
 
@@ -150,6 +177,14 @@ def trainer(spec: Any) -> Trainer:
         from bakeoff.stacks import ddp
 
         return ddp.DDPTrainer(spec)
+    if spec.stack == "fsdp":
+        from bakeoff.stacks import fsdp
+
+        return fsdp.FSDPTrainer(spec)
+    if spec.stack == "deepspeed":
+        from bakeoff.stacks import deepspeed_stack
+
+        return deepspeed_stack.DeepSpeedTrainer(spec)
     from bakeoff.stacks import torch_stacks
 
     return torch_stacks.TorchTrainer(spec)

@@ -16,11 +16,14 @@ from typing import Any
 from bakeoff.stacks.torch_stacks import TorchTrainer
 
 
-class DDPTrainer(TorchTrainer):
+class RankShare(TorchTrainer):
+    """The eager trainer in one rank: it steps on its contiguous share of every
+    global batch (the batch must split evenly, so the averaged gradients are the
+    whole batch's)."""
+
     def __init__(self, spec: Any) -> None:
         super().__init__(spec)
         import torch.distributed as dist
-        from torch.nn.parallel import DistributedDataParallel
 
         self.dist = dist
         self.rank = dist.get_rank()
@@ -31,9 +34,6 @@ class DDPTrainer(TorchTrainer):
                 f"{self.world} processes"
             )
         self.share = spec.batch_size // self.world
-        self.forward = DistributedDataParallel(self.model)
-        self.comm_ns = 0  # the all-reduce's time in flight, summed over buckets
-        self.forward.register_comm_hook(self, timed_allreduce)
         self.settings.update(
             processes=self.world,
             micro_batch=self.share,
@@ -44,6 +44,16 @@ class DDPTrainer(TorchTrainer):
     def prepare(self, indices: Any) -> tuple[Any, Any]:
         mine = indices[self.rank * self.share : (self.rank + 1) * self.share]
         return super().prepare(mine)
+
+
+class DDPTrainer(RankShare):
+    def __init__(self, spec: Any) -> None:
+        super().__init__(spec)
+        from torch.nn.parallel import DistributedDataParallel
+
+        self.forward = DistributedDataParallel(self.model)
+        self.comm_ns = 0  # the all-reduce's time in flight, summed over buckets
+        self.forward.register_comm_hook(self, timed_allreduce)
 
     def save(self, path: str) -> None:
         # The ranks hold the same weights and optimizer state: rank 0 writes them.

@@ -154,7 +154,7 @@ class LightningDriver:
         form = "Lightning checkpoint (Trainer.save_checkpoint)"
         return checkpoint_figures(path, save_s, load_s, before, after, form)
 
-    def communication_ns(self) -> int:
+    def communication_ns(self) -> int | None:
         return self.clock.comm_ns
 
     def close(self) -> None:

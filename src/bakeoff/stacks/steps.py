@@ -77,11 +77,18 @@ def checkpoint_figures(
     return {
         "save_s": save_s,
         "load_s": load_s,
-        "size_mb": Path(path).stat().st_size / 2**20,
+        "size_mb": _size(Path(path)) / 2**20,
         "reload_identical": before == after,
         "losses": [before, after],
         "format": form,
     }
+
+
+def _size(path: Path) -> int:
+    """A checkpoint's bytes: its file, or every file in its folder (DCP writes one)."""
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return path.stat().st_size
 
 
 class Driver(Protocol):
@@ -97,8 +104,9 @@ class Driver(Protocol):
 
     def checkpoint(self, path: str) -> dict[str, Any]: ...
 
-    def communication_ns(self) -> int:
-        """How long gradient communication has been in flight so far (0 without)."""
+    def communication_ns(self) -> int | None:
+        """How long gradient communication has been in flight so far (0 without any;
+        None where the stack's communication is not timed)."""
         ...
 
     def close(self) -> None: ...
@@ -133,8 +141,9 @@ class LocalDriver:
     def checkpoint(self, path: str) -> dict[str, Any]:
         return checkpoint_check(self.trainer, self.order, path)
 
-    def communication_ns(self) -> int:
-        return int(getattr(self.trainer, "comm_ns", 0))
+    def communication_ns(self) -> int | None:
+        comm = getattr(self.trainer, "comm_ns", 0)
+        return None if comm is None else int(comm)
 
     def close(self) -> None:
         pass

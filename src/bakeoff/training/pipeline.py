@@ -189,6 +189,10 @@ def _settings(opts: TrainOptions, threads: int) -> TrialSettings:
         budget_s=opts.budget_s if opts.budget_s is not None else (30.0 if opts.quick else 90.0),
         seed=0,
         objective="throughput",
+        # A training worker's start (imports, torchrun and its ranks, Lightning) is
+        # no figure of the verdict: they start as many at a time as there are cores,
+        # nothing being timed then (each says it did not load alone).
+        load_side_by_side=threads,
     )
 
 
@@ -389,6 +393,11 @@ def _scaling(
     why = [
         f"{r.id}: {r.status}: {r.reason}" for r in refs.values() if r.status != "ok" and r.reason
     ]
+    if c.worker.get("communication_share") is None:
+        why.append(
+            "communication not timed: DDP's is, through its communication hook, and this "
+            "stack has none"
+        )
     return {
         "efficiency_vs_one_process": value / one_process if value and one_process else None,
         "efficiency_vs_one_thread": value / (c.processes * one_thread)

@@ -100,7 +100,9 @@ class RankGroup:
             listener.close()
         self.rows = int(readies[0]["rows"])
         self.settings: dict[str, Any] = {**readies[0]["settings"], "processes": self.processes}
-        self.comm_ns = 0  # rank 0's all-reduce time in flight, as its replies said
+        # rank 0's gradient communication in flight, as its replies said (None: the
+        # stack's is not timed)
+        self.comm_ns: int | None = 0
 
     def _accept(self, listener: socket.socket) -> list[Connection]:
         by_rank: dict[int, Connection] = {}
@@ -150,7 +152,8 @@ class RankGroup:
             sum(r["steps"]["losses"][i] for r in replies) / len(replies)
             for i in range(len(first.losses))
         ]
-        self.comm_ns = int(replies[0]["comm_ns"])
+        comm = replies[0]["comm_ns"]
+        self.comm_ns = None if comm is None else int(comm)
         return dataclasses.replace(first, losses=losses)
 
     def initial_loss(self) -> float:
@@ -169,7 +172,7 @@ class RankGroup:
     def peak_mb(self) -> list[float]:
         return [float(r["peak_rss_mb"]) for r in self._all("peak")]
 
-    def communication_ns(self) -> int:
+    def communication_ns(self) -> int | None:
         return self.comm_ns
 
     def close(self) -> None:

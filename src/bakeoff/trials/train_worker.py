@@ -45,12 +45,14 @@ def _peaks(driver: Driver, memory: PeakMemory) -> list[float]:
     return ranks() if ranks is not None else [memory.mb()]
 
 
-def _communication_share(driver: Driver, comm_ns: int, step_ns: int) -> float | None:
-    """The share of step time gradient communication was in flight (multi-process
-    stacks; it overlaps the backward pass where the stack overlaps it)."""
-    if driver.processes == 1 or not step_ns:
+def _communication_share(driver: Driver, since: int | None, step_ns: int) -> float | None:
+    """The share of step time gradient communication was in flight since `since`
+    (multi-process stacks whose communication is timed; it overlaps the backward
+    pass where the stack overlaps it)."""
+    now = driver.communication_ns()
+    if driver.processes == 1 or not step_ns or now is None or since is None:
         return None
-    return comm_ns / step_ns
+    return (now - since) / step_ns
 
 
 class Training:
@@ -92,12 +94,13 @@ class Training:
 
     def at_exit(self) -> dict[str, Any]:
         ranks = _peaks(self.driver, self.memory)
-        comm = self.driver.communication_ns() - self.comm_from
         return {
             "peak_rss_mb": max(ranks),
             "worker": {
                 "peak_rss_mb_ranks": ranks,
-                "communication_share": _communication_share(self.driver, comm, self.step_ns),
+                "communication_share": _communication_share(
+                    self.driver, self.comm_from, self.step_ns
+                ),
             },
         }
 
@@ -202,9 +205,7 @@ def _to_target(found: Driver, job: TargetJob) -> dict[str, Any]:
         "train_s": sum(step_s) - compile_s,
         # From the second step on: the first one's compile is no step's usual time.
         "data_wait_share": sum(data_s[1:]) / sum(step_s[1:]) if len(step_s) > 1 else None,
-        "communication_share": _communication_share(
-            found, found.communication_ns() - comm_from, int(sum(step_s) * 1e9)
-        ),
+        "communication_share": _communication_share(found, comm_from, int(sum(step_s) * 1e9)),
         "settings": found.settings,
     }
     if job.checkpoint_path and not diverged:
