@@ -65,6 +65,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_every_stack_is_measured_with_a_ci_over_rounds_and_its_seeds(trained: dict) -> None:
     doc = trained
     assert doc["kind"] == "train" and doc["schema_version"] == 1 and doc["run_id"]
+    assert doc["peaks"]["fp32"]["gflops"] > 0
     assert {"workload", "environment", "candidates", "verdicts"} <= set(doc)
     assert [c["id"] for c in doc["candidates"]] == ["torch", "torch-bf16", "torch-accumulate"]
     for c in doc["candidates"]:
@@ -82,6 +83,15 @@ def test_every_stack_is_measured_with_a_ci_over_rounds_and_its_seeds(trained: di
         # Two seeds: their mean, not an olympic score (that needs five).
         assert c["time_to_target_s"]["method"] == "mean"
         assert c["final_metric"]["reference"] == doc["candidates"][0]["final_metric"]["mean"]
+        # One step's GEMM work (see the hand count below), at the measured rate, as a
+        # share of this machine's GEMM peak for the stack's precision.
+        assert c["flops_per_step"] == 64 * 2_006_784
+        eff = c["efficiency"]
+        assert eff["flops_per_step"] == c["flops_per_step"] and 0 < eff["fraction"] < 1
+        assert eff["achieved_gflops"] == pytest.approx(
+            c["flops_per_step"] * sps["value"] / 64 / 1e9, rel=1e-3
+        )
+        assert eff["precision"] == ("bf16" if c["id"] == "torch-bf16" else "fp32")
         # Saved, one more step, loaded, the same step again: the same loss, bit for bit.
         ck = c["checkpoint"]
         assert ck["reload_identical"] is True and ck["size_mb"] > 0
@@ -373,3 +383,26 @@ def test_an_inference_workload_is_not_a_recipe_and_a_recipe_is_not_a_workload(
     inference.write_text('name = "x"\n[model]\nkind = "builtin"\nname = "digits"\n')
     with pytest.raises(UserError, match=r"no \[train\] section"):
         api.train(str(inference), api.TrainOptions(store=tmp_path / "s.db"))
+
+
+def test_a_training_step_counts_its_forward_and_its_backward_by_hand() -> None:
+    """The digits CNN on 8x8 inputs (padding 1): per sample, its forward is conv1
+    8*8*16*9 + conv2 8*8*32*144 + fc1 512*64 + fc2 64*10 multiply-adds, two FLOPs
+    each (the inference counter's rule). Its backward computes each layer's weight
+    gradient (the forward's work again) and each input gradient but the first
+    layer's (its input needs none)."""
+    import torch
+
+    from bakeoff.builtins import digits
+    from bakeoff.training.pipeline import step_flops
+
+    conv1, conv2, fc1, fc2 = (2 * m for m in (8 * 8 * 16 * 9, 8 * 8 * 32 * 144, 512 * 64, 640))
+    forward = conv1 + conv2 + fc1 + fc2
+    assert forward == 675_072
+    batch = 64
+    torch.manual_seed(0)
+    model = digits.untrained()
+    x, y = torch.randn(batch, 1, 8, 8), torch.randint(0, 10, (batch,))
+    assert step_flops(model, x, y) == batch * (forward + forward + conv2 + fc1 + fc2)
+    # The count leaves no gradient behind for the first real step.
+    assert all(p.grad is None for p in model.parameters())

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from bakeoff.cli.options import DEFAULT_STORE, StoreOpt
 from bakeoff.cli.output import err, out
+from bakeoff.efficiency import percent
 
 
 def train_cmd(
@@ -88,6 +89,7 @@ def print_training(doc: dict[str, Any]) -> None:
         f"final {wl['target']['metric']}",
         "data wait",
         "peak MB",
+        "GFLOP/s (of peak)",
         "compile s",
         "checkpoint",
     ):
@@ -106,6 +108,7 @@ def print_training(doc: dict[str, Any]) -> None:
             "-" if not final else f"{final['mean']:.4f} ± {final['spread'] / 2:.4f}",
             "-" if c["data_wait_share"] is None else f"{c['data_wait_share']:.1%}",
             _peak_words(c["peak_rss_mb"]),
+            _efficiency_words(c.get("efficiency")),
             "-" if c["compile_s"] is None else f"{c['compile_s']:.1f}",
             "-"
             if not ck
@@ -123,6 +126,12 @@ def print_training(doc: dict[str, Any]) -> None:
     out.print("\nVerdict")
     for v in doc["verdicts"]:
         out.print(f"  {v['objective']}: {_verdict_words(v)}", highlight=False)
+
+
+def _efficiency_words(eff: dict[str, Any] | None) -> str:
+    if not eff:
+        return "-"
+    return f"{eff['achieved_gflops']:.3g} ({percent(eff['fraction'])})"
 
 
 def _peak_words(peak: dict[str, Any] | None) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from bakeoff import environment, stacks
+from bakeoff.efficiency import PeakProbe, candidate_efficiency
 from bakeoff.errors import UserError
 from bakeoff.judge import stats
 from bakeoff.judge.verdict import Measured, decide
@@ -39,7 +40,7 @@ from bakeoff.training.recipe import Recipe, load_recipe
 from bakeoff.trials.engine import Checked, Engine, run_trials
 from bakeoff.trials.entrant import Entrant
 from bakeoff.trials.jobs import MeasuredJob, TargetJob, TrainJob, TrainSpec
-from bakeoff.trials.launcher import LocalLauncher, WorkerFailed
+from bakeoff.trials.launcher import LocalLauncher, WorkerFailed, worker_env
 from bakeoff.trials.settings import TrialSettings
 
 SCHEMA_VERSION = 1
@@ -110,6 +111,27 @@ class FirstLossGate:
 
 # BF16 rounds the forward pass: its first loss is the reference's to about 1%.
 _FIRST_LOSS_TOLERANCE = {"torch-bf16": 0.02}
+
+
+def step_flops(model: Any, x: Any, y: Any) -> int | None:
+    """The FLOPs (2 per multiply-add) of one training step's forward and backward on
+    the global batch (x, y), counted by torch's own FLOP counter as the step runs:
+    matrix products and convolutions, the GEMM work a GEMM peak is a limit for, as
+    the inference count takes them from the ONNX graph; the backward exactly as
+    autograd runs it (no input gradient for the first layer), not as a rule of
+    thumb. The optimizer's elementwise update is not counted. None if it fails."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    try:
+        counter = FlopCounterMode(display=False)
+        with counter, torch.enable_grad():
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+        model.zero_grad(set_to_none=True)
+        total = int(counter.get_total_flops())
+    except Exception:  # a figure beside the measurement never fails the run
+        return None
+    return total or None
 
 
 def _write_inputs(recipe: Recipe, folder: Path, seeds: int) -> tuple[Path, list[Path], float]:
@@ -232,14 +254,20 @@ def train(
         }
         env = {**environment.fingerprint(), "threads": threads, "seeds": seeds}
         store.start_run(run_id, recipe.name, env, settings)
+        # The GEMM peak's process imports torch now, beside the workers' starts; it
+        # times its GEMMs after the rounds, while nothing else runs.
+        precisions = {"bf16"} if "torch-bf16" in names else set()
+        probe = PeakProbe(threads, precisions | {"fp32"}, worker_env(threads))
         try:
-            doc = _measure(recipe, names, env, run_id, folder, opts, store, say)
+            doc = _measure(recipe, names, env, run_id, folder, opts, store, say, probe)
         except KeyboardInterrupt:
             store.finish_run(run_id, "interrupted", None)
             raise
         except BaseException:
             store.finish_run(run_id, "failed", None)
             raise
+        finally:
+            probe.close()
         if opts.tensorboard is not None:
             written = tensorboard.write(doc, opts.tensorboard)
             say(f"TensorBoard: {len(written)} runs in {opts.tensorboard / run_id}")
@@ -259,9 +287,11 @@ def _measure(
     opts: TrainOptions,
     store: Store,
     say: Callable[[str], None],
+    probe: PeakProbe,
 ) -> dict[str, Any]:
     threads = env["threads"]
     data, inits, first_loss = _write_inputs(recipe, folder, env["seeds"])
+    flops = _flops(recipe, inits[0])
     candidates = [
         TrainCandidate(n, recipe.batch_size, processes=stacks.BY_NAME[n].processes) for n in names
     ]
@@ -293,6 +323,8 @@ def _measure(
         pending + scaling, jobs, Engine(gate, launcher, settings, _Events(say, store, run_id))
     )
     rounds_s = time.perf_counter() - t_rounds
+    say(f"measuring this machine's GEMM peak ({threads} thread(s))")
+    peaks = probe.measure()
     for c in candidates:
         if c.status == "rejected":
             c.set_status("flagged", c.reason)
@@ -304,7 +336,7 @@ def _measure(
     _parity(candidates, recipe)
     # After the seeds: a stack that diverged or lost accuracy wins nothing.
     throughput = _throughput_verdict(candidates, recipe, settings)
-    doc = _document(run_id, recipe, candidates, env, throughput, scaling)
+    doc = _document(run_id, recipe, candidates, env, throughput, scaling, flops, peaks)
     doc["timing_s"] = {"rounds": round(rounds_s, 3), "seeds": round(seeds_s, 3)}
     return doc
 
@@ -484,8 +516,45 @@ def _parity(candidates: list[TrainCandidate], recipe: Recipe) -> None:
             )
 
 
+def _flops(recipe: Recipe, init: Path) -> int | None:
+    """One step's FLOPs on the recipe's global batch, from the seed-0 weights."""
+    import torch
+    from safetensors.torch import load_file
+
+    model = _factory(recipe.factory, recipe.factory_dir)()
+    model.load_state_dict(load_file(str(init)))
+    model.train()
+    idx = next(stacks.batches(len(recipe.y_train), recipe.batch_size, 0))
+    x, y = torch.from_numpy(recipe.x_train[idx]), torch.from_numpy(recipe.y_train[idx])
+    return step_flops(model, x, y)
+
+
+def _efficiency(
+    c: TrainCandidate,
+    sps: dict[str, Any] | None,
+    flops: int | None,
+    peaks: dict[str, Any],
+    recipe: Recipe,
+) -> dict[str, Any] | None:
+    """Achieved FLOP/s at the measured samples/s, and its share of this machine's
+    GEMM peak for the stack's precision (BF16 autocast: the BF16 peak where the
+    CPU has native BF16, else FP32's), over all of the run's threads."""
+    if not flops or not sps:
+        return None
+    precision = "bf16" if c.stack == "torch-bf16" else "fp32"
+    per_sample = max(1, round(flops / recipe.batch_size))
+    found = candidate_efficiency(per_sample, sps["value"], peaks, precision)
+    if found is None:
+        return None
+    return {"flops_per_step": flops, "precision": precision, **found}
+
+
 def _candidate_document(
-    c: TrainCandidate, recipe: Recipe, scaling: list[TrainCandidate]
+    c: TrainCandidate,
+    recipe: Recipe,
+    scaling: list[TrainCandidate],
+    flops: int | None,
+    peaks: dict[str, Any],
 ) -> dict[str, Any]:
     samples = c.samples()
     sps = None
@@ -522,6 +591,8 @@ def _candidate_document(
         "data_wait_share": float(np.mean(waits)) if waits else None,
         "peak_rss_mb": _peak(c),
         "scaling": _scaling(c, sps, scaling, recipe),
+        "flops_per_step": flops,
+        "efficiency": _efficiency(c, sps, flops, peaks, recipe),
         "seeds": seeds,
         "time_to_target_s": _score(reached, len(c.seeds)) if c.seeds else None,
         "final_metric": {
@@ -572,8 +643,10 @@ def _document(
     env: dict[str, Any],
     throughput: dict[str, Any],
     scaling: list[TrainCandidate],
+    flops: int | None,
+    peaks: dict[str, Any],
 ) -> dict[str, Any]:
-    docs = [_candidate_document(c, recipe, scaling) for c in candidates]
+    docs = [_candidate_document(c, recipe, scaling, flops, peaks) for c in candidates]
     ref_final = next((d["final_metric"] for d in docs if d["stack"] == stacks.REFERENCE), None)
     for d in docs:
         if d["final_metric"] is not None and ref_final is not None:
@@ -596,6 +669,7 @@ def _document(
             "validation_rows": len(recipe.y_val),
         },
         "environment": env,
+        "peaks": peaks,
         "candidates": docs,
         "verdicts": [throughput, _time_to_target_verdict(docs), _memory_verdict(docs)],
     }

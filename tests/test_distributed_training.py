@@ -1,6 +1,6 @@
-"""The multi-process and Lightning training stacks on the real libraries: DDP and
-Lightning's DDP strategy in two ranks under real torchrun, over gloo, and
-Lightning's `Trainer.fit` in one process, on the digits CNN."""
+"""The multi-process and Lightning training stacks on the real libraries: DDP,
+FSDP2, DeepSpeed and Lightning's DDP strategy in two ranks under real torchrun,
+over gloo, and Lightning's `Trainer.fit` in one process, on the digits CNN."""
 
 from __future__ import annotations
 
@@ -11,41 +11,50 @@ import numpy as np
 import psutil
 import pytest
 
-from bakeoff import api
+from bakeoff import api, stacks
 from bakeoff.trials.jobs import Exit, TrainJob, TrainSpec
 from bakeoff.trials.launcher import LocalLauncher
+
+# The digits recipe cut to 60 steps (an evaluation every 20): enough for the seeds'
+# curves, checkpoints and parity to be checked, at a third of the built-in's steps.
+SHORT_RECIPE = """
+name = "digits-short"
+[model]
+kind = "torch"
+factory = "bakeoff.builtins.digits:untrained"
+[train]
+data = "builtin:digits"
+lr = 0.002
+batch_size = 64
+steps = 60
+eval_every = 20
+target = { metric = "accuracy", value = 0.8 }
+tolerance = 0.05
+"""
+
+
+def _short_run(root: Path, stacks: tuple[str, ...]) -> dict:
+    recipe = root / "recipe.toml"
+    recipe.write_text(SHORT_RECIPE)
+    options = api.TrainOptions(
+        stacks=stacks, seeds=1, quick=True, threads=2, budget_s=5, store=root / "s.db"
+    )
+    return api.train(str(recipe), options).document
 
 
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    root = tmp_path_factory.mktemp("ddp")
-    result = api.train(
-        "builtin:digits-train",
-        api.TrainOptions(
-            stacks=("torch", "ddp", "fsdp", "deepspeed", "lightning", "lightning-ddp", "fastai"),
-            seeds=1,
-            quick=True,
-            threads=2,
-            budget_s=10,
-            store=root / "s.db",
-        ),
+    return _short_run(
+        tmp_path_factory.mktemp("ddp"),
+        ("torch", "ddp", "fsdp", "lightning", "lightning-ddp", "fastai"),
     )
-    return result.document
 
 
 @pytest.mark.parametrize("stack", ["ddp", "lightning-ddp"])
 def test_two_rank_stacks_train_and_say_how_they_scale(ddp_run: dict, stack: str) -> None:
     by = {c["id"]: c for c in ddp_run["candidates"]}
     # The scaling references are timed beside them, but they are no candidate.
-    assert list(by) == [
-        "torch",
-        "ddp",
-        "fsdp",
-        "deepspeed",
-        "lightning",
-        "lightning-ddp",
-        "fastai",
-    ]
+    assert list(by) == ["torch", "ddp", "fsdp", "lightning", "lightning-ddp", "fastai"]
     mine = by[stack]
     assert mine["status"] == "ok", mine["reason"]
     assert mine["processes"] == 2 and mine["threads_per_process"] == 1
@@ -86,8 +95,11 @@ def test_fsdp_shards_over_two_ranks_and_reloads_its_distributed_checkpoint(
     _trains_like_the_reference(fsdp, by["torch"])
 
 
-def test_deepspeed_runs_zero_2_on_its_cpu_accelerator(ddp_run: dict) -> None:
-    by = {c["id"]: c for c in ddp_run["candidates"]}
+@pytest.mark.slow
+def test_deepspeed_runs_zero_2_on_its_cpu_accelerator(tmp_path: Path) -> None:
+    """Slow (make test-slow): on first use DeepSpeed compiles its CPU communication
+    op, about 40 s and 90 CPU-seconds on 2 cores, in every fresh test session."""
+    by = {c["id"]: c for c in _short_run(tmp_path, ("torch", "deepspeed"))["candidates"]}
     ds = by["deepspeed"]
     assert ds["status"] == "ok", ds["reason"]
     assert ds["processes"] == 2 and ds["settings"]["zero_stage"] == 2
@@ -97,6 +109,10 @@ def test_deepspeed_runs_zero_2_on_its_cpu_accelerator(ddp_run: dict) -> None:
     assert ds["scaling"]["efficiency_vs_one_process"] > 0
     assert ds["scaling"]["communication_share"] is None
     _trains_like_the_reference(ds, by["torch"])
+
+
+def test_deepspeed_is_installed_with_the_train_extra() -> None:
+    assert stacks.availability("deepspeed") is None
 
 
 def test_fastai_is_unavailable_with_what_was_seen_installing_it(ddp_run: dict) -> None:
@@ -127,7 +143,7 @@ def _trains_like_the_reference(mine: dict, ref: dict) -> None:
     (seed,), (ref_seed,) = mine["seeds"], ref["seeds"]
     assert not seed["diverged"] and seed["steps"] == ref_seed["steps"]
     assert np.allclose(seed["losses"][:5], ref_seed["losses"][:5], rtol=1e-3)
-    assert seed["final_metric"] == pytest.approx(ref_seed["final_metric"], abs=0.03)
+    assert seed["final_metric"] == pytest.approx(ref_seed["final_metric"], abs=0.05)
 
 
 def test_a_killed_worker_takes_its_ranks_with_it(
