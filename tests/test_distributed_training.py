@@ -13,7 +13,7 @@ import pytest
 
 from bakeoff import api, stacks
 from bakeoff.trials.jobs import Exit, TrainJob, TrainSpec
-from bakeoff.trials.launcher import LocalLauncher
+from bakeoff.trials.launcher import LocalLauncher, WorkerFailed
 
 # The digits recipe cut to 60 steps (an evaluation every 20): enough for the seeds'
 # curves, checkpoints and parity to be checked, at a third of the built-in's steps.
@@ -201,3 +201,17 @@ def test_a_batch_that_does_not_split_over_the_ranks_is_unavailable(tmp_path: Pat
     assert by["torch"]["status"] == "ok"
     assert by["ddp"]["status"] == "unavailable"
     assert "63" in by["ddp"]["reason"] and "2 processes" in by["ddp"]["reason"]
+
+
+def test_a_rank_that_fails_to_start_says_why_in_the_workers_error(
+    tmp_path: Path, digits_train_spec: Callable[..., TrainSpec]
+) -> None:
+    """What a rank raised reaches the engine as the worker's error, not as a closed
+    socket (the group waits for torchrun to end before the worker answers)."""
+    spec = digits_train_spec(stack="ddp", threads=2, processes=2, batch_size=63)
+    worker = LocalLauncher(tmp_path / "logs").start(TrainJob(train=spec), "ddp")
+    try:
+        with pytest.raises(WorkerFailed, match=r"rank 0: ValueError: .*63.* 2 processes"):
+            worker.reply(300)
+    finally:
+        worker.close()

@@ -54,6 +54,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict:
             stacks=("torch", "torch-bf16", "torch-accumulate"),
             seeds=2,
             quick=True,
+            budget_s=5,  # the minimum 5 rounds, then a close call stops at once
             store=root / "s.db",
             tensorboard=root / "tb",
         ),
@@ -296,7 +297,7 @@ def test_a_toml_recipe_trains_the_users_model_and_an_absurd_lr_diverges(tmp_path
         'stacks = ["torch", "torch-accumulate"]\ntarget = { value = 0.5 }\n',
     )
     doc = api.train(
-        str(good), api.TrainOptions(seeds=1, quick=True, store=tmp_path / "s.db")
+        str(good), api.TrainOptions(seeds=1, quick=True, budget_s=3, store=tmp_path / "s.db")
     ).document
     assert doc["workload"]["name"] == "mlp-digits" and doc["workload"]["optimizer"] == "sgd"
     for c in doc["candidates"]:
@@ -308,7 +309,9 @@ def test_a_toml_recipe_trains_the_users_model_and_an_absurd_lr_diverges(tmp_path
         'data = "d.npz"\nlr = 1e36\nsteps = 40\nstacks = ["torch", "torch-accumulate"]\n'
         "target = { value = 0.9 }\n",
     )
-    result = api.train(str(absurd), api.TrainOptions(seeds=1, quick=True, store=tmp_path / "s.db"))
+    result = api.train(
+        str(absurd), api.TrainOptions(seeds=1, quick=True, budget_s=3, store=tmp_path / "s.db")
+    )
     assert result.exit_code == 1
     for c in result.document["candidates"]:
         assert c["status"] == "diverged" and "NaN or infinite" in c["reason"]

@@ -125,17 +125,30 @@ class RankGroup:
         return [by_rank[r] for r in range(self.processes)]
 
     def _gather(self) -> list[dict[str, Any]]:
-        replies = []
-        for rank, conn in enumerate(self.conns):
+        """Every rank's reply; where one failed, the error a rank reported (a rank
+        that raised takes the others down with it, so theirs may be only a closed
+        socket)."""
+        replies: list[dict[str, Any] | None] = []
+        for conn in self.conns:
             try:
-                reply = json.loads(conn.recv_bytes())
+                replies.append(json.loads(conn.recv_bytes()))
             except (EOFError, OSError):
-                code = self.proc.wait(timeout=30)
-                raise RankError(f"rank {rank} stopped (torchrun exited with code {code})") from None
-            if not reply.get("ok"):
-                raise RankError(f"rank {rank}: {reply.get('reason')}")
-            replies.append(reply)
-        return replies
+                replies.append(None)
+        reasons = [
+            f"rank {rank}: {r.get('reason')}"
+            for rank, r in enumerate(replies)
+            if r is not None and not r.get("ok")
+        ]
+        if reasons:
+            raise RankError("; ".join(reasons))
+        if any(r is None for r in replies):
+            gone = [str(rank) for rank, r in enumerate(replies) if r is None]
+            try:
+                code: int | str | None = self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                code = "none yet"
+            raise RankError(f"rank {', '.join(gone)} stopped (torchrun's exit code: {code})")
+        return [r for r in replies if r is not None]
 
     def _all(self, op: str, **args: Any) -> list[dict[str, Any]]:
         message = json.dumps({"op": op, **args}).encode()
@@ -242,7 +255,8 @@ def _rank_main() -> int:
             raise
         conn.send_bytes(json.dumps({"ok": True, **reply}).encode())
     driver.close()
-    dist.destroy_process_group()
+    if dist.is_initialized():  # a framework's teardown may have ended it already
+        dist.destroy_process_group()
     return 0
 
 
