@@ -215,3 +215,35 @@ def test_a_rank_that_fails_to_start_says_why_in_the_workers_error(
             worker.reply(300)
     finally:
         worker.close()
+
+
+def test_only_a_rank_with_the_groups_token_takes_a_ranks_place() -> None:
+    """Any local process can reach the loopback port the ranks connect to: one that
+    does not know the token, or says nothing, is dropped, and the real rank is kept."""
+    import json
+    import socket
+    import subprocess
+    import sys
+    from multiprocessing.connection import Connection
+
+    from bakeoff.trials.train_ranks import RankGroup
+
+    group = RankGroup.__new__(RankGroup)
+    group.processes, group.token = 1, "the-token"
+    group.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    try:
+        impostor = Connection(socket.create_connection(("127.0.0.1", port)).detach())
+        impostor.send_bytes(json.dumps({"rank": 0, "token": "a guess"}).encode())
+        rank = Connection(socket.create_connection(("127.0.0.1", port)).detach())
+        rank.send_bytes(json.dumps({"rank": 0, "token": "the-token"}).encode())
+        (kept,) = group._accept(listener)
+        kept.send_bytes(b"for the rank")
+        assert rank.recv_bytes() == b"for the rank"
+        with pytest.raises(EOFError):
+            impostor.recv_bytes()  # its connection was closed
+    finally:
+        listener.close()
+        group.proc.kill()
+        group.proc.wait()

@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -37,6 +38,7 @@ from bakeoff.trials.memory import PeakMemory
 
 SPEC_VARIABLE = "BAKEOFF_RANK_SPEC"
 CONTROL_VARIABLE = "BAKEOFF_RANK_CONTROL"
+TOKEN_VARIABLE = "BAKEOFF_RANK_TOKEN"
 # The process group's timeout: a collective that waits this long has a rank that
 # hung or died (torch's default, 30 minutes, would hold the run that long).
 GROUP_TIMEOUT_S = 120.0
@@ -54,6 +56,9 @@ class RankGroup:
 
     def __init__(self, spec: TrainSpec) -> None:
         self.processes = spec.processes
+        # Only our ranks may take a rank's place: any local process can reach a
+        # loopback port, so each rank proves itself with the token it was given.
+        self.token = secrets.token_hex(16)
         per_rank = max(1, spec.threads // spec.processes)
         listener = socket.create_server(("127.0.0.1", 0))
         port = listener.getsockname()[1]
@@ -66,6 +71,7 @@ class RankGroup:
                     dataclasses.asdict(dataclasses.replace(spec, threads=per_rank))
                 ),
                 CONTROL_VARIABLE: str(port),
+                TOKEN_VARIABLE: self.token,
                 "MASTER_ADDR": "127.0.0.1",
                 "GLOO_SOCKET_IFNAME": "lo",
             }
@@ -121,7 +127,19 @@ class RankGroup:
                 continue
             sock.setblocking(True)
             conn = Connection(sock.detach())
-            by_rank[int(json.loads(conn.recv_bytes())["rank"])] = conn
+            hello: dict[str, Any] = {}
+            try:
+                # A peer that says nothing, or too much, is dropped, not waited for.
+                if conn.poll(10.0):
+                    said = json.loads(conn.recv_bytes(4096))
+                    hello = said if isinstance(said, dict) else {}
+            except (OSError, EOFError, ValueError):
+                pass
+            rank = hello.get("rank") if hello.get("token") == self.token else None
+            if not isinstance(rank, int) or rank not in range(self.processes):
+                conn.close()
+                continue
+            by_rank[rank] = conn
         return [by_rank[r] for r in range(self.processes)]
 
     def _gather(self) -> list[dict[str, Any]]:
@@ -210,7 +228,7 @@ def _rank_main() -> int:
     spec = TrainSpec(**json.loads(os.environ[SPEC_VARIABLE]))
     sock = socket.create_connection(("127.0.0.1", int(os.environ[CONTROL_VARIABLE])))
     conn = Connection(sock.detach())
-    conn.send_bytes(json.dumps({"rank": rank}).encode())
+    conn.send_bytes(json.dumps({"rank": rank, "token": os.environ[TOKEN_VARIABLE]}).encode())
     try:
         dist.init_process_group("gloo", timeout=timedelta(seconds=GROUP_TIMEOUT_S))
         driver = stacks.driver(spec, in_ranks=True)
