@@ -134,8 +134,11 @@ def step_flops(model: Any, x: Any, y: Any) -> int | None:
     return total or None
 
 
-def _write_inputs(recipe: Recipe, folder: Path, seeds: int) -> tuple[Path, list[Path], float]:
-    """The data, each seed's initial weights, and the reference first loss (seed 0)."""
+def _write_inputs(
+    recipe: Recipe, folder: Path, seeds: int
+) -> tuple[Path, list[Path], float, int | None]:
+    """The data, each seed's initial weights, the reference first loss and one step's
+    FLOPs (both on seed 0's model and first batch)."""
     import torch
     from safetensors.torch import save_file
 
@@ -146,7 +149,7 @@ def _write_inputs(recipe: Recipe, folder: Path, seeds: int) -> tuple[Path, list[
     )
     factory = _factory(recipe.factory, recipe.factory_dir)
     inits = []
-    first_loss = math.nan
+    first_loss, flops = math.nan, None
     for seed in range(seeds):
         torch.manual_seed(seed)
         model = factory()
@@ -155,13 +158,13 @@ def _write_inputs(recipe: Recipe, folder: Path, seeds: int) -> tuple[Path, list[
         inits.append(path)
         if seed == 0:
             idx = next(stacks.batches(len(recipe.y_train), recipe.batch_size, 0))
+            x, y = torch.from_numpy(recipe.x_train[idx]), torch.from_numpy(recipe.y_train[idx])
             model.eval()  # as the stacks' check runs: dropout off, norms on running stats
             with torch.no_grad():
-                logits = model(torch.from_numpy(recipe.x_train[idx]))
-                first_loss = float(
-                    torch.nn.functional.cross_entropy(logits, torch.from_numpy(recipe.y_train[idx]))
-                )
-    return data, inits, first_loss
+                first_loss = float(torch.nn.functional.cross_entropy(model(x), y))
+            model.train()
+            flops = step_flops(model, x, y)
+    return data, inits, first_loss, flops
 
 
 def _factory(ref: str, folder: str) -> Any:
@@ -256,8 +259,8 @@ def train(
         store.start_run(run_id, recipe.name, env, settings)
         # The GEMM peak's process imports torch now, beside the workers' starts; it
         # times its GEMMs after the rounds, while nothing else runs.
-        precisions = {"bf16"} if "torch-bf16" in names else set()
-        probe = PeakProbe(threads, precisions | {"fp32"}, worker_env(threads))
+        precisions = {_precision(n) for n in names} | {"fp32"}
+        probe = PeakProbe(threads, precisions, worker_env(threads))
         try:
             doc = _measure(recipe, names, env, run_id, folder, opts, store, say, probe)
         except KeyboardInterrupt:
@@ -290,8 +293,7 @@ def _measure(
     probe: PeakProbe,
 ) -> dict[str, Any]:
     threads = env["threads"]
-    data, inits, first_loss = _write_inputs(recipe, folder, env["seeds"])
-    flops = _flops(recipe, inits[0])
+    data, inits, first_loss, flops = _write_inputs(recipe, folder, env["seeds"])
     candidates = [
         TrainCandidate(n, recipe.batch_size, processes=stacks.BY_NAME[n].processes) for n in names
     ]
@@ -415,11 +417,8 @@ def _scaling(
     value = sps["value"] if sps else None
 
     def rate(r: TrainCandidate | None) -> float | None:
-        if r is None or r.status != "ok" or not r.rounds_ns:
-            return None
-        samples = r.samples()
-        calls = np.full(samples.shape[0], samples.shape[1])
-        return stats.throughput(calls, np.asarray(r.block_ns), recipe.batch_size).value
+        found = _samples_per_s(r, recipe) if r is not None and r.status == "ok" else None
+        return found["value"] if found else None
 
     one_process, one_thread = rate(refs.get("1-process")), rate(refs.get("1-thread"))
     why = [
@@ -516,17 +515,19 @@ def _parity(candidates: list[TrainCandidate], recipe: Recipe) -> None:
             )
 
 
-def _flops(recipe: Recipe, init: Path) -> int | None:
-    """One step's FLOPs on the recipe's global batch, from the seed-0 weights."""
-    import torch
-    from safetensors.torch import load_file
+def _samples_per_s(c: TrainCandidate, recipe: Recipe) -> dict[str, Any] | None:
+    """Samples/s over the timed rounds, with the bootstrap CI: {"value", "ci95"}."""
+    samples = c.samples()
+    if not c.rounds_ns or not samples.size:
+        return None
+    calls = np.full(samples.shape[0], samples.shape[1])
+    iv = stats.throughput(calls, np.asarray(c.block_ns), recipe.batch_size)
+    return {"value": iv.value, "ci95": [iv.lo, iv.hi]}
 
-    model = _factory(recipe.factory, recipe.factory_dir)()
-    model.load_state_dict(load_file(str(init)))
-    model.train()
-    idx = next(stacks.batches(len(recipe.y_train), recipe.batch_size, 0))
-    x, y = torch.from_numpy(recipe.x_train[idx]), torch.from_numpy(recipe.y_train[idx])
-    return step_flops(model, x, y)
+
+def _precision(stack: str) -> str:
+    """The precision whose GEMM peak a stack's FLOP/s are a share of."""
+    return "bf16" if stack == "torch-bf16" else "fp32"
 
 
 def _efficiency(
@@ -541,7 +542,7 @@ def _efficiency(
     CPU has native BF16, else FP32's), over all of the run's threads."""
     if not flops or not sps:
         return None
-    precision = "bf16" if c.stack == "torch-bf16" else "fp32"
+    precision = _precision(c.stack)
     per_sample = max(1, round(flops / recipe.batch_size))
     found = candidate_efficiency(per_sample, sps["value"], peaks, precision)
     if found is None:
@@ -556,12 +557,7 @@ def _candidate_document(
     flops: int | None,
     peaks: dict[str, Any],
 ) -> dict[str, Any]:
-    samples = c.samples()
-    sps = None
-    if c.rounds_ns and samples.size:
-        calls = np.full(samples.shape[0], samples.shape[1])
-        iv = stats.throughput(calls, np.asarray(c.block_ns), recipe.batch_size)
-        sps = {"value": iv.value, "ci95": [iv.lo, iv.hi]}
+    sps = _samples_per_s(c, recipe)
     seeds = [
         {
             "seed": s["seed"],
@@ -675,21 +671,26 @@ def _document(
     }
 
 
+def _verdict(objective: str, ranking: list[dict[str, Any]], none_why: str) -> dict[str, Any]:
+    """A verdict over the stacks' documents, best first, before its ratio and ties."""
+    return {
+        "objective": objective,
+        "winner": ranking[0]["id"] if ranking else None,
+        "baseline": stacks.REFERENCE,
+        "ratio": None,
+        "ranking": [d["id"] for d in ranking],
+        "ties": [],
+        "reason": "" if ranking else none_why,
+    }
+
+
 def _time_to_target_verdict(docs: list[dict[str, Any]]) -> dict[str, Any]:
     """Fastest to the target over seeds; a bootstrap over seeds gives the ratio's CI
     against the reference (seeds are few: the CI says how little they settle)."""
     scored = [d for d in docs if d["status"] == "ok" and d["time_to_target_s"]]
     ranking = sorted(scored, key=lambda d: d["time_to_target_s"]["score"])
     base = next((d for d in docs if d["stack"] == stacks.REFERENCE and d["time_to_target_s"]), None)
-    out: dict[str, Any] = {
-        "objective": "time_to_target",
-        "winner": ranking[0]["id"] if ranking else None,
-        "baseline": stacks.REFERENCE,
-        "ratio": None,
-        "ranking": [d["id"] for d in ranking],
-        "ties": [],
-        "reason": "" if ranking else "no stack reached the target in enough seeds",
-    }
+    out = _verdict("time_to_target", ranking, "no stack reached the target in enough seeds")
     if ranking and base is not None:
         win = ranking[0]
         a = np.array(
@@ -720,15 +721,7 @@ def _memory_verdict(docs: list[dict[str, Any]]) -> dict[str, Any]:
     scored = [d for d in docs if d["status"] == "ok" and d["peak_rss_mb"]]
     ranking = sorted(scored, key=lambda d: d["peak_rss_mb"]["sum"])
     base = next((d for d in scored if d["stack"] == stacks.REFERENCE), None)
-    out: dict[str, Any] = {
-        "objective": "peak_memory",
-        "winner": ranking[0]["id"] if ranking else None,
-        "baseline": stacks.REFERENCE,
-        "ratio": None,
-        "ranking": [d["id"] for d in ranking],
-        "ties": [],
-        "reason": "" if ranking else "no stack measured",
-    }
+    out = _verdict("peak_memory", ranking, "no stack measured")
     if not ranking:
         return out
     low = ranking[0]["peak_rss_mb"]["sum"]
