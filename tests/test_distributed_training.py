@@ -14,37 +14,12 @@ import pytest
 from bakeoff import api, stacks
 from bakeoff.trials.jobs import Exit, TrainJob, TrainSpec
 from bakeoff.trials.launcher import LocalLauncher, WorkerFailed
-
-# The digits recipe cut to 60 steps (an evaluation every 20): enough for the seeds'
-# curves, checkpoints and parity to be checked, at a third of the built-in's steps.
-SHORT_RECIPE = """
-name = "digits-short"
-[model]
-kind = "torch"
-factory = "bakeoff.builtins.digits:untrained"
-[train]
-data = "builtin:digits"
-lr = 0.002
-batch_size = 64
-steps = 60
-eval_every = 20
-target = { metric = "accuracy", value = 0.8 }
-tolerance = 0.05
-"""
-
-
-def _short_run(root: Path, stacks: tuple[str, ...]) -> dict:
-    recipe = root / "recipe.toml"
-    recipe.write_text(SHORT_RECIPE)
-    options = api.TrainOptions(
-        stacks=stacks, seeds=1, quick=True, threads=2, budget_s=5, store=root / "s.db"
-    )
-    return api.train(str(recipe), options).document
+from short_recipe import short_run, trains_like_the_reference
 
 
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return _short_run(
+    return short_run(
         tmp_path_factory.mktemp("ddp"),
         ("torch", "ddp", "fsdp", "lightning", "lightning-ddp", "fastai"),
     )
@@ -76,7 +51,7 @@ def test_two_rank_stacks_train_and_say_how_they_scale(ddp_run: dict, stack: str)
     assert 0 < scaling["communication_share"] < 1
     # Both ranks reloaded the checkpoint and took the same step to the same loss.
     assert mine["checkpoint"]["reload_identical"] is True
-    _trains_like_the_reference(mine, by["torch"])
+    trains_like_the_reference(mine, by["torch"])
 
 
 def test_fsdp_shards_over_two_ranks_and_reloads_its_distributed_checkpoint(
@@ -97,14 +72,14 @@ def test_fsdp_shards_over_two_ranks_and_reloads_its_distributed_checkpoint(
     assert scaling["efficiency_vs_one_process"] > 0 and scaling["efficiency_vs_one_thread"] > 0
     # FSDP2 has no communication hook: not timed, and said so rather than a 0.
     assert scaling["communication_share"] is None and "not timed" in scaling["reason"]
-    _trains_like_the_reference(fsdp, by["torch"])
+    trains_like_the_reference(fsdp, by["torch"])
 
 
 @pytest.mark.slow
 def test_deepspeed_runs_zero_2_on_its_cpu_accelerator(tmp_path: Path) -> None:
     """Slow (make test-slow): on first use DeepSpeed compiles its CPU communication
     op, about 40 s and 90 CPU-seconds on 2 cores, in every fresh test session."""
-    by = {c["id"]: c for c in _short_run(tmp_path, ("torch", "deepspeed"))["candidates"]}
+    by = {c["id"]: c for c in short_run(tmp_path, ("torch", "deepspeed"))["candidates"]}
     ds = by["deepspeed"]
     assert ds["status"] == "ok", ds["reason"]
     assert ds["processes"] == 2 and ds["settings"]["zero_stage"] == 2
@@ -113,7 +88,7 @@ def test_deepspeed_runs_zero_2_on_its_cpu_accelerator(tmp_path: Path) -> None:
     assert ds["checkpoint"]["format"].startswith("DeepSpeed checkpoint")
     assert ds["scaling"]["efficiency_vs_one_process"] > 0
     assert ds["scaling"]["communication_share"] is None
-    _trains_like_the_reference(ds, by["torch"])
+    trains_like_the_reference(ds, by["torch"])
 
 
 def test_deepspeed_is_installed_with_the_train_extra() -> None:
@@ -138,17 +113,7 @@ def test_lightning_trains_in_one_process_through_its_own_loop(ddp_run: dict) -> 
     assert 0 <= lit["data_wait_share"] < 1
     ck = lit["checkpoint"]
     assert ck["reload_identical"] is True and ck["format"].startswith("Lightning checkpoint")
-    _trains_like_the_reference(lit, by["torch"])
-
-
-def _trains_like_the_reference(mine: dict, ref: dict) -> None:
-    """The same initial weights, data order and optimizer: the same losses to float
-    rounding at first (the first-loss gate held them to the reference's already),
-    and the same accuracy at the end within what summation order leaves."""
-    (seed,), (ref_seed,) = mine["seeds"], ref["seeds"]
-    assert not seed["diverged"] and seed["steps"] == ref_seed["steps"]
-    assert np.allclose(seed["losses"][:5], ref_seed["losses"][:5], rtol=1e-3)
-    assert seed["final_metric"] == pytest.approx(ref_seed["final_metric"], abs=0.05)
+    trains_like_the_reference(lit, by["torch"])
 
 
 def test_a_killed_worker_takes_its_ranks_with_it(

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -60,7 +61,55 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict:
         ),
     )
     assert result.exit_code == 0
-    return {**result.document, "tensorboard": str(root / "tb")}
+    return {**result.document, "tensorboard": str(root / "tb"), "store": str(root / "s.db")}
+
+
+def test_the_report_of_a_training_run_has_its_charts_and_table(
+    trained: dict, tmp_path: Path
+) -> None:
+    """`bakeoff report` on a training run: bars for samples/s (with CIs), memory and
+    time to target; a loss and a validation curve per stack; every stack's row."""
+    page, md = tmp_path / "r.html", tmp_path / "r.md"
+    store = trained["store"]
+    for fmt, path in (("html", page), ("md", md)):
+        done = CliRunner().invoke(
+            app, ["report", trained["run_id"], "--format", fmt, "-o", str(path), "--store", store]
+        )
+        assert done.exit_code == 0, done.output
+    html = page.read_text()
+    for section in ("verdict", "speed-memory", "curves", "results", "recipe"):
+        assert f'id="section-{section}"' in html
+    assert "<script" not in html and "http://" not in html.replace("http://www.w3.org", "")
+    n = len(trained["candidates"])
+    reached = sum(1 for c in trained["candidates"] if c["time_to_target_s"])
+    for chart, bars in (
+        ("train-throughput", n),
+        ("train-memory", n),
+        ("train-time-to-target", reached),
+    ):
+        if bars:
+            start = html.index(f'id="{chart}"')
+            assert html[start : html.index("</svg>", start)].count('class="bar"') == bars
+    throughput = html[html.index('id="train-throughput"') :]
+    assert throughput[: throughput.index("</svg>")].count('class="ci"') == n
+    for chart in ("train-loss", "train-metric"):
+        start = html.index(f'id="{chart}"')
+        assert html[start : html.index("</svg>", start)].count('class="line"') == n
+    for c in trained["candidates"]:
+        assert f"<td>{c['id']}</td>" in html
+    text = md.read_text()
+    assert "highest samples/s" in text and text.count("| torch |") == 1
+
+
+def test_compare_takes_two_training_runs_stack_by_stack(trained: dict) -> None:
+    """Compare the run with itself: every stack's samples/s B/A is 1, and 'same'."""
+    from bakeoff import compare
+
+    cmp = compare.compare(trained["run_id"], trained["run_id"], trained["store"])
+    assert sorted(r.candidate for r in cmp.rows) == sorted(c["id"] for c in trained["candidates"])
+    for r in cmp.rows:
+        assert r.objective == "throughput" and r.ratio == pytest.approx(1.0)
+        assert r.ratio_lo <= 1.0 <= r.ratio_hi and r.change == "same"
 
 
 def test_every_stack_is_measured_with_a_ci_over_rounds_and_its_seeds(trained: dict) -> None:
@@ -176,10 +225,10 @@ def test_the_json_document_and_table_come_from_the_command(tmp_path: Path) -> No
 
     with Store(tmp_path / "s.db") as s:
         assert len(s.samples(doc["run_id"], "torch")) == doc["candidates"][0]["rounds"]
-    # What has no training view yet says so, and what to use instead.
-    refused = CliRunner().invoke(app, ["report", doc["run_id"], *store])
-    assert isinstance(refused.exception, UserError)
-    assert "is a training run" in str(refused.exception)
+    # Its report comes from the same store (the page itself: see the report test).
+    page = tmp_path / "r.html"
+    written = CliRunner().invoke(app, ["report", doc["run_id"], "-o", str(page), *store])
+    assert written.exit_code == 0 and "training report" in page.read_text()
 
 
 def test_a_stack_or_recipe_that_does_not_exist_is_refused_by_name(tmp_path: Path) -> None:
@@ -339,6 +388,15 @@ def test_a_toml_recipe_trains_the_users_model_and_an_absurd_lr_diverges(tmp_path
             'data = "d.npz"\nlr = 0.1\nsteps = 10\ntarget = { value = 0.9 }\nstacks = ["jaxx"]\n',
             "train.stacks: no training stack 'jaxx'",
         ),
+        (
+            'data = "d.npz"\nlr = 0.1\nsteps = 10\ntarget = { value = 0.9 }\n'
+            "stack_lr = { loraa = 0.01 }\n",
+            "train.stack_lr: no training stack 'loraa'",
+        ),
+        (
+            'data = "d.npz"\nlr = 0.1\nsteps = 10\ntarget = { value = 0.9 }\nlora = { rank = 4 }\n',
+            "train.lora.targets",
+        ),
     ],
 )
 def test_a_wrong_recipe_names_the_key_and_exits_2(tmp_path: Path, train: str, words: str) -> None:
@@ -409,3 +467,27 @@ def test_a_training_step_counts_its_forward_and_its_backward_by_hand() -> None:
     assert step_flops(model, x, y) == batch * (forward + forward + conv2 + fc1 + fc2)
     # The count leaves no gradient behind for the first real step.
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_a_checkpoint_that_loses_the_optimizer_state_is_not_reload_identical(
+    tmp_path: Path, digits_train_spec: Any
+) -> None:
+    """The check takes two steps after the reload: the first one's loss shows the
+    weights, the second one's the update the optimizer's moments and step made."""
+    from bakeoff.stacks import steps
+
+    driver = steps.LocalDriver(digits_train_spec())
+    driver.steps(5)
+    assert driver.checkpoint(str(tmp_path / "good.ckpt"))["reload_identical"] is True
+    trainer = driver.trainer
+
+    def weights_only(path: str) -> None:
+        import torch
+
+        trainer.model.load_state_dict(torch.load(path, weights_only=True)["model"])
+
+    trainer.load = weights_only  # type: ignore[method-assign]
+    found = driver.checkpoint(str(tmp_path / "bad.ckpt"))
+    assert found["reload_identical"] is False
+    before, after = found["losses_without_reload"], found["losses_after_reload"]
+    assert before[0] == after[0] and before[1] != after[1]

@@ -89,9 +89,12 @@ def _row(
     a: StoredRun, b: StoredRun, ca: dict[str, Any], cb: dict[str, Any], level: float, margin: float
 ) -> Row | str:
     """One candidate's change from run A to run B, or why it is not compared."""
-    why = _not_comparable(ca, cb)
+    train = a.settings.get("kind") == "train"
+    why = _not_comparable(ca, cb, train)
     if why:
         return why
+    if train:
+        return _train_row(a, b, ca, cb, level, margin)
     bs = int(ca["batch_size"])
     objective = a.objective(bs)
     if b.objective(bs) != objective:
@@ -101,6 +104,22 @@ def _row(
         return "its measured rounds are not in the store"
     va, vb = _value(ca, objective), _value(cb, objective)
     return candidate_change(ca["id"], objective, ma, mb, va, vb, level, margin)
+
+
+def _train_row(
+    a: StoredRun, b: StoredRun, ca: dict[str, Any], cb: dict[str, Any], level: float, margin: float
+) -> Row | str:
+    """A training stack: B/A of its samples/s over the timed rounds (a step is one
+    global batch), with the same bootstrap as an inference candidate's throughput."""
+    batches = [(r.document or {})["workload"]["global_batch"] for r in (a, b)]
+    if batches[0] != batches[1]:
+        return f"the global batch differs ({batches[0]} in A, {batches[1]} in B)"
+    ma = a.measured({**ca, "batch_size": batches[0]})
+    mb = b.measured({**cb, "batch_size": batches[1]})
+    if ma is None or mb is None:
+        return "its measured rounds are not in the store"
+    va, vb = ca["samples_per_s"]["value"], cb["samples_per_s"]["value"]
+    return candidate_change(ca["id"], "throughput", ma, mb, va, vb, level, margin)
 
 
 def _value(c: dict[str, Any], objective: str) -> float:
@@ -116,12 +135,13 @@ def _state(c: dict[str, Any]) -> str:
     return f"{c['status']}: {c['reason']}" if c["reason"] else c["status"]
 
 
-def _not_comparable(a: dict[str, Any], b: dict[str, Any]) -> str:
+def _not_comparable(a: dict[str, Any], b: dict[str, Any], train: bool = False) -> str:
     if a["status"] != "ok" and (a["status"], a["reason"]) == (b["status"], b["reason"]):
         return f"in both runs {_state(a)}"
     for name, c in (("A", a), ("B", b)):
         if c["status"] != "ok":
             return f"in {name} {_state(c)}"
-        if not c.get("latency_ms") or not c.get("throughput"):
+        measured = c.get("samples_per_s") if train else c.get("latency_ms") and c.get("throughput")
+        if not measured:
             return f"not measured in {name}"
     return ""

@@ -77,15 +77,10 @@ def show(
     print_result(doc, out)
 
 
-def _inference_run(run_id: str, store: Path, what: str) -> str:
-    """The full id of an inference run; a training run has no such view yet."""
+def _kind(run_id: str, store: Path) -> str:
+    """Whether a stored run is a training run ("train") or not ("inference")."""
     record = api.show_run(run_id, store)
-    if (record.get("settings") or {}).get("kind") == "train":
-        raise UserError(
-            f"run {record['run_id']} is a training run: {what} is for inference runs so far; "
-            "`bakeoff show` and its JSON have what it measured"
-        )
-    return str(record["run_id"])
+    return "train" if (record.get("settings") or {}).get("kind") == "train" else "inference"
 
 
 def report_cmd(
@@ -106,7 +101,7 @@ def report_cmd(
         raise UserError(f"--format: expected html or md, got {fmt!r}")
     writer = html.write if fmt == "html" else markdown.write
     # Resolve a prefix to the full id first, so the default name is the real run id.
-    full_id = _inference_run(run_id, store, "a report")
+    full_id = str(api.show_run(run_id, store)["run_id"])
     path = writer(full_id, store, output or Path(f"report-{full_id}.{fmt}"))
     out.print(str(path), highlight=False, soft_wrap=True)
 
@@ -140,8 +135,11 @@ def compare_cmd(
 
     if fail_on_regression is not None and not 0 < fail_on_regression < 100:
         raise UserError(f"--fail-on-regression: a percentage in (0, 100), got {fail_on_regression}")
-    _inference_run(run_a, store, "compare")
-    _inference_run(run_b, store_b or store, "compare")
+    kinds = (_kind(run_a, store), _kind(run_b, store_b or store))
+    if kinds[0] != kinds[1]:
+        raise UserError(
+            f"run {run_a} is a {kinds[0]} run and {run_b} a {kinds[1]} run: compare two of a kind"
+        )
     cmp = compare.compare(run_a, run_b, store, margin, store_b)
     regressions = cmp.regressions(fail_on_regression) if fail_on_regression is not None else []
     if as_json:

@@ -13,6 +13,7 @@ from rich.table import Table
 from bakeoff.cli.options import DEFAULT_STORE, StoreOpt
 from bakeoff.cli.output import err, out
 from bakeoff.efficiency import percent
+from bakeoff.training.words import verdict_words
 
 
 def train_cmd(
@@ -118,6 +119,10 @@ def print_training(doc: dict[str, Any]) -> None:
         )
     out.print(table)
     for c in doc["candidates"]:
+        words = _fine_tuning_words(c)
+        if words:
+            out.print(f"  {c['id']}: {words}", highlight=False)
+    for c in doc["candidates"]:
         if c.get("scaling"):
             out.print(f"  {c['id']}: {_scaling_words(c)}", highlight=False)
     for c in doc["candidates"]:
@@ -125,7 +130,21 @@ def print_training(doc: dict[str, Any]) -> None:
             out.print(f"  {c['id']}: {c['status']} - {escape(c['reason'])}", highlight=False)
     out.print("\nVerdict")
     for v in doc["verdicts"]:
-        out.print(f"  {v['objective']}: {_verdict_words(v)}", highlight=False)
+        out.print(f"  {v['objective']}: {escape(verdict_words(v))}", highlight=False)
+
+
+def _fine_tuning_words(c: dict[str, Any]) -> str:
+    """Text and fine-tuning recipes: the parameters trained and the tokens/s."""
+    words = []
+    total = c["settings"].get("model_parameters")
+    trained = c.get("trainable_parameters")
+    if c.get("tokens_per_s") is None and (not total or trained == total):
+        return ""
+    if trained and total:
+        words.append(f"{trained:,} of {total:,} parameters trained ({trained / total:.2%})")
+    if c.get("tokens_per_s"):
+        words.append(f"{_ci(c['tokens_per_s'])} tokens/s")
+    return "; ".join(words)
 
 
 def _efficiency_words(eff: dict[str, Any] | None) -> str:
@@ -160,28 +179,3 @@ def _scaling_words(c: dict[str, Any]) -> str:
     if sc.get("reason"):
         words += f" ({escape(sc['reason'])})"
     return words
-
-
-def _verdict_words(v: dict[str, Any]) -> str:
-    """One verdict in words: a winner only where it is separated from the reference."""
-    winner, base, ratio = v["winner"], v["baseline"], v["ratio"]
-    if not winner:
-        return f"no winner ({escape(v['reason'])})"
-    if v["objective"] == "peak_memory":
-        low = f"{winner} the lowest"
-        if ratio and winner != base:
-            low += f", {ratio['value']:.2f}x less than the reference {base}"
-        return low + (f" ({escape(v['reason'])})" if v["ties"] else "")
-    if winner == base:
-        return f"{winner}, the reference: no stack beat it"
-    gain = (
-        ""
-        if not ratio
-        else f"{ratio['value']:.2f}x (CI {ratio['ci95'][0]:.2f}-{ratio['ci95'][1]:.2f})"
-    )
-    if any(base in tie and winner in tie for tie in v["ties"]):
-        return (
-            f"no stack beat the reference {base}: the leader {winner} measured {gain}, "
-            "not separated from it"
-        )
-    return f"{winner}, {gain} over the reference {base}"

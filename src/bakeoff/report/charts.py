@@ -447,3 +447,52 @@ def _fit_labels(fig: Figure, ax: Axes, ends: list[float], texts: list[Any]) -> N
             return
         hi = need
         ax.set_xlim(0, hi)
+
+
+# ---------------------------------------------------------------- curves
+
+
+@dataclass(frozen=True)
+class Curve:
+    label: str
+    xs: list[float]
+    ys: list[float]
+    color: str = ""
+    dashed: bool = False
+
+
+def curves(
+    chart_id: str, title: str, rows: list[Curve], x_label: str, y_label: str, log_y: bool = False
+) -> str:
+    """Lines over a numeric x (training steps): one mark per curve, its last point in
+    the tooltip; values that are not finite (a diverged loss) end the curve there."""
+    with svg.figure(chart_id, 300 + 17 * ((len(rows) + 1) // 2)) as (fig, ax, marks):
+        if log_y:
+            ax.set_yscale("log")
+        scales.plain_numbers(ax, "y", log_y)
+        handles: list[Any] = []
+        labels: list[str] = []
+        for i, r in enumerate(rows):
+            pts = [(x, y) for x, y in zip(r.xs, r.ys, strict=True) if math.isfinite(y)]
+            if log_y:
+                pts = [(x, y) for x, y in pts if y > 0]
+            if not pts:
+                continue
+            last_x, last_y = pts[-1]
+            (line,) = ax.plot(
+                [x for x, _ in pts],
+                [y for _, y in pts],
+                color=r.color or color(i),
+                linewidth=1.6,
+                linestyle="--" if r.dashed else "-",
+                clip_on=False,
+                gid=marks.add("line", f"{r.label}: {num(last_y)} at {num(last_x)}"),
+                label=r.label,
+            )
+            handles.append(line)
+            labels.append(r.label)
+        ax.set_xlabel(x_label)
+        ax.set_ylabel(y_label)
+        if handles:
+            fig.legend(handles, labels, loc="outside lower center", ncols=2)
+        return svg.to_svg(fig, chart_id, title, marks)

@@ -24,7 +24,7 @@ from bakeoff.report.charts import num
 from bakeoff.report.data import StoredRun, flagged, leaders, load, status_label
 from bakeoff.report.html_environment import environment
 
-_CSS = """
+CSS = """
 body { font-family: sans-serif; margin: 24px auto; max-width: 1100px; color: #222; }
 h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 32px; border-bottom: 1px solid #ccc; }
 h3 { font-size: 15px; }
@@ -294,7 +294,7 @@ def render(run: StoredRun) -> str:
         # images and connections are refused by the page's own policy.
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "style-src 'unsafe-inline'\">"
-        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
+        f"<title>{_e(title)}</title><style>{CSS}</style></head><body>"
         f"<h1>{_e(title)}</h1>"
         f"<p class='note'>Run {_e(run.run_id)}, {_e(when)}, status "
         f"{_e(run.record['status'])}.</p>" + body + "</body></html>\n"
@@ -302,8 +302,14 @@ def render(run: StoredRun) -> str:
 
 
 def write(run_id: str, store: str | Path, out: Path) -> Path:
-    """Render a stored run to `out`; returns the path written."""
-    html = render(load(run_id, store))
+    """Render a stored run to `out` (a training run's own page); returns the path."""
+    run = load(run_id, store)
+    if run.settings.get("kind") == "train":
+        from bakeoff.report import training
+
+        html = training.render(run, CSS)
+    else:
+        html = render(run)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(html, encoding="utf-8")
     return out

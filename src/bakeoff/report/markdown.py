@@ -133,7 +133,13 @@ def _environment(run: StoredRun) -> list[str]:
 
 
 def write(run_id: str, store: str | Path, out: Path) -> Path:
-    text = render(load(run_id, store))
+    run = load(run_id, store)
+    if run.settings.get("kind") == "train":
+        from bakeoff.report import training
+
+        text = training.markdown(run)
+    else:
+        text = render(run)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")
     return out

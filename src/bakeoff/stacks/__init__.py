@@ -17,7 +17,8 @@ is how the step runs. A stack's `Trainer` is built in the worker from a
 
 The torch family lives in `torch_stacks`; `ddp` (one rank of DistributedDataParallel,
 started by torchrun) in `ddp`; `fsdp` (FSDP2's `fully_shard`) in `fsdp`;
-`deepspeed` (ZeRO) in `deepspeed_stack`; Lightning,
+`deepspeed` (ZeRO) in `deepspeed_stack`; the Keras backends in `keras_stack` and
+Flax with optax in `jax_stack`, both on the model's twin (`twins`); Lightning,
 whose `Trainer.fit` owns the loop, is a driver of its own in `lightning_stack`. A
 stack with `processes` above 1 runs in ranks that `bakeoff.trials.train_ranks`
 starts and drives; each rank builds the stack's trainer (or driver) for its share
@@ -85,6 +86,12 @@ STACKS = (
         launched=True,
     ),
     StackInfo("lightning", "Lightning Trainer.fit, 1 process"),
+    StackInfo("keras-jax", "Keras 3 on JAX, train_on_batch (fit's train function, jitted)"),
+    StackInfo("keras-tensorflow", "Keras 3 on TensorFlow, train_on_batch (fit's tf.function)"),
+    StackInfo("keras-torch", "Keras 3 on PyTorch, train_on_batch (fit's train function, eager)"),
+    StackInfo("jax", "Flax (linen) and optax under jax.jit"),
+    StackInfo("full", "PyTorch eager, every weight trained (full fine-tuning, a reference)"),
+    StackInfo("lora", "PyTorch eager with peft's LoRA adapters; only they (and a head) train"),
     StackInfo("fastai", "fastai's Learner (not built: see FASTAI_UNAVAILABLE)"),
     StackInfo(
         "lightning-ddp",
@@ -95,6 +102,9 @@ STACKS = (
     ),
 )
 LIGHTNING = ("lightning", "lightning-ddp")
+KERAS = ("keras-jax", "keras-tensorflow", "keras-torch")
+# The stacks that train the model's twin in another framework (`twins`).
+TWINNED = (*KERAS, "jax")
 
 # What was seen trying to install fastai 2.8.12 beside the pinned torch: its
 # torchvision dependency has no wheel for torch 2.13.0 on the package index, so pip
@@ -107,6 +117,10 @@ FASTAI_UNAVAILABLE = (
 BY_NAME = {s.name: s for s in STACKS}
 NAMES = tuple(s.name for s in STACKS)
 REFERENCE = "torch"
+# Fine-tuning recipes compare these two, full fine-tuning the reference; every
+# other recipe runs the rest (full would be torch again, lora needs its adapters).
+FINE_TUNING = ("full", "lora")
+DEFAULT_STACKS = tuple(n for n in NAMES if n not in FINE_TUNING)
 
 
 def model_factory(ref: str, folder: str) -> Any:
@@ -136,8 +150,9 @@ def batches(rows: int, batch_size: int, seed: int) -> Iterator[np.ndarray]:
         epoch += 1
 
 
-def availability(name: str) -> str | None:
-    """None when the stack can run here, otherwise why not and how to get it."""
+def availability(name: str, factory: str = "") -> str | None:
+    """None when the stack can run here on the recipe's model (`factory`), otherwise
+    why not and how to get it."""
     if name not in NAMES:
         return f"no training stack {name!r} (stacks: {', '.join(NAMES)})"
     import importlib.util
@@ -150,6 +165,18 @@ def availability(name: str) -> str | None:
         return "needs Lightning: pip install 'bakeoff[train]'"
     if name == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         return "needs DeepSpeed: pip install 'bakeoff[train]'"
+    if name == "lora" and importlib.util.find_spec("peft") is None:
+        return "needs peft: pip install 'bakeoff[train]'"
+    if name in TWINNED:
+        needs = ("keras", "jax") if name in KERAS else ("jax", "flax", "optax")
+        if name == "keras-tensorflow":
+            needs = ("keras", "tensorflow")
+        absent = [m for m in needs if importlib.util.find_spec(m) is None]
+        if absent:
+            return f"needs {', '.join(absent)}: pip install 'bakeoff[frameworks]'"
+        from bakeoff.stacks import twins
+
+        return twins.missing(factory, name) if factory else None
     if BY_NAME[name].launched:
         import torch.distributed as dist
 
@@ -185,6 +212,14 @@ def trainer(spec: Any) -> Trainer:
         from bakeoff.stacks import deepspeed_stack
 
         return deepspeed_stack.DeepSpeedTrainer(spec)
+    if spec.stack in KERAS:
+        from bakeoff.stacks import keras_stack
+
+        return keras_stack.KerasTrainer(spec)
+    if spec.stack == "jax":
+        from bakeoff.stacks import jax_stack
+
+        return jax_stack.JaxTrainer(spec)
     from bakeoff.stacks import torch_stacks
 
     return torch_stacks.TorchTrainer(spec)

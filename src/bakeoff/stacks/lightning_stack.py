@@ -17,6 +17,7 @@ the step takes its rows from memory as our own loop does, timed as the data wait
 
 from __future__ import annotations
 
+import collections
 import math
 import threading
 import time
@@ -27,7 +28,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from bakeoff import stacks
-from bakeoff.stacks.steps import Steps, checkpoint_figures
+from bakeoff.stacks.steps import CHECKPOINT_STEPS, Steps, checkpoint_figures
 from bakeoff.stacks.torch_stacks import TorchTrainer
 
 
@@ -135,22 +136,23 @@ class LightningDriver:
         return self.inner.evaluate()
 
     def checkpoint(self, path: str) -> dict[str, Any]:
-        """Lightning's own checkpoint (`Trainer.save_checkpoint`), then the next step;
-        its weights and optimizer state loaded back, and that same step again."""
+        """Lightning's own checkpoint (`Trainer.save_checkpoint`), then the next steps;
+        its weights and optimizer state loaded back, and those same steps again."""
         import torch
 
         t0 = time.perf_counter()
         self.trainer.save_checkpoint(path)
         save_s = time.perf_counter() - t0
-        (before,) = self.steps(1).losses
+        self.module.recent.clear()
+        before = self.steps(CHECKPOINT_STEPS).losses
         t0 = time.perf_counter()
         # Our own file, written just now; still read the safe way.
         state = torch.load(path, weights_only=True)
         self.module.load_state_dict(state["state_dict"])
         self.trainer.optimizers[0].load_state_dict(state["optimizer_states"][0])
         load_s = time.perf_counter() - t0
-        self.module.replay = self.module.last_rows
-        (after,) = self.steps(1).losses
+        self.module.replay = list(self.module.recent)
+        after = self.steps(CHECKPOINT_STEPS).losses
         form = "Lightning checkpoint (Trainer.save_checkpoint)"
         return checkpoint_figures(path, save_s, load_s, before, after, form)
 
@@ -189,14 +191,14 @@ def _module(L: Any, inner: TorchTrainer, gate: _Gate) -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.model = inner.model
-            self.replay: Any = None  # rows to take again instead of the loader's
-            self.last_rows: Any = None
+            self.replay: list[Any] = []  # rows to take again instead of the loader's
+            self.recent: collections.deque[Any] = collections.deque(maxlen=CHECKPOINT_STEPS)
 
         def training_step(self, rows: Any, batch_idx: int) -> Any:
             t0 = time.perf_counter_ns()
-            if self.replay is not None:
-                rows, self.replay = self.replay, None
-            self.last_rows = rows
+            if self.replay:
+                rows = self.replay.pop(0)
+            self.recent.append(rows)
             x, y = inner.x_train[rows], inner.y_train[rows]
             gate.data_ns += time.perf_counter_ns() - t0
             loss = inner._loss(x, y)

@@ -17,8 +17,28 @@ from bakeoff.stacks import model_factory
 _OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD"}
 
 
+def with_lora(model: Any, spec: Any) -> Any:
+    """The model with peft's LoRA adapters on the recipe's target modules; only they
+    and the modules the recipe trains in full (a head) keep requires_grad. The
+    adapters' B matrices start at zero, so the first loss is the base model's; their
+    A matrices are drawn from the seed (set just before)."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=spec.lora_rank,
+        lora_alpha=spec.lora_alpha,
+        target_modules=list(spec.lora_targets),
+        modules_to_save=list(spec.lora_train) or None,
+        lora_dropout=0.0,
+    )
+    try:
+        return get_peft_model(model, config)
+    except ValueError as exc:  # no module matched a target
+        raise RuntimeError(f"LoRA on {', '.join(spec.lora_targets)}: {exc}") from None
+
+
 class TorchTrainer:
-    checkpoint_format = "torch.save of the model's and the optimizer's state_dict"
+    checkpoint_format = "torch.save of the model's and the optimizer's state_dict, and the RNG's"
 
     def __init__(self, spec: Any) -> None:
         import torch
@@ -41,9 +61,17 @@ class TorchTrainer:
         self.rows = len(self.y_train)
         self.model = model_factory(spec.factory, spec.factory_dir)()
         self.model.load_state_dict(load_file(spec.init_path))
+        total = sum(p.numel() for p in self.model.parameters())
+        self.lora = spec.stack == "lora"
+        if self.lora:
+            self.model = with_lora(self.model, spec)
         self.model.train()
+        # Again, now that building is done (LoRA draws its adapters' A matrices):
+        # every stack's first dropout masks are the same.
+        torch.manual_seed(spec.seed)
         optimizer = _OPTIMIZERS[spec.optimizer]
-        self.optimizer = getattr(torch.optim, optimizer)(self.model.parameters(), lr=spec.lr)
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = getattr(torch.optim, optimizer)(trainable, lr=spec.lr)
         self.forward = self.model
         self.settings: dict[str, Any] = {
             "threads": torch.get_num_threads(),
@@ -52,10 +80,23 @@ class TorchTrainer:
             "lr": spec.lr,
             "global_batch": spec.batch_size,
             "precision": "fp32",
-            "trainable_parameters": sum(
-                p.numel() for p in self.model.parameters() if p.requires_grad
-            ),
+            "trainable_parameters": sum(p.numel() for p in trainable),
+            "model_parameters": total,
         }
+        if self.lora:
+            self.settings.update(
+                method="LoRA (peft)",
+                lora_targets=list(spec.lora_targets),
+                lora_rank=spec.lora_rank,
+                lora_alpha=spec.lora_alpha,
+                trained_in_full=list(spec.lora_train),
+            )
+            self.checkpoint_format = (
+                "torch.save of the adapters' state (peft's get_peft_model_state_dict, the "
+                "head included) and the optimizer's"
+            )
+        elif spec.stack == "full":
+            self.settings.update(method="full fine-tuning")
         if spec.stack == "torch-compile":
             self.forward = torch.compile(self.model)
             self.settings.update(compile_backend="inductor", compile_mode="default")
@@ -139,12 +180,35 @@ class TorchTrainer:
         return correct / len(self.x_val)
 
     def save(self, path: str) -> None:
+        if self.lora:
+            # What LoRA ships: the adapters (and the head), not the frozen base.
+            from peft import get_peft_model_state_dict
+
+            model = get_peft_model_state_dict(self.model)
+        else:
+            model = self.model.state_dict()
+        # The RNG's state too: dropout draws from it, so a resumed run takes the very
+        # masks the uninterrupted one would.
         self.torch.save(
-            {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}, path
+            {
+                "model": model,
+                "optimizer": self.optimizer.state_dict(),
+                "rng": self.torch.get_rng_state(),
+            },
+            path,
         )
 
     def load(self, path: str) -> None:
         # Our own file, written by save() in this run; still read the safe way.
         state = self.torch.load(path, weights_only=True)
-        self.model.load_state_dict(state["model"])
+        if self.lora:
+            from peft import set_peft_model_state_dict
+
+            found = set_peft_model_state_dict(self.model, state["model"])
+            unexpected = getattr(found, "unexpected_keys", [])
+            if unexpected:
+                raise RuntimeError(f"the adapters' checkpoint has {unexpected[:3]} too")
+        else:
+            self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        self.torch.set_rng_state(state["rng"])

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import secrets
 import time
@@ -36,7 +37,7 @@ from bakeoff.paths import DEFAULT_STORE
 from bakeoff.store import Store
 from bakeoff.training import tensorboard
 from bakeoff.training.candidate import TrainCandidate
-from bakeoff.training.recipe import Recipe, load_recipe
+from bakeoff.training.recipe import Recipe, load_recipe, reference_of
 from bakeoff.trials.engine import Checked, Engine, run_trials
 from bakeoff.trials.entrant import Entrant
 from bakeoff.trials.jobs import MeasuredJob, TargetJob, TrainJob, TrainSpec
@@ -135,10 +136,10 @@ def step_flops(model: Any, x: Any, y: Any) -> int | None:
 
 
 def _write_inputs(
-    recipe: Recipe, folder: Path, seeds: int
-) -> tuple[Path, list[Path], float, int | None]:
+    recipe: Recipe, folder: Path, seeds: int, names: tuple[str, ...]
+) -> tuple[Path, list[Path], float, dict[str, int | None]]:
     """The data, each seed's initial weights, the reference first loss and one step's
-    FLOPs (both on seed 0's model and first batch)."""
+    FLOPs (both on seed 0's model and first batch): every stack's ("*"), LoRA's its own."""
     import torch
     from safetensors.torch import save_file
 
@@ -149,7 +150,8 @@ def _write_inputs(
     )
     factory = _factory(recipe.factory, recipe.factory_dir)
     inits = []
-    first_loss, flops = math.nan, None
+    first_loss: float = math.nan
+    flops: dict[str, int | None] = {}
     for seed in range(seeds):
         torch.manual_seed(seed)
         model = factory()
@@ -163,8 +165,26 @@ def _write_inputs(
             with torch.no_grad():
                 first_loss = float(torch.nn.functional.cross_entropy(model(x), y))
             model.train()
-            flops = step_flops(model, x, y)
+            flops = {"*": step_flops(model, x, y)}
+            if recipe.lora is not None and "lora" in names:
+                flops["lora"] = _lora_step_flops(model, recipe, x, y)
     return data, inits, first_loss, flops
+
+
+def _lora_step_flops(model: Any, recipe: Recipe, x: Any, y: Any) -> int | None:
+    """LoRA's step: the same forward, plus the adapters', and a backward that computes
+    no gradient for the frozen weights, so fewer FLOPs than full fine-tuning's; counted
+    on the model with the very adapters the stack adds."""
+    import copy
+
+    from bakeoff.stacks.torch_stacks import with_lora
+
+    spec = _spec(recipe, "lora", Path(), Path(), 0, 1)
+    try:
+        wrapped = with_lora(copy.deepcopy(model), spec)
+    except RuntimeError:  # the stack says why in its own worker
+        return None
+    return step_flops(wrapped, x, y)
 
 
 def _factory(ref: str, folder: str) -> Any:
@@ -192,13 +212,26 @@ def _spec(
         data_path=str(data),
         seed=seed,
         batch_size=recipe.batch_size,
-        lr=recipe.lr,
+        lr=recipe.lr_of(stack),
         threads=threads,
         candidate_id=stack,
         optimizer=recipe.optimizer,
         factory_dir=recipe.factory_dir,
         processes=stacks.BY_NAME[stack].processes if processes is None else processes,
+        **_lora(recipe, stack),
     )
+
+
+def _lora(recipe: Recipe, stack: str) -> dict[str, Any]:
+    if stack != "lora" or recipe.lora is None:
+        return {}
+    lora = recipe.lora
+    return {
+        "lora_targets": lora.targets,
+        "lora_rank": lora.rank,
+        "lora_alpha": lora.alpha,
+        "lora_train": lora.train,
+    }
 
 
 def _settings(opts: TrainOptions, threads: int) -> TrialSettings:
@@ -234,6 +267,8 @@ def train(
             f"{', '.join(map(repr, unknown))} "
             f"(stacks: {', '.join(stacks.NAMES)})"
         )
+    if opts.stacks:
+        recipe = dataclasses.replace(recipe, reference=reference_of(names))
     seeds = opts.seeds if opts.seeds is not None else (3 if opts.quick else 5)
     if seeds < 1:
         raise UserError(f"--seeds: at least 1, not {seeds}")
@@ -293,16 +328,21 @@ def _measure(
     probe: PeakProbe,
 ) -> dict[str, Any]:
     threads = env["threads"]
-    data, inits, first_loss, flops = _write_inputs(recipe, folder, env["seeds"])
+    data, inits, first_loss, flops = _write_inputs(recipe, folder, env["seeds"], names)
     candidates = [
         TrainCandidate(n, recipe.batch_size, processes=stacks.BY_NAME[n].processes) for n in names
     ]
     for c in candidates:
-        why = stacks.availability(c.stack)
+        why = stacks.availability(c.stack, recipe.factory)
         if not why and recipe.batch_size % c.processes:
             why = (
                 f"the global batch ({recipe.batch_size}) does not split evenly over its "
                 f"{c.processes} processes"
+            )
+        elif not why and c.stack == "lora" and recipe.lora is None:
+            why = (
+                "the recipe names no LoRA adapters: [train] lora = { targets = [...] } "
+                "(the modules that get them, e.g. a transformer's attention projections)"
             )
         elif not why and threads < c.processes:
             why = f"needs {c.processes} threads, one per process; the run has {threads}"
@@ -456,7 +496,7 @@ def _throughput_verdict(
         recipe.batch_size,
         "throughput",
         measured,
-        stacks.REFERENCE,
+        recipe.reference,
         not_ok,
         margin=s.margin,
         min_rounds=s.min_rounds,
@@ -501,7 +541,7 @@ def _parity(candidates: list[TrainCandidate], recipe: Recipe) -> None:
         ]
         for c in candidates
     }
-    ref = finals.get(stacks.REFERENCE)
+    ref = finals.get(recipe.reference)
     if not ref:
         return
     ref_mean = float(np.mean(ref))
@@ -523,6 +563,14 @@ def _samples_per_s(c: TrainCandidate, recipe: Recipe) -> dict[str, Any] | None:
     calls = np.full(samples.shape[0], samples.shape[1])
     iv = stats.throughput(calls, np.asarray(c.block_ns), recipe.batch_size)
     return {"value": iv.value, "ci95": [iv.lo, iv.hi]}
+
+
+def _tokens_per_s(sps: dict[str, Any] | None, recipe: Recipe) -> dict[str, Any] | None:
+    """Text: samples/s times the real (not padding) tokens per example."""
+    if sps is None or recipe.tokens_per_row is None:
+        return None
+    k = recipe.tokens_per_row
+    return {"value": sps["value"] * k, "ci95": [v * k for v in sps["ci95"]], "per_sample": k}
 
 
 def _precision(stack: str) -> str:
@@ -554,10 +602,11 @@ def _candidate_document(
     c: TrainCandidate,
     recipe: Recipe,
     scaling: list[TrainCandidate],
-    flops: int | None,
+    all_flops: dict[str, int | None],
     peaks: dict[str, Any],
 ) -> dict[str, Any]:
     sps = _samples_per_s(c, recipe)
+    flops = all_flops.get(c.stack, all_flops.get("*"))
     seeds = [
         {
             "seed": s["seed"],
@@ -584,6 +633,7 @@ def _candidate_document(
         "processes": c.processes,
         "threads_per_process": c.settings.get("threads"),
         "samples_per_s": sps,
+        "tokens_per_s": _tokens_per_s(sps, recipe),
         "data_wait_share": float(np.mean(waits)) if waits else None,
         "peak_rss_mb": _peak(c),
         "scaling": _scaling(c, sps, scaling, recipe),
@@ -601,7 +651,7 @@ def _candidate_document(
         if c.checkpoint is None
         else {
             k: c.checkpoint[k]
-            for k in ("save_s", "load_s", "size_mb", "reload_identical", "format")
+            for k in ("save_s", "load_s", "size_mb", "reload_identical", "steps_compared", "format")
             if k in c.checkpoint
         },
         # where the stack compiles (its settings name the compiler)
@@ -639,11 +689,11 @@ def _document(
     env: dict[str, Any],
     throughput: dict[str, Any],
     scaling: list[TrainCandidate],
-    flops: int | None,
+    flops: dict[str, int | None],
     peaks: dict[str, Any],
 ) -> dict[str, Any]:
     docs = [_candidate_document(c, recipe, scaling, flops, peaks) for c in candidates]
-    ref_final = next((d["final_metric"] for d in docs if d["stack"] == stacks.REFERENCE), None)
+    ref_final = next((d["final_metric"] for d in docs if d["stack"] == recipe.reference), None)
     for d in docs:
         if d["final_metric"] is not None and ref_final is not None:
             d["final_metric"]["reference"] = ref_final["mean"]
@@ -663,20 +713,32 @@ def _document(
             "target": {"metric": recipe.target_metric, "value": recipe.target},
             "train_rows": len(recipe.y_train),
             "validation_rows": len(recipe.y_val),
+            "data": recipe.data,
+            "tokens_per_row": recipe.tokens_per_row,
+            "reference": recipe.reference,
+            "tolerance": recipe.tolerance,
+            "stack_lr": recipe.stack_lr,
+            "lora": None if recipe.lora is None else dataclasses.asdict(recipe.lora),
         },
         "environment": env,
         "peaks": peaks,
         "candidates": docs,
-        "verdicts": [throughput, _time_to_target_verdict(docs), _memory_verdict(docs)],
+        "verdicts": [
+            throughput,
+            _time_to_target_verdict(docs, recipe.reference),
+            _memory_verdict(docs, recipe.reference),
+        ],
     }
 
 
-def _verdict(objective: str, ranking: list[dict[str, Any]], none_why: str) -> dict[str, Any]:
+def _verdict(
+    objective: str, ranking: list[dict[str, Any]], none_why: str, reference: str
+) -> dict[str, Any]:
     """A verdict over the stacks' documents, best first, before its ratio and ties."""
     return {
         "objective": objective,
         "winner": ranking[0]["id"] if ranking else None,
-        "baseline": stacks.REFERENCE,
+        "baseline": reference,
         "ratio": None,
         "ranking": [d["id"] for d in ranking],
         "ties": [],
@@ -684,13 +746,15 @@ def _verdict(objective: str, ranking: list[dict[str, Any]], none_why: str) -> di
     }
 
 
-def _time_to_target_verdict(docs: list[dict[str, Any]]) -> dict[str, Any]:
+def _time_to_target_verdict(docs: list[dict[str, Any]], reference: str) -> dict[str, Any]:
     """Fastest to the target over seeds; a bootstrap over seeds gives the ratio's CI
     against the reference (seeds are few: the CI says how little they settle)."""
     scored = [d for d in docs if d["status"] == "ok" and d["time_to_target_s"]]
     ranking = sorted(scored, key=lambda d: d["time_to_target_s"]["score"])
-    base = next((d for d in docs if d["stack"] == stacks.REFERENCE and d["time_to_target_s"]), None)
-    out = _verdict("time_to_target", ranking, "no stack reached the target in enough seeds")
+    base = next((d for d in docs if d["stack"] == reference and d["time_to_target_s"]), None)
+    out = _verdict(
+        "time_to_target", ranking, "no stack reached the target in enough seeds", reference
+    )
     if ranking and base is not None:
         win = ranking[0]
         a = np.array(
@@ -715,13 +779,13 @@ def _time_to_target_verdict(docs: list[dict[str, Any]]) -> dict[str, Any]:
 MEMORY_TIE = 0.05
 
 
-def _memory_verdict(docs: list[dict[str, Any]]) -> dict[str, Any]:
+def _memory_verdict(docs: list[dict[str, Any]], reference: str) -> dict[str, Any]:
     """Lowest peak memory: all of a stack's processes together (its ranks' sum),
     from the throughput worker; within 5% of the lowest is a tie."""
     scored = [d for d in docs if d["status"] == "ok" and d["peak_rss_mb"]]
     ranking = sorted(scored, key=lambda d: d["peak_rss_mb"]["sum"])
-    base = next((d for d in scored if d["stack"] == stacks.REFERENCE), None)
-    out = _verdict("peak_memory", ranking, "no stack measured")
+    base = next((d for d in scored if d["stack"] == reference), None)
+    out = _verdict("peak_memory", ranking, "no stack measured", reference)
     if not ranking:
         return out
     low = ranking[0]["peak_rss_mb"]["sum"]

@@ -170,6 +170,12 @@ class TrainSpec:
     optimizer: str = "adam"  # adam | adamw | sgd, its state in FP32
     factory_dir: str = ""  # put first on sys.path to import the factory's module
     processes: int = 1  # above 1: ranks under torchrun, `threads` split among them
+    # The lora stack's adapters (peft): the modules that get them, their rank and
+    # alpha, and the modules trained in full beside them (a head).
+    lora_targets: tuple[str, ...] = ()
+    lora_rank: int = 8
+    lora_alpha: float = 16.0
+    lora_train: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

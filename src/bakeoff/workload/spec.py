@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -314,6 +314,19 @@ class TargetSpec(_Strict):
     value: float = Field(gt=0.0, le=1.0, description="the validation metric to reach")
 
 
+class LoraSpec(_Strict):
+    """`[train] lora`: the `lora` stack's adapters (peft's LoraConfig)."""
+
+    targets: list[str] = Field(
+        min_length=1, description='the modules that get adapters, e.g. ["query", "value"]'
+    )
+    rank: PositiveInt = 8
+    alpha: float = Field(16.0, gt=0.0)
+    train: list[str] = Field(
+        default_factory=list, description="modules trained in full beside the adapters (a head)"
+    )
+
+
 class TrainSection(_Strict):
     """`[train]`: a training recipe, for `bakeoff train` (model: kind = "torch" with
     a factory that builds the untrained model)."""
@@ -331,6 +344,11 @@ class TrainSection(_Strict):
     stacks: list[str] | None = Field(None, description="default: every training stack")
     tolerance: float = Field(
         0.01, ge=0.0, description="final metric below the reference's by more: flagged"
+    )
+    lora: LoraSpec | None = Field(None, description="the lora stack's adapters")
+    stack_lr: dict[str, Annotated[float, Field(gt=0.0)]] = Field(
+        default_factory=dict,
+        description="a learning rate of its own for a stack, e.g. { lora = 0.002 }",
     )
 
 
