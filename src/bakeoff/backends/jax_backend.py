@@ -14,7 +14,6 @@ nest on "/" ("dense1/kernel" -> params["dense1"]["kernel"]), or a Flax msgpack f
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -31,6 +30,7 @@ from bakeoff.backends import (
 from bakeoff.backends.common import check_options
 from bakeoff.batching import read_split
 from bakeoff.hardware import emulation_note
+from bakeoff.jax_platform import set_platform
 
 RUNTIME = "jax"
 # jax.jit compiles for the batch shape in `load`.
@@ -107,22 +107,6 @@ def sample_specs(ctx: LoadContext) -> list[tuple[tuple[int, ...], np.dtype]]:
         raise RuntimeError("the worker gave no data file: cannot compile for the batch shape")
     arrays, layout = read_split(ctx.data_path, "pool", ctx.input_names)
     return [(layout.batch_shape(n, a.shape, ctx.batch_size), a.dtype) for n, a in arrays.items()]
-
-
-def set_platform(platform: str, threads: int) -> dict[str, Any]:
-    """JAX reads these when it is first imported, so they are set before that."""
-    os.environ["JAX_PLATFORMS"] = platform
-    applied: dict[str, Any] = {"jax_platforms": platform}
-    if platform == "cpu" and threads == 1:
-        # XLA:CPU has no thread-count setting beyond on/off: one thread means
-        # no Eigen pool and no intra-op parallelism.
-        flags = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
-        applied["threads"] = 1
-    elif platform == "cpu":
-        applied["threads"] = "XLA's own pool, sized by the CPUs the worker is pinned to"
-    applied["xla_flags"] = os.environ.get("XLA_FLAGS", "")
-    return applied
 
 
 class JaxRunner:

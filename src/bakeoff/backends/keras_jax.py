@@ -33,7 +33,7 @@ def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
 
 def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> KerasRunner:
     check_options(ctx.options, OPTIONS, RUNTIME)
-    from bakeoff.backends.jax_backend import set_platform
+    from bakeoff.jax_platform import set_platform
 
     # Before jax is first imported (by Keras): the CPU, and XLA's threads.
     platform = set_platform("cpu", ctx.threads)

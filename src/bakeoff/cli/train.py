@@ -13,7 +13,6 @@ from rich.table import Table
 from bakeoff.cli.options import DEFAULT_STORE, StoreOpt
 from bakeoff.cli.output import err, out
 from bakeoff.efficiency import percent
-from bakeoff.training.words import verdict_words
 
 
 def train_cmd(
@@ -80,6 +79,8 @@ def _ci(figure: dict[str, Any] | None, digits: int = 0) -> str:
 
 
 def print_training(doc: dict[str, Any]) -> None:
+    from bakeoff.report.training import verdict_words
+
     wl = doc["workload"]
     table = Table(title=f"bakeoff {doc['run_id']} - {wl['name']}")
     for col in (

@@ -131,7 +131,7 @@ def xla_threads(threads: int) -> dict[str, Any]:
     pinned to `threads` of them, so the pool is the size every other stack gets."""
     import os
 
-    from bakeoff.backends.jax_backend import set_platform
+    from bakeoff.jax_platform import set_platform
 
     applied = set_platform("cpu", threads)
     allowed = sorted(os.sched_getaffinity(0))

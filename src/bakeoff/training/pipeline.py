@@ -182,7 +182,7 @@ def _lora_step_flops(model: Any, recipe: Recipe, x: Any, y: Any) -> int | None:
     spec = _spec(recipe, "lora", Path(), Path(), 0, 1)
     try:
         wrapped = with_lora(copy.deepcopy(model), spec)
-    except RuntimeError:  # the stack says why in its own worker
+    except (ImportError, RuntimeError):  # the stack says why (unavailable, or its worker's)
         return None
     return step_flops(wrapped, x, y)
 
