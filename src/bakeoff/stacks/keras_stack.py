@@ -97,12 +97,15 @@ class KerasTrainer:
                 sum(int(np.prod(v.shape)) for v in self.model.trainable_variables)
             ),
         }
-        if self.model.jit_compile or backend == "jax":
-            self.settings["compile_backend"] = "XLA" if backend != "tensorflow" else "tf.function"
-            if backend == "tensorflow" and self.model.jit_compile:
-                self.settings["compile_backend"] = "tf.function with XLA"
-        elif backend == "tensorflow":
-            self.settings["compile_backend"] = "tf.function"
+        # What the train function compiles with (keras-torch runs eagerly unless
+        # Keras chose jit_compile, which is torch.compile there).
+        compiler = {
+            "jax": "XLA",
+            "tensorflow": "tf.function with XLA" if self.model.jit_compile else "tf.function",
+            "torch": "torch.compile" if self.model.jit_compile else None,
+        }[backend]
+        if compiler:
+            self.settings["compile_backend"] = compiler
 
     def prepare(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
         idx = np.asarray(indices, dtype=np.int64)
