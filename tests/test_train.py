@@ -397,6 +397,14 @@ def test_a_toml_recipe_trains_the_users_model_and_an_absurd_lr_diverges(tmp_path
             'data = "d.npz"\nlr = 0.1\nsteps = 10\ntarget = { value = 0.9 }\nlora = { rank = 4 }\n',
             "train.lora.targets",
         ),
+        (
+            'data = "d.npz"\nlr = 0.1\nsteps = 10\ntarget = { value = 0.9 }\nschedule = "step"\n',
+            "train.schedule",
+        ),
+        (
+            'data = "d.npz"\nlr = 0.1\nsteps = 10\ntarget = { value = 0.9 }\nwarmup_steps = 10\n',
+            r"train: .*warmup_steps \(10\) must be fewer than steps \(10\)",
+        ),
     ],
 )
 def test_a_wrong_recipe_names_the_key_and_exits_2(tmp_path: Path, train: str, words: str) -> None:

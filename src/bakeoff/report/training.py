@@ -265,6 +265,15 @@ def _not_ok(doc: dict[str, Any]) -> str:
     return f"<ul>{''.join(items)}</ul>" if items else "<p>Every stack ran.</p>"
 
 
+def _schedule_words(wl: dict[str, Any]) -> str:
+    """The schedule where the rate is not constant (runs before schedules had none)."""
+    kind, warmup = wl.get("lr_schedule", "constant"), wl.get("warmup_steps", 0)
+    words = [] if kind == "constant" else [f"{kind} to 0 at the last step"]
+    if warmup:
+        words.append(f"{warmup} warm-up steps")
+    return "; " + ", ".join(words) if words else ""
+
+
 def _recipe(doc: dict[str, Any]) -> str:
     wl, env = doc["workload"], doc["environment"]
     rows = {
@@ -276,7 +285,8 @@ def _recipe(doc: dict[str, Any]) -> str:
             "; " + ", ".join(f"{k} lr {v:g}" for k, v in wl["stack_lr"].items())
             if wl.get("stack_lr")
             else ""
-        ),
+        )
+        + _schedule_words(wl),
         "global batch": wl["global_batch"],
         "steps": f"{wl['max_steps']}, evaluated every {wl['eval_every']}",
         "reference stack": wl.get("reference", "torch"),

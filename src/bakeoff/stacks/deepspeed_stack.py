@@ -51,8 +51,13 @@ class DeepSpeedTrainer(RankShare):
             accelerator=deepspeed.get_accelerator().device_name(),
         )
 
+    def param_groups(self) -> list[dict[str, Any]]:
+        # The ZeRO optimizer the engine steps, around ours.
+        return self.engine.optimizer.param_groups
+
     def step(self, prepared: tuple[Any, Any]) -> float:
         x, y = prepared
+        self.next_lr()
         with self.torch.enable_grad():
             loss = self._loss(x, y)
             self.engine.backward(loss)
@@ -60,7 +65,8 @@ class DeepSpeedTrainer(RankShare):
         return float(loss.detach())
 
     def save(self, path: str) -> None:
-        self.engine.save_checkpoint(path, tag=_TAG)
+        self.engine.save_checkpoint(path, tag=_TAG, client_state={"updates": self.updates})
 
     def load(self, path: str) -> None:
-        self.engine.load_checkpoint(path, tag=_TAG)
+        _, client = self.engine.load_checkpoint(path, tag=_TAG)
+        self.updates = int(client["updates"])

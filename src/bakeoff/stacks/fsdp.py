@@ -47,15 +47,18 @@ class FSDPTrainer(RankShare):
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         model, optimizer = get_state_dict(self.model, self.optimizer)
-        dcp.save({"model": model, "optimizer": optimizer}, checkpoint_id=Path(path))
+        updates = self.torch.tensor(self.updates)
+        state = {"model": model, "optimizer": optimizer, "updates": updates}
+        dcp.save(state, checkpoint_id=Path(path))
 
     def load(self, path: str) -> None:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
         model, optimizer = get_state_dict(self.model, self.optimizer)
-        state = {"model": model, "optimizer": optimizer}
-        dcp.load(state, checkpoint_id=Path(path))
+        state = {"model": model, "optimizer": optimizer, "updates": self.torch.tensor(0)}
+        dcp.load(state, checkpoint_id=Path(path))  # in place, into these tensors
+        self.updates = int(state["updates"])
         set_state_dict(
             self.model,
             self.optimizer,

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.stacks import twins
+from bakeoff.stacks import schedule, twins
 
 
 class JaxTrainer:
@@ -37,13 +37,23 @@ class JaxTrainer:
         self.rows = len(self.y_train)
         module = twin.flax_module()
         self.params = jax.tree.map(jnp.asarray, twin.flax_params(twins.load_state(spec.init_path)))
+        # The learning rate is a hyperparameter in the optimizer's state, set from the
+        # schedule before every update (a new value, not a new compile); the state's
+        # update count says where the schedule is after a load.
         optimizers = {
-            "adam": lambda: optax.adam(spec.lr, eps=1e-8),
-            "adamw": lambda: optax.adamw(spec.lr, eps=1e-8, weight_decay=0.01),
-            "sgd": lambda: optax.sgd(spec.lr),
+            "adam": lambda: optax.inject_hyperparams(optax.adam)(spec.lr, eps=1e-8),
+            "adamw": lambda: optax.inject_hyperparams(optax.adamw)(
+                spec.lr, eps=1e-8, weight_decay=0.01
+            ),
+            "sgd": lambda: optax.inject_hyperparams(optax.sgd)(spec.lr),
         }
         tx = optimizers[spec.optimizer]()
         self.opt_state = tx.init(self.params)
+        self.schedule = schedule.of(spec)
+        self.updates = 0
+        # The rate in the very type the state holds it in: another dtype (or a weak
+        # type) would make jit compile the step again.
+        self._lr = lambda lr: jnp.asarray(lr, self.opt_state.hyperparams["learning_rate"].dtype)
 
         def logits(params: Any, x: Any) -> Any:
             return module.apply({"params": params}, x)
@@ -65,6 +75,7 @@ class JaxTrainer:
             "optimizer": f"optax.{spec.optimizer}",
             "optimizer_state": "float32",
             "lr": spec.lr,
+            "lr_schedule": self.schedule.words(),
             "global_batch": spec.batch_size,
             "precision": "fp32",
             "compile_backend": "XLA (jax.jit)",
@@ -77,6 +88,9 @@ class JaxTrainer:
 
     def step(self, prepared: tuple[np.ndarray, np.ndarray]) -> float:
         x, y = prepared
+        lr = self.schedule.at(self.updates)
+        self.opt_state.hyperparams["learning_rate"] = self._lr(lr)
+        self.updates += 1
         # float() waits for the result: the step's time is its computation.
         self.params, self.opt_state, value = self._step(self.params, self.opt_state, x, y)
         return float(value)
@@ -103,3 +117,4 @@ class JaxTrainer:
         with open(path, "rb") as f:
             state = serialization.from_bytes(target, f.read())
         self.params, self.opt_state = state["params"], state["opt_state"]
+        self.updates = int(self.opt_state.count)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.stacks import twins
+from bakeoff.stacks import schedule, twins
 
 BACKENDS = {"keras-jax": "jax", "keras-tensorflow": "tensorflow", "keras-torch": "torch"}
 # PyTorch's defaults, so every stack runs the same update (Keras' own are
@@ -82,6 +82,8 @@ class KerasTrainer:
         # Built now, so the optimizer's variables exist for a checkpoint before the
         # first step, and the first step's time is its compile and its update only.
         self.model.optimizer.build(self.model.trainable_variables)
+        self.schedule = schedule.of(spec)
+        self.updates = 0  # restored from the optimizer's iteration count on a load
         self.settings: dict[str, Any] = {
             **applied,
             "keras_backend": keras.backend.backend(),
@@ -89,6 +91,7 @@ class KerasTrainer:
             "optimizer": name,
             "optimizer_state": "float32",
             "lr": spec.lr,
+            "lr_schedule": self.schedule.words(),
             "global_batch": spec.batch_size,
             "precision": "fp32",
             "step": "train_on_batch (the train function fit builds, one batch per call)",
@@ -113,6 +116,10 @@ class KerasTrainer:
 
     def step(self, prepared: tuple[np.ndarray, np.ndarray]) -> float:
         x, y = prepared
+        # The rate goes into the optimizer's learning-rate variable, which the train
+        # function reads as state on every call (no recompile).
+        self.model.optimizer.learning_rate = self.schedule.at(self.updates)
+        self.updates += 1
         # An update with a loss that is not finite would leave NaN weights behind;
         # the training side stops the seed at that loss, so it is never used.
         return float(self.model.train_on_batch(x, y))
@@ -137,3 +144,4 @@ class KerasTrainer:
 
     def load(self, path: str) -> None:
         self.model.load_weights(path)
+        self.updates = int(self.keras.ops.convert_to_numpy(self.model.optimizer.iterations))

@@ -150,6 +150,8 @@ class LightningDriver:
         state = torch.load(path, weights_only=True)
         self.module.load_state_dict(state["state_dict"])
         self.trainer.optimizers[0].load_state_dict(state["optimizer_states"][0])
+        # Where the schedule was: the loop's optimizer steps when it was saved.
+        self.inner.updates = int(state["global_step"])
         load_s = time.perf_counter() - t0
         self.module.replay = list(self.module.recent)
         after = self.steps(CHECKPOINT_STEPS).losses
@@ -201,6 +203,7 @@ def _module(L: Any, inner: TorchTrainer, gate: _Gate) -> Any:
             self.recent.append(rows)
             x, y = inner.x_train[rows], inner.y_train[rows]
             gate.data_ns += time.perf_counter_ns() - t0
+            inner.next_lr()  # the schedule's rate for the update Lightning takes next
             loss = inner._loss(x, y)
             gate.loss = float(loss.detach())
             return loss

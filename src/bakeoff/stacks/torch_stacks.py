@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from bakeoff import hardware
-from bakeoff.stacks import model_factory
+from bakeoff.stacks import model_factory, schedule
 
 _OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD"}
 
@@ -72,12 +72,15 @@ class TorchTrainer:
         optimizer = _OPTIMIZERS[spec.optimizer]
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = getattr(torch.optim, optimizer)(trainable, lr=spec.lr)
+        self.schedule = schedule.of(spec)
+        self.updates = 0  # optimizer updates taken: where the schedule is
         self.forward = self.model
         self.settings: dict[str, Any] = {
             "threads": torch.get_num_threads(),
             "optimizer": optimizer,
             "optimizer_state": "float32",
             "lr": spec.lr,
+            "lr_schedule": self.schedule.words(),
             "global_batch": spec.batch_size,
             "precision": "fp32",
             "trainable_parameters": sum(p.numel() for p in trainable),
@@ -114,6 +117,18 @@ class TorchTrainer:
         elif spec.stack == "torch-accumulate":
             self.settings.update(micro_batch=spec.batch_size // 2, accumulation_steps=2)
 
+    def param_groups(self) -> list[dict[str, Any]]:
+        """Where the optimizer that steps keeps its learning rate."""
+        return self.optimizer.param_groups
+
+    def next_lr(self) -> float:
+        """Set the schedule's rate for the next update on the optimizer; count it."""
+        lr = self.schedule.at(self.updates)
+        for group in self.param_groups():
+            group["lr"] = lr
+        self.updates += 1
+        return lr
+
     def prepare(self, indices: Any) -> tuple[Any, Any]:
         idx = self.torch.from_numpy(np.asarray(indices, dtype=np.int64))
         return self.x_train[idx], self.y_train[idx]
@@ -128,6 +143,7 @@ class TorchTrainer:
 
     def step(self, prepared: tuple[Any, Any]) -> float:
         x, y = prepared
+        self.next_lr()
         with self.torch.enable_grad():
             self.optimizer.zero_grad(set_to_none=True)
             if self.stack == "torch-accumulate":
@@ -194,6 +210,7 @@ class TorchTrainer:
                 "model": model,
                 "optimizer": self.optimizer.state_dict(),
                 "rng": self.torch.get_rng_state(),
+                "updates": self.updates,
             },
             path,
         )
@@ -212,3 +229,4 @@ class TorchTrainer:
             self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.torch.set_rng_state(state["rng"])
+        self.updates = int(state["updates"])

@@ -218,6 +218,9 @@ def _spec(
         optimizer=recipe.optimizer,
         factory_dir=recipe.factory_dir,
         processes=stacks.BY_NAME[stack].processes if processes is None else processes,
+        schedule=recipe.schedule,
+        warmup_steps=recipe.warmup_steps,
+        total_steps=recipe.max_steps,
         **_lora(recipe, stack),
     )
 
@@ -707,6 +710,8 @@ def _document(
             "loss": recipe.loss,
             "optimizer": recipe.optimizer,
             "lr": recipe.lr,
+            "lr_schedule": recipe.schedule,
+            "warmup_steps": recipe.warmup_steps,
             "global_batch": recipe.batch_size,
             "max_steps": recipe.max_steps,
             "eval_every": recipe.eval_every,

@@ -39,6 +39,8 @@ class Recipe:
     stack_lr: dict[str, float] = field(default_factory=dict)  # a stack's own learning rate
     tokens_per_row: float | None = None  # text: real tokens per example (tokens/s)
     data: str = ""  # what the data is, in words
+    schedule: str = "constant"  # the learning rate over the steps (stacks.schedule)
+    warmup_steps: int = 0
 
     def lr_of(self, stack: str) -> float:
         return self.stack_lr.get(stack, self.lr)
@@ -120,6 +122,8 @@ def load_recipe(ref: str, quick: bool) -> Recipe:
         lora=lora,
         stack_lr=dict(t.stack_lr),
         data=t.data,
+        schedule=t.schedule,
+        warmup_steps=t.warmup_steps,
     )
 
 

@@ -176,6 +176,11 @@ class TrainSpec:
     lora_rank: int = 8
     lora_alpha: float = 16.0
     lora_train: tuple[str, ...] = ()
+    # The learning-rate schedule (`bakeoff.stacks.schedule`): its kind, warm-up
+    # updates, and the recipe's steps it runs over.
+    schedule: str = "constant"
+    warmup_steps: int = 0
+    total_steps: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -337,6 +337,12 @@ class TrainSection(_Strict):
     loss: Literal["cross-entropy"] = "cross-entropy"
     optimizer: Literal["adam", "adamw", "sgd"] = "adam"
     lr: float = Field(gt=0.0)
+    schedule: Literal["constant", "linear", "cosine"] = Field(
+        "constant", description="the learning rate over the steps: to 0 at the last one"
+    )
+    warmup_steps: NonNegativeInt = Field(
+        0, description="steps first rising linearly to lr (fewer than steps)"
+    )
     batch_size: PositiveInt = Field(64, description="the global batch")
     steps: PositiveInt
     eval_every: PositiveInt = 20
@@ -350,6 +356,14 @@ class TrainSection(_Strict):
         default_factory=dict,
         description="a learning rate of its own for a stack, e.g. { lora = 0.002 }",
     )
+
+    @model_validator(mode="after")
+    def _warmup_within_steps(self) -> TrainSection:
+        if self.warmup_steps and self.warmup_steps >= self.steps:
+            raise ValueError(
+                f"warmup_steps ({self.warmup_steps}) must be fewer than steps ({self.steps})"
+            )
+        return self
 
 
 class WorkloadSpec(_Strict):
