@@ -1,8 +1,8 @@
 """The library face of bakeoff: what the CLI and the tests call.
 
 `run` and `resume` are the inference bake-off (`bakeoff.inference.pipeline`,
-on the trial engine in `bakeoff.trials`); `train` the training bake-off
-(`bakeoff.training.pipeline`, on the same engine); `advise` the advice;
+on the trial engine in `bakeoff.trials`); `train` and `resume_training` the
+training bake-off (`bakeoff.training.pipeline`, on the same engine); `advise` the advice;
 `list_runs` and `show_run` read the store.
 """
 
@@ -31,6 +31,7 @@ __all__ = [
     "advise",
     "list_runs",
     "resume",
+    "resume_training",
     "run",
     "show_run",
     "train",
@@ -53,11 +54,47 @@ def resume(
         raise UserError(f"run {record['run_id']} already finished; see `bakeoff show`")
     st = record["settings"]
     if st.get("kind") == "train":
-        raise UserError(f"run {record['run_id']} is a training run: it cannot be resumed yet")
+        raise UserError(
+            f"run {record['run_id']} is a training run: `bakeoff train --resume "
+            f"{record['run_id']}` finishes it"
+        )
     if "workload_ref" not in st:
         raise UserError(f"run {record['run_id']} was stored without what is needed to resume it")
     opts = RunOptions.from_settings(st, store=store, json_path=json_path)
     return run(st["workload_ref"], opts, reporter, resume_record=record)
+
+
+def resume_training(
+    run_id: str, store: str | Path = DEFAULT_STORE, say: Any = lambda text: None
+) -> TrainResult:
+    """Finish an interrupted or killed training run: the timed rounds (once they
+    had finished) and every seed trained to its end are not redone."""
+    if not Path(store).exists():
+        raise UserError(f"no store at {store} (pass --store)")
+    with Store(store) as s:
+        record = s.run(run_id)
+    st = record["settings"]
+    if st.get("kind") != "train":
+        raise UserError(
+            f"run {record['run_id']} is an inference run: `bakeoff run --resume "
+            f"{record['run_id']}` finishes it"
+        )
+    if record["status"] == "done":
+        raise UserError(f"run {record['run_id']} already finished; see `bakeoff show`")
+    if "recipe_path" not in st:
+        raise UserError(f"run {record['run_id']} was stored without what is needed to resume it")
+    tb = st.get("tensorboard")
+    opts = TrainOptions(
+        stacks=tuple(st["stacks"]) if st.get("stacks_given") else None,
+        seeds=st["seeds"],
+        quick=st["quick"],
+        store=Path(store),
+        threads=st["threads"],
+        trial_timeout_s=st["trial_timeout_s"],
+        budget_s=st["budget_s"],
+        tensorboard=None if tb is None else Path(tb),
+    )
+    return train(st["recipe_path"], opts, say, resume_record=record)
 
 
 def advise(

@@ -6,6 +6,9 @@ import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
+
+from bakeoff.errors import UserError
 
 DEFAULT_STORE = Path(".bakeoff") / "bakeoff.db"
 
@@ -58,7 +61,7 @@ class RunFolder:
 
     @property
     def lock(self) -> Path:
-        """Held by the one process running the run (see inference.resume.hold_run_lock)."""
+        """Held by the one process running the run (see hold_run_lock)."""
         return self.path / "run.lock"
 
     def log(self, name: str) -> Path:
@@ -66,10 +69,37 @@ class RunFolder:
         return self.logs / f"{name}.log"
 
 
-def resume_command(run_id: str, store: str | Path) -> str:
-    """The command line that finishes this run (with --store where it is not the default)."""
+def resume_command(run_id: str, store: str | Path, kind: str = "run") -> str:
+    """The command line that finishes this run (with --store where it is not the
+    default): `bakeoff run --resume`, or `bakeoff train --resume` for a training run
+    (`kind` is the run's settings' "kind")."""
     where = "" if Path(store) == DEFAULT_STORE else f" --store {shlex.quote(str(store))}"
-    return f"bakeoff run --resume {run_id}{where}"
+    command = "train" if kind == "train" else "run"
+    return f"bakeoff {command} --resume {run_id}{where}"
+
+
+def hold_run_lock(folder: RunFolder, run_id: str) -> IO[str]:
+    """One process at a time per run: a resume while the run still runs elsewhere
+    would measure its rounds twice. The lock goes with its process, even on SIGKILL
+    (workers do not inherit the file)."""
+    import fcntl
+
+    folder.path.mkdir(parents=True, exist_ok=True)
+    f = open(folder.lock, "a+")  # noqa: SIM115 (held until the run ends)
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise UserError(
+            f"run {run_id} is being run right now by {holder}; wait for it to finish, or "
+            "stop it (Ctrl-C) and then resume"
+        ) from None
+    f.truncate(0)
+    f.write(f"process {os.getpid()}")
+    f.flush()
+    return f
 
 
 def cache_dir() -> Path:

@@ -155,6 +155,11 @@ class Store:
                 "UPDATE runs SET settings = ? WHERE run_id = ?", (json.dumps(settings), run_id)
             )
 
+    def drop_trials(self, run_id: str) -> None:
+        """Forget a run's timed trials (a stage that starts again whole)."""
+        with self._tx():
+            self.db.execute("DELETE FROM trials WHERE run_id = ?", (run_id,))
+
     def finish_run(self, run_id: str, status: str, document: dict[str, Any] | None) -> None:
         with self._tx():
             self.db.execute(

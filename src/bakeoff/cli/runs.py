@@ -54,7 +54,7 @@ def show(
         return
     if doc is None:
         rid, status = record["run_id"], record["status"]
-        resume = f"`{resume_command(rid, store)}`"
+        resume = f"`{resume_command(rid, store, record['settings'].get('kind', 'run'))}`"
         if status == "running":  # or killed (SIGKILL) before it could say otherwise
             out.print(
                 f"run {rid} has not finished: it is running, or it was killed; "

@@ -17,9 +17,9 @@ from bakeoff.efficiency import percent
 
 def train_cmd(
     recipe: Annotated[
-        str,
+        str | None,
         typer.Argument(help="builtin:digits-train, or a workload .toml with a [train] section"),
-    ],
+    ] = None,
     stacks: Annotated[
         str | None,
         typer.Option("--stacks", help="comma-separated stacks (default: every one)"),
@@ -41,10 +41,18 @@ def train_cmd(
         Path | None, typer.Option("--json", help="write the result document here")
     ] = None,
     store: StoreOpt = DEFAULT_STORE,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            "--resume",
+            help="finish an interrupted training run (RUN_ID) without redoing what it finished",
+        ),
+    ] = None,
 ) -> None:
     """Train one recipe on every stack: steps/s with a CI from interleaved rounds,
     time to the target and the final metric over seeds, memory and checkpoints."""
     from bakeoff import api
+    from bakeoff.errors import UserError
     from bakeoff.inference.document import write_json
 
     started = time.perf_counter()
@@ -54,16 +62,38 @@ def train_cmd(
             f"[dim][{time.perf_counter() - started:6.1f} s][/] {escape(text)}", highlight=False
         )
 
-    names = tuple(s.strip() for s in stacks.split(",") if s.strip()) if stacks else None
-    opts = api.TrainOptions(
-        stacks=names,
-        seeds=seeds,
-        quick=quick,
-        store=store,
-        budget_s=budget,
-        tensorboard=tensorboard,
-    )
-    result = api.train(recipe, opts, say)
+    if resume is not None:
+        given = [
+            flag
+            for flag, value in (
+                ("RECIPE", recipe),
+                ("--stacks", stacks),
+                ("--seeds", seeds),
+                ("--quick", quick or None),
+                ("--budget", budget),
+                ("--tensorboard", tensorboard),
+            )
+            if value is not None
+        ]
+        if given:
+            raise UserError(f"--resume goes on as the run was started: give no {', '.join(given)}")
+        result = api.resume_training(resume, store, say)
+    else:
+        if recipe is None:
+            raise UserError(
+                "give a RECIPE (builtin:digits-train, builtin:minilm-finetune or a .toml "
+                "with [train]), or --resume RUN_ID"
+            )
+        names = tuple(s.strip() for s in stacks.split(",") if s.strip()) if stacks else None
+        opts = api.TrainOptions(
+            stacks=names,
+            seeds=seeds,
+            quick=quick,
+            store=store,
+            budget_s=budget,
+            tensorboard=tensorboard,
+        )
+        result = api.train(recipe, opts, say)
     print_training(result.document)
     if json_path is not None:
         write_json(result.document, json_path)

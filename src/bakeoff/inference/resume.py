@@ -3,8 +3,7 @@ rounds were measured with has changed, and putting back what was finished."""
 
 from __future__ import annotations
 
-import os
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
@@ -12,33 +11,11 @@ from bakeoff import cache as variant_cache
 from bakeoff.batching import layout_in
 from bakeoff.candidates import Candidate
 from bakeoff.errors import UserError
-from bakeoff.paths import RunFolder
+from bakeoff.paths import RunFolder, hold_run_lock
 from bakeoff.store import Store
 from bakeoff.workload import Workload
 
-
-def hold_run_lock(folder: RunFolder, run_id: str) -> IO[str]:
-    """One process at a time per run: a resume while the run still runs elsewhere
-    would measure its rounds twice. The lock goes with its process, even on SIGKILL
-    (workers do not inherit the file)."""
-    import fcntl
-
-    folder.path.mkdir(parents=True, exist_ok=True)
-    f = open(folder.lock, "a+")  # noqa: SIM115 (held until the run ends)
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        holder = f.read().strip() or "another process"
-        f.close()
-        raise UserError(
-            f"run {run_id} is being run right now by {holder}; wait for it to finish, or "
-            "stop it (Ctrl-C) and then resume"
-        ) from None
-    f.truncate(0)
-    f.write(f"process {os.getpid()}")
-    f.flush()
-    return f
+__all__ = ["check_resumable", "hold_run_lock", "restore"]
 
 
 FINAL = ("ok", "rejected", "failed", "unavailable")

@@ -12,7 +12,7 @@ import numpy as np
 from bakeoff.batching import read_split, split_names
 from bakeoff.errors import UserError
 from bakeoff.judge.verdict import Measured, objective_for
-from bakeoff.paths import DEFAULT_STORE, RunFolder
+from bakeoff.paths import DEFAULT_STORE, RunFolder, resume_command
 from bakeoff.store import Store
 
 
@@ -63,6 +63,11 @@ class StoredRun:
     @property
     def settings(self) -> dict[str, Any]:
         return dict(self.record["settings"])
+
+    @property
+    def resume_command(self) -> str:
+        """What finishes the run (an inference or a training run's own command)."""
+        return resume_command(self.run_id, self.store, self.settings.get("kind", "run"))
 
     def objective(self, batch_size: int) -> str:
         """The objective the run's verdict used for this batch size."""

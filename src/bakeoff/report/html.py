@@ -18,7 +18,6 @@ from typing import Any
 
 from bakeoff.efficiency import percent
 from bakeoff.judge.verdict_words import statement
-from bakeoff.paths import resume_command
 from bakeoff.report import html_charts
 from bakeoff.report.charts import num
 from bakeoff.report.data import StoredRun, flagged, leaders, load, status_label
@@ -76,7 +75,7 @@ def _verdicts(run: StoredRun) -> str:
         return (
             f'<div class="verdict none">Run {_e(run.run_id)} is {_e(run.record["status"])}: '
             "it has no verdict. Its candidates are shown below as far as they got; "
-            f"<code>{_e(resume_command(run.run_id, run.store))}</code> finishes it.</div>"
+            f"<code>{_e(run.resume_command)}</code> finishes it.</div>"
         )
     out = []
     for v in run.verdicts:

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.judge.verdict_words import statement
-from bakeoff.paths import resume_command
 from bakeoff.report.charts import num
 from bakeoff.report.data import StoredRun, flagged, leaders, load, status_label
 
@@ -33,7 +32,7 @@ def render(run: StoredRun) -> str:
     if run.document is None:
         lines += [
             f"Run status: **{run.record['status']}**; no verdict. "
-            f"`{resume_command(run.run_id, run.store)}` finishes it.",
+            f"`{run.resume_command}` finishes it.",
             "",
         ]
     lines += _verdicts(run.verdicts)

@@ -33,10 +33,11 @@ from bakeoff.efficiency import PeakProbe, candidate_efficiency
 from bakeoff.errors import UserError
 from bakeoff.judge import stats
 from bakeoff.judge.verdict import Measured, decide
-from bakeoff.paths import DEFAULT_STORE
+from bakeoff.paths import DEFAULT_STORE, RunFolder, hold_run_lock, resume_command
 from bakeoff.store import Store
 from bakeoff.training import tensorboard
 from bakeoff.training.candidate import TrainCandidate
+from bakeoff.training.progress import Progress, check_resumable, recipe_digest
 from bakeoff.training.recipe import Recipe, load_recipe, reference_of
 from bakeoff.trials.engine import Checked, Engine, run_trials
 from bakeoff.trials.entrant import Entrant
@@ -258,8 +259,14 @@ def _settings(opts: TrainOptions, threads: int) -> TrialSettings:
 
 
 def train(
-    ref: str, opts: TrainOptions, say: Callable[[str], None] = lambda text: None
+    ref: str,
+    opts: TrainOptions,
+    say: Callable[[str], None] = lambda text: None,
+    resume_record: dict[str, Any] | None = None,
 ) -> TrainResult:
+    """Train the recipe on every stack and decide. With `resume_record` (a stored
+    training run that did not finish, see `api.resume_training`), the run goes on
+    under its own id: what it finished (`bakeoff.training.progress`) is not redone."""
     t_start = time.perf_counter()
     recipe = load_recipe(ref, opts.quick)
     names = opts.stacks or recipe.stacks
@@ -280,42 +287,92 @@ def train(
     if opts.tensorboard is not None:
         tensorboard.check_available()
     threads = opts.threads or environment.default_threads()
-    run_id = time.strftime("train-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
-    folder = Path(opts.store).resolve().parent / "runs" / run_id
-    say(f"run {run_id}: {recipe.name} on {', '.join(names)}, {seeds} seed(s), {threads} thread(s)")
+    env = {**environment.fingerprint(), "threads": threads, "seeds": seeds}
+    if resume_record is None:
+        run_id = time.strftime("train-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+    else:
+        run_id = resume_record["run_id"]
+    folder = RunFolder.of(opts.store, run_id)
     Path(opts.store).parent.mkdir(parents=True, exist_ok=True)
-    with Store(opts.store) as store:
-        settings = {
-            "kind": "train",
-            "recipe": ref,
-            "stacks": list(names),
-            "seeds": seeds,
-            "quick": opts.quick,
-            "threads": threads,
-        }
-        env = {**environment.fingerprint(), "threads": threads, "seeds": seeds}
-        store.start_run(run_id, recipe.name, env, settings)
-        # The GEMM peak's process imports torch now, beside the workers' starts; it
-        # times its GEMMs after the rounds, while nothing else runs.
+    lock = hold_run_lock(folder, run_id)  # before the store is touched
+    try:
+        with Store(opts.store) as store:
+            if resume_record is None:
+                store.start_run(run_id, recipe.name, env, _run_settings(ref, recipe, names, opts))
+            else:
+                check_resumable(resume_record, recipe, env)
+                env = {**resume_record["environment"], "threads": threads, "seeds": seeds}
+                store.mark_running(run_id)
+            return _train(recipe, names, env, run_id, folder.path, opts, store, say, t_start)
+    finally:
+        lock.close()
+
+
+def _run_settings(
+    ref: str, recipe: Recipe, names: tuple[str, ...], opts: TrainOptions
+) -> dict[str, Any]:
+    """What the run was asked, stored with it: all a resume needs to go on alike."""
+    seeds = opts.seeds if opts.seeds is not None else (3 if opts.quick else 5)
+    return {
+        "kind": "train",
+        "recipe": ref,
+        # A file's absolute path, so a resume from another folder finds it.
+        "recipe_path": ref if ref.startswith("builtin:") else str(Path(ref).resolve()),
+        "recipe_digest": recipe_digest(recipe),
+        "stacks": list(names),
+        "stacks_given": opts.stacks is not None,
+        "seeds": seeds,
+        "quick": opts.quick,
+        "threads": opts.threads or environment.default_threads(),
+        "budget_s": opts.budget_s,
+        "trial_timeout_s": opts.trial_timeout_s,
+        "tensorboard": None if opts.tensorboard is None else str(opts.tensorboard.resolve()),
+    }
+
+
+def _train(
+    recipe: Recipe,
+    names: tuple[str, ...],
+    env: dict[str, Any],
+    run_id: str,
+    folder: Path,
+    opts: TrainOptions,
+    store: Store,
+    say: Callable[[str], None],
+    t_start: float,
+) -> TrainResult:
+    resume = resume_command(run_id, opts.store, "train")
+    # Said first: a killed run cannot say later which id to resume.
+    say(
+        f"run {run_id}: {recipe.name} on {', '.join(names)}, {env['seeds']} seed(s), "
+        f"{env['threads']} thread(s); if it is interrupted, `{resume}`"
+    )
+    progress = Progress.of(folder)
+    # The GEMM peak's process imports torch now, beside the workers' starts; it
+    # times its GEMMs after the rounds, while nothing else runs.
+    probe = None
+    if progress.rounds is None:
         precisions = {_precision(n) for n in names} | {"fp32"}
-        probe = PeakProbe(threads, precisions, worker_env(threads))
-        try:
-            doc = _measure(recipe, names, env, run_id, folder, opts, store, say, probe)
-        except KeyboardInterrupt:
-            store.finish_run(run_id, "interrupted", None)
-            raise
-        except BaseException:
-            store.finish_run(run_id, "failed", None)
-            raise
-        finally:
+        probe = PeakProbe(env["threads"], precisions, worker_env(env["threads"]))
+    try:
+        doc = _measure(recipe, names, env, run_id, folder, opts, store, say, probe, progress)
+    except KeyboardInterrupt:
+        store.finish_run(run_id, "interrupted", None)
+        say(f"interrupted: what finished is kept; `{resume}` finishes the run")
+        raise
+    except BaseException:
+        store.finish_run(run_id, "failed", None)
+        raise
+    finally:
+        if probe is not None:
             probe.close()
-        if opts.tensorboard is not None:
-            written = tensorboard.write(doc, opts.tensorboard)
-            say(f"TensorBoard: {len(written)} runs in {opts.tensorboard / run_id}")
-        doc["timing_s"]["total"] = round(time.perf_counter() - t_start, 3)
-        for c in doc["candidates"]:
-            store.put_candidate(run_id, c)
-        store.finish_run(run_id, "done", doc)
+    if opts.tensorboard is not None:
+        written = tensorboard.write(doc, opts.tensorboard)
+        say(f"TensorBoard: {len(written)} runs in {opts.tensorboard / run_id}")
+    doc["timing_s"]["total"] = round(time.perf_counter() - t_start, 3)
+    for c in doc["candidates"]:
+        store.put_candidate(run_id, c)
+    store.finish_run(run_id, "done", doc)
     return TrainResult(run_id, doc)
 
 
@@ -328,10 +385,65 @@ def _measure(
     opts: TrainOptions,
     store: Store,
     say: Callable[[str], None],
-    probe: PeakProbe,
+    probe: PeakProbe | None,
+    progress: Progress,
 ) -> dict[str, Any]:
     threads = env["threads"]
     data, inits, first_loss, flops = _write_inputs(recipe, folder, env["seeds"], names)
+    launcher = LocalLauncher(folder / "logs")
+    settings = _settings(opts, threads)
+    if progress.rounds is None:
+        assert probe is not None
+        candidates, scaling, peaks, rounds_s = _rounds(
+            recipe,
+            names,
+            data,
+            inits[0],
+            first_loss,
+            threads,
+            run_id,
+            launcher,
+            settings,
+            store,
+            say,
+            probe,
+        )
+        progress.keep_rounds(candidates, scaling, peaks, rounds_s)
+    else:
+        candidates, scaling, peaks, rounds_s = progress.restored_rounds()
+        done = sum(len(v) for v in progress.seeds.values())
+        say(f"resuming: the timed rounds finished before, and {done} seed(s)")
+    t_seeds = time.perf_counter()
+    for c in candidates:
+        if c.status in ("ok", "flagged"):
+            _train_seeds(c, recipe, data, inits, threads, launcher, folder, opts, say, progress)
+    seeds_s = time.perf_counter() - t_seeds
+    _parity(candidates, recipe)
+    # After the seeds: a stack that diverged or lost accuracy wins nothing.
+    throughput = _throughput_verdict(candidates, recipe, settings)
+    doc = _document(run_id, recipe, candidates, env, throughput, scaling, flops, peaks)
+    doc["timing_s"] = {"rounds": round(rounds_s, 3), "seeds": round(seeds_s, 3)}
+    return doc
+
+
+def _rounds(
+    recipe: Recipe,
+    names: tuple[str, ...],
+    data: Path,
+    init: Path,
+    first_loss: float,
+    threads: int,
+    run_id: str,
+    launcher: LocalLauncher,
+    settings: TrialSettings,
+    store: Store,
+    say: Callable[[str], None],
+    probe: PeakProbe,
+) -> tuple[list[TrainCandidate], list[TrainCandidate], Any, float]:
+    """Every stack's steps timed in interleaved rounds (with the scaling references),
+    then the GEMM peak: the candidates as the rounds left them."""
+    # Steps a cut-short stage timed are not this stage's: it starts again whole.
+    store.drop_trials(run_id)
     candidates = [
         TrainCandidate(n, recipe.batch_size, processes=stacks.BY_NAME[n].processes) for n in names
     ]
@@ -351,13 +463,11 @@ def _measure(
             why = f"needs {c.processes} threads, one per process; the run has {threads}"
         if why:
             c.set_status("unavailable", why)
-    launcher = LocalLauncher(folder / "logs")
     pending = [c for c in candidates if c.status == "pending"]
     jobs: dict[str, MeasuredJob] = {
-        c.id: TrainJob(train=_spec(recipe, c.stack, data, inits[0], 0, threads)) for c in pending
+        c.id: TrainJob(train=_spec(recipe, c.stack, data, init, 0, threads)) for c in pending
     }
-    scaling = _scaling_entrants(pending, recipe, data, inits[0], threads, jobs)
-    settings = _settings(opts, threads)
+    scaling = _scaling_entrants(pending, recipe, data, init, threads, jobs)
     gate = FirstLossGate(first_loss, _FIRST_LOSS_TOLERANCE)
     say(
         f"measuring steps/s: {len(pending)} stacks in interleaved rounds"
@@ -373,17 +483,7 @@ def _measure(
     for c in candidates:
         if c.status == "rejected":
             c.set_status("flagged", c.reason)
-    t_seeds = time.perf_counter()
-    for c in candidates:
-        if c.status in ("ok", "flagged"):
-            _train_seeds(c, recipe, data, inits, threads, launcher, folder, opts, say)
-    seeds_s = time.perf_counter() - t_seeds
-    _parity(candidates, recipe)
-    # After the seeds: a stack that diverged or lost accuracy wins nothing.
-    throughput = _throughput_verdict(candidates, recipe, settings)
-    doc = _document(run_id, recipe, candidates, env, throughput, scaling, flops, peaks)
-    doc["timing_s"] = {"rounds": round(rounds_s, 3), "seeds": round(seeds_s, 3)}
-    return doc
+    return candidates, scaling, peaks, rounds_s
 
 
 def _train_seeds(
@@ -396,8 +496,17 @@ def _train_seeds(
     folder: Path,
     opts: TrainOptions,
     say: Callable[[str], None],
+    progress: Progress,
 ) -> None:
+    if c.stack in progress.failed:
+        c.set_status("failed", progress.failed[c.stack])
+        return
+    kept = progress.seeds.get(c.stack, [])
     for seed, init in enumerate(inits):
+        if seed < len(kept):  # trained to its end before the interruption
+            c.seeds.append(kept[seed])
+            c.checkpoint = kept[seed].get("checkpoint", c.checkpoint)
+            continue
         job = TargetJob(
             train=_spec(recipe, c.stack, data, init, seed, threads),
             max_steps=recipe.max_steps,
@@ -409,8 +518,11 @@ def _train_seeds(
             found = launcher.run(job, f"{c.stack}-seed{seed}", opts.trial_timeout_s)
         except WorkerFailed as exc:
             c.set_status("failed", f"seed {seed}: {exc}")
+            progress.keep_failure(c.stack, c.reason)
             return
-        c.seeds.append({"seed": seed, **{k: v for k, v in found.items() if k != "ok"}})
+        result = {"seed": seed, **{k: v for k, v in found.items() if k != "ok"}}
+        c.seeds.append(result)
+        progress.keep_seed(c.stack, result)
         ttt = found["time_to_target_s"]
         say(
             f"{c.stack} seed {seed}: "
