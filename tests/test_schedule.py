@@ -15,21 +15,23 @@ def test_constant_is_the_base_rate_after_its_warm_up() -> None:
     assert [warm.at(i) for i in range(6)] == pytest.approx([0.025, 0.05, 0.075, 0.1, 0.1, 0.1])
 
 
-def test_linear_and_cosine_fall_from_the_base_rate_to_zero_at_the_last_step() -> None:
+def test_linear_and_cosine_fall_towards_zero_and_hold_the_last_rate_past_the_end() -> None:
     linear = Schedule(1.0, "linear", warmup=2, total=6)
-    # Warm-up 0.5, 1; then 4 steps from 1 down: 1, 0.75, 0.5, 0.25; past the end 0.
+    # Warm-up 0.5, 1; then 4 steps from 1 down: 1, 0.75, 0.5, 0.25; past the end the
+    # last step's 0.25 holds (never 0, where an update would change nothing).
     assert [linear.at(i) for i in range(8)] == pytest.approx(
-        [0.5, 1.0, 1.0, 0.75, 0.5, 0.25, 0.0, 0.0]
+        [0.5, 1.0, 1.0, 0.75, 0.5, 0.25, 0.25, 0.25]
     )
     cosine = Schedule(2.0, "cosine", total=4)
     expected = [1.0 + math.cos(math.pi * i / 4) for i in range(4)]
     assert [cosine.at(i) for i in range(4)] == pytest.approx(expected)
-    assert cosine.at(2) == pytest.approx(1.0) and cosine.at(4) == pytest.approx(0.0)
+    assert cosine.at(2) == pytest.approx(1.0)
+    assert cosine.at(10) == cosine.at(3) == pytest.approx(1.0 - math.sqrt(0.5))
 
 
 def test_a_schedule_says_what_it_is_and_refuses_a_warm_up_as_long_as_the_recipe() -> None:
     assert Schedule(0.002, "cosine", 5, 60).words() == (
-        "cosine from 0.002 to 0 over 60 steps, after 5 warm-up steps"
+        "cosine from 0.002 towards 0 over 60 steps, after 5 warm-up steps"
     )
     assert Schedule(0.01).words() == "constant 0.01"
     with pytest.raises(ValueError, match="warm-up of 60 updates"):

@@ -477,6 +477,31 @@ def test_a_training_step_counts_its_forward_and_its_backward_by_hand() -> None:
     assert all(p.grad is None for p in model.parameters())
 
 
+def test_a_reload_takes_the_schedule_up_where_it_was(
+    tmp_path: Path, digits_train_spec: Any
+) -> None:
+    """Mid-schedule, where the rate changes from step to step: a checkpoint that
+    brings back everything but the update count is not reload identical."""
+    from bakeoff.stacks import steps
+
+    spec = digits_train_spec(schedule="cosine", warmup_steps=2, total_steps=12)
+    driver = steps.LocalDriver(spec)
+    driver.steps(3)
+    assert driver.checkpoint(str(tmp_path / "good.ckpt"))["reload_identical"] is True
+    assert driver.trainer.updates == 5  # 3, the check's 2, rewound to 3, its 2 again
+    trainer = driver.trainer
+    load = trainer.load
+
+    def forgets_the_count(path: str) -> None:
+        load(path)
+        trainer.updates = 0
+
+    trainer.load = forgets_the_count  # type: ignore[method-assign]
+    found = driver.checkpoint(str(tmp_path / "bad.ckpt"))
+    assert found["reload_identical"] is False
+    assert found["losses_without_reload"][0] == found["losses_after_reload"][0]
+
+
 def test_a_checkpoint_that_loses_the_optimizer_state_is_not_reload_identical(
     tmp_path: Path, digits_train_spec: Any
 ) -> None:

@@ -79,9 +79,7 @@ def resume_training(
             f"run {record['run_id']} is an inference run: `bakeoff run --resume "
             f"{record['run_id']}` finishes it"
         )
-    if record["status"] == "done":
-        raise UserError(f"run {record['run_id']} already finished; see `bakeoff show`")
-    if "recipe_path" not in st:
+    if "recipe_digest" not in st:
         raise UserError(f"run {record['run_id']} was stored without what is needed to resume it")
     tb = st.get("tensorboard")
     opts = TrainOptions(

@@ -97,6 +97,17 @@ def versions() -> dict[str, str | None]:
     return out
 
 
+def package_changes(then: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """ "name old -> new" for each package whose version differs between two
+    fingerprints (what a resumed run would measure with against what it had)."""
+    old, new = then.get("packages") or {}, now.get("packages") or {}
+    return [
+        f"{name} {old.get(name)} -> {new.get(name)}"
+        for name in sorted(set(old) | set(new))
+        if old.get(name) != new.get(name)
+    ]
+
+
 def runtimes() -> list[dict[str, Any]]:
     """Every runtime of the registry (built-in and registered through an entry point),
     with whether it can run here; `origin` says where a registered one comes from."""

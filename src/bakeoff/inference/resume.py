@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from bakeoff import cache as variant_cache
+from bakeoff import environment
 from bakeoff.batching import layout_in
 from bakeoff.candidates import Candidate
 from bakeoff.errors import UserError
@@ -66,13 +67,7 @@ def check_resumable(
             f"{quality['metric']} max_drop {quality['max_drop']:g}, now {spec.metric} "
             f"max_drop {spec.max_drop:g}){start_over}"
         )
-    old_packages = record["environment"].get("packages") or {}
-    new_packages = env.get("packages") or {}
-    changed = [
-        f"{name} {old_packages.get(name)} -> {new_packages.get(name)}"
-        for name in sorted(set(old_packages) | set(new_packages))
-        if old_packages.get(name) != new_packages.get(name)
-    ]
+    changed = environment.package_changes(record["environment"], env)
     if changed:
         raise UserError(
             f"installed runtimes changed since run {run_id} started ({'; '.join(changed)}): "

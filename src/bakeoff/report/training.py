@@ -268,7 +268,7 @@ def _not_ok(doc: dict[str, Any]) -> str:
 def _schedule_words(wl: dict[str, Any]) -> str:
     """The schedule where the rate is not constant (runs before schedules had none)."""
     kind, warmup = wl.get("lr_schedule", "constant"), wl.get("warmup_steps", 0)
-    words = [] if kind == "constant" else [f"{kind} to 0 at the last step"]
+    words = [] if kind == "constant" else [f"{kind} towards 0 over the steps"]
     if warmup:
         words.append(f"{warmup} warm-up steps")
     return "; " + ", ".join(words) if words else ""

@@ -53,7 +53,8 @@ class JaxTrainer:
         self.updates = 0
         # The rate in the very type the state holds it in: another dtype (or a weak
         # type) would make jit compile the step again.
-        self._lr = lambda lr: jnp.asarray(lr, self.opt_state.hyperparams["learning_rate"].dtype)
+        self._lr_dtype = self.opt_state.hyperparams["learning_rate"].dtype
+        self.jnp = jnp
 
         def logits(params: Any, x: Any) -> Any:
             return module.apply({"params": params}, x)
@@ -89,7 +90,7 @@ class JaxTrainer:
     def step(self, prepared: tuple[np.ndarray, np.ndarray]) -> float:
         x, y = prepared
         lr = self.schedule.at(self.updates)
-        self.opt_state.hyperparams["learning_rate"] = self._lr(lr)
+        self.opt_state.hyperparams["learning_rate"] = self.jnp.asarray(lr, self._lr_dtype)
         self.updates += 1
         # float() waits for the result: the step's time is its computation.
         self.params, self.opt_state, value = self._step(self.params, self.opt_state, x, y)

@@ -8,11 +8,14 @@ computed. The number of updates taken travels with every checkpoint, so a reload
 resumes the schedule where it was.
 
 - `constant`: the base rate throughout;
-- `linear`: from the base rate down to zero at the recipe's last step;
-- `cosine`: half a cosine from the base rate down to zero at the last step.
+- `linear`: from the base rate down towards zero at the recipe's end;
+- `cosine`: half a cosine from the base rate down towards zero at the end.
 
 `warmup` updates come first, rising linearly to the base rate (the first at
-base/warmup, never zero: an update at rate 0 would be a step that does nothing).
+base/warmup). No update inside the recipe is at rate 0 (a step that changes
+nothing), and past its end (the checkpoint check's steps, long throughput rounds)
+the last step's rate holds: at rate 0 the check after a reload could not see a
+lost optimizer state, the update it shows would be none.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ class Schedule:
     base: float
     kind: str = "constant"
     warmup: int = 0  # updates rising to the base rate
-    total: int = 0  # the recipe's steps: where linear and cosine reach zero
+    total: int = 0  # the recipe's steps: linear and cosine would reach zero after them
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -47,7 +50,8 @@ class Schedule:
             return self.base * (update + 1) / self.warmup
         if self.kind == "constant":
             return self.base
-        progress = min(1.0, (update - self.warmup) / (self.total - self.warmup))
+        last = min(update, self.total - 1)  # past the recipe: its last step's rate
+        progress = (last - self.warmup) / (self.total - self.warmup)
         if self.kind == "linear":
             return self.base * (1.0 - progress)
         return self.base * 0.5 * (1.0 + math.cos(math.pi * progress))
@@ -56,8 +60,8 @@ class Schedule:
         """What it is, for the settings and the report."""
         what = {
             "constant": f"constant {self.base:g}",
-            "linear": f"linear from {self.base:g} to 0 over {self.total} steps",
-            "cosine": f"cosine from {self.base:g} to 0 over {self.total} steps",
+            "linear": f"linear from {self.base:g} towards 0 over {self.total} steps",
+            "cosine": f"cosine from {self.base:g} towards 0 over {self.total} steps",
         }[self.kind]
         return what + (f", after {self.warmup} warm-up steps" if self.warmup else "")
 

@@ -298,7 +298,8 @@ def train(
     try:
         with Store(opts.store) as store:
             if resume_record is None:
-                store.start_run(run_id, recipe.name, env, _run_settings(ref, recipe, names, opts))
+                asked = _run_settings(ref, recipe, names, opts, seeds, threads)
+                store.start_run(run_id, recipe.name, env, asked)
             else:
                 check_resumable(resume_record, recipe, env)
                 env = {**resume_record["environment"], "threads": threads, "seeds": seeds}
@@ -309,10 +310,14 @@ def train(
 
 
 def _run_settings(
-    ref: str, recipe: Recipe, names: tuple[str, ...], opts: TrainOptions
+    ref: str,
+    recipe: Recipe,
+    names: tuple[str, ...],
+    opts: TrainOptions,
+    seeds: int,
+    threads: int,
 ) -> dict[str, Any]:
     """What the run was asked, stored with it: all a resume needs to go on alike."""
-    seeds = opts.seeds if opts.seeds is not None else (3 if opts.quick else 5)
     return {
         "kind": "train",
         "recipe": ref,
@@ -323,7 +328,7 @@ def _run_settings(
         "stacks_given": opts.stacks is not None,
         "seeds": seeds,
         "quick": opts.quick,
-        "threads": opts.threads or environment.default_threads(),
+        "threads": threads,
         "budget_s": opts.budget_s,
         "trial_timeout_s": opts.trial_timeout_s,
         "tensorboard": None if opts.tensorboard is None else str(opts.tensorboard.resolve()),
@@ -347,15 +352,8 @@ def _train(
         f"run {run_id}: {recipe.name} on {', '.join(names)}, {env['seeds']} seed(s), "
         f"{env['threads']} thread(s); if it is interrupted, `{resume}`"
     )
-    progress = Progress.of(folder)
-    # The GEMM peak's process imports torch now, beside the workers' starts; it
-    # times its GEMMs after the rounds, while nothing else runs.
-    probe = None
-    if progress.rounds is None:
-        precisions = {_precision(n) for n in names} | {"fp32"}
-        probe = PeakProbe(env["threads"], precisions, worker_env(env["threads"]))
     try:
-        doc = _measure(recipe, names, env, run_id, folder, opts, store, say, probe, progress)
+        doc = _measure(recipe, names, env, run_id, folder, opts, store, say)
     except KeyboardInterrupt:
         store.finish_run(run_id, "interrupted", None)
         say(f"interrupted: what finished is kept; `{resume}` finishes the run")
@@ -363,9 +361,6 @@ def _train(
     except BaseException:
         store.finish_run(run_id, "failed", None)
         raise
-    finally:
-        if probe is not None:
-            probe.close()
     if opts.tensorboard is not None:
         written = tensorboard.write(doc, opts.tensorboard)
         say(f"TensorBoard: {len(written)} runs in {opts.tensorboard / run_id}")
@@ -385,31 +380,38 @@ def _measure(
     opts: TrainOptions,
     store: Store,
     say: Callable[[str], None],
-    probe: PeakProbe | None,
-    progress: Progress,
 ) -> dict[str, Any]:
     threads = env["threads"]
-    data, inits, first_loss, flops = _write_inputs(recipe, folder, env["seeds"], names)
+    progress = Progress.of(folder)
     launcher = LocalLauncher(folder / "logs")
     settings = _settings(opts, threads)
     if progress.rounds is None:
-        assert probe is not None
-        candidates, scaling, peaks, rounds_s = _rounds(
-            recipe,
-            names,
-            data,
-            inits[0],
-            first_loss,
-            threads,
-            run_id,
-            launcher,
-            settings,
-            store,
-            say,
-            probe,
-        )
+        # The GEMM peak's process imports torch now, beside the inputs' writing and
+        # the workers' starts; it times its GEMMs after the rounds, while nothing
+        # else runs.
+        precisions = {_precision(n) for n in names} | {"fp32"}
+        probe = PeakProbe(threads, precisions, worker_env(threads))
+        try:
+            data, inits, first_loss, flops = _write_inputs(recipe, folder, env["seeds"], names)
+            candidates, scaling, peaks, rounds_s = _rounds(
+                recipe,
+                names,
+                data,
+                inits[0],
+                first_loss,
+                threads,
+                run_id,
+                launcher,
+                settings,
+                store,
+                say,
+                probe,
+            )
+        finally:
+            probe.close()
         progress.keep_rounds(candidates, scaling, peaks, rounds_s)
     else:
+        data, inits, first_loss, flops = _write_inputs(recipe, folder, env["seeds"], names)
         candidates, scaling, peaks, rounds_s = progress.restored_rounds()
         done = sum(len(v) for v in progress.seeds.values())
         say(f"resuming: the timed rounds finished before, and {done} seed(s)")

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bakeoff import environment
 from bakeoff.errors import UserError
 from bakeoff.training.candidate import TrainCandidate
 from bakeoff.training.recipe import Recipe
@@ -122,27 +123,19 @@ def check_resumable(record: dict[str, Any], recipe: Recipe, env: dict[str, Any])
     start_over = "; put it back as it was to resume, or start a new run"
     if record["status"] == "done":
         raise UserError(f"run {run_id} already finished; see `bakeoff show {run_id}`")
-    then = record["settings"].get("recipe_digest")
-    if then is None:
-        raise UserError(f"run {run_id} was stored without what is needed to resume it")
-    if then != recipe_digest(recipe):
+    if record["settings"]["recipe_digest"] != recipe_digest(recipe):
         raise UserError(
             f"the recipe {record['settings']['recipe']} (its data or settings) changed since "
             f"run {run_id} started{start_over}"
         )
-    old, new = record["environment"], env
-    changed = [
-        f"{name} {old.get('packages', {}).get(name)} -> {new.get('packages', {}).get(name)}"
-        for name in sorted(set(old.get("packages", {})) | set(new.get("packages", {})))
-        if old.get("packages", {}).get(name) != new.get("packages", {}).get(name)
-    ]
+    changed = environment.package_changes(record["environment"], env)
     if changed:
         raise UserError(
             f"installed libraries changed since run {run_id} started ({'; '.join(changed)}): "
             "what it finished was measured with the old versions; reinstall those to "
             "resume, or start a new run"
         )
-    cpu_then, cpu_now = _cpu(old), _cpu(new)
+    cpu_then, cpu_now = _cpu(record["environment"]), _cpu(env)
     if cpu_then != cpu_now:
         raise UserError(
             f"run {run_id} started on another CPU ({cpu_then}; this one is {cpu_now}): "

@@ -338,7 +338,7 @@ class TrainSection(_Strict):
     optimizer: Literal["adam", "adamw", "sgd"] = "adam"
     lr: float = Field(gt=0.0)
     schedule: Literal["constant", "linear", "cosine"] = Field(
-        "constant", description="the learning rate over the steps: to 0 at the last one"
+        "constant", description="the learning rate over the steps, towards 0 at the end"
     )
     warmup_steps: NonNegativeInt = Field(
         0, description="steps first rising linearly to lr (fewer than steps)"
