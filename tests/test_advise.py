@@ -603,3 +603,23 @@ def test_a_leader_tied_with_the_baseline_does_not_confirm_that_it_pays(
     )
     assert "1.12" not in ov["why"]
     assert checked["reference"]["confirmed"] is True
+
+
+def test_a_runtime_the_quick_run_left_out_says_so(minilm_facts: advise.Facts) -> None:
+    """--quick leaves out the runtimes that compile at load; the advice that proposed
+    one says it was not measured, why, and how to measure it."""
+    report = advise.advise_facts(minilm_facts, target="server-cpu").to_dict()
+    why = "--quick leaves it out: it compiles at each batch size's first call"
+    doc = {
+        "settings": {
+            "runtimes": ["torch", "onnxruntime", "openvino"],
+            "precisions": ["fp32", "int8"],
+            "grid_from": {"runtimes": "advice", "precisions": "advice"},
+            "left_out": {"torch-compile": why},
+        },
+        "candidates": [_candidate("torch-fp32-b1", "torch", "fp32", latency_ms={"p50": 12.0})],
+        "verdicts": [_verdict(1, "torch-fp32-b1", "torch-fp32-b1", None)],
+    }
+    checked = {a["id"]: a for a in advise.confirmations(report, doc)["advice"]}
+    assert checked["torch-compile"]["confirmed"] is None
+    assert checked["torch-compile"]["why"] == f"torch-compile: {why}"

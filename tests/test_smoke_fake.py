@@ -60,19 +60,22 @@ def test_fake_workload_end_to_end(tmp_path: Path, store_path: Path) -> None:
     assert all(c["efficiency"] is None for c in result.document["candidates"])
 
 
-def _two_batch_sizes(folder: Path, **options: Any) -> dict[str, dict[str, Any]]:
+def _two_batch_sizes(
+    folder: Path, precisions: str = '"fp32"', model: str = "", **options: Any
+) -> dict[str, Any]:
+    """A fake run at batch sizes 1 and 8; its document."""
     folder.mkdir()
     np.savez(folder / "d.npz", input=np.random.default_rng(0).random((64, 8), dtype=np.float32))
     (folder / "w.toml").write_text(
         'name = "fake"\n[model]\nkind = "fake"\n'
-        "options = { latency_ms = { fp32 = 2.0, int8 = 1.0 } }\n"
+        f"options = {{ latency_ms = {{ fp32 = 2.0, int8 = 1.0 }}{model} }}\n"
         '[data]\npath = "d.npz"\n[search]\nruntimes = ["fake"]\n'
-        'precisions = ["fp32"]\nbatch_sizes = [1, 8]\n'
+        f"precisions = [{precisions}]\nbatch_sizes = [1, 8]\n"
     )
     opts = api.RunOptions(quick=True, store=folder / "s.db", **options)
     result = api.run(str(folder / "w.toml"), opts)
     assert result.exit_code == 0
-    return {c["id"]: c for c in result.document["candidates"]}
+    return result.document
 
 
 def test_a_worker_per_batch_size_when_cold_starts_must_be_alone(tmp_path: Path) -> None:
@@ -81,7 +84,8 @@ def test_a_worker_per_batch_size_when_cold_starts_must_be_alone(tmp_path: Path) 
     for n, options in enumerate(
         ({"worker_per_batch_size": True}, {"constraints": {"max_cold_start_s": 60.0}})
     ):
-        cands = _two_batch_sizes(tmp_path / str(n), **options)
+        doc = _two_batch_sizes(tmp_path / str(n), **options)
+        cands = {c["id"]: c for c in doc["candidates"]}
         for bs in (1, 8):
             c = cands[f"fake-fp32-b{bs}"]
             assert c["status"] == "ok", c["reason"]
@@ -122,3 +126,39 @@ def test_a_reference_that_fails_stops_the_builds_beside_it(
     cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
     if cores > 1:  # one core: the build waits for the reference, and never starts
         assert "build-fake-int8.log" in logs
+
+
+def _built_beside(folder: Path, **options: Any) -> dict[str, Any]:
+    return _two_batch_sizes(folder, '"fp32", "int8"', ", build_wall_s = { int8 = 1.0 }", **options)
+
+
+def test_the_first_batch_sizes_workers_load_beside_the_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With two cores, a built variant's first measuring worker loads (and runs its
+    quality pass) in a slot the builds leave free; the reference's own candidate
+    gives the reference's outputs, so no separate reference process runs. The
+    figures are the same kind as ever: the winners stand, the cold starts are
+    marked as not loaded alone, and nothing loads early where cold starts must be
+    measured alone."""
+    from bakeoff import environment
+
+    monkeypatch.setattr(environment, "physical_cores", lambda: 2)
+    doc = _built_beside(tmp_path / "early")
+    assert doc["variant_cache"]["loaded_beside_builds"] == ["fake-fp32-b1", "fake-int8-b1"]
+    assert [v["winner"] for v in doc["verdicts"]] == ["fake-int8-b1", "fake-int8-b8"]
+    by_id = {c["id"]: c for c in doc["candidates"]}
+    for cid in ("fake-fp32-b1", "fake-int8-b1"):
+        assert by_id[cid]["status"] == "ok"
+        assert by_id[cid]["worker"]["loaded_alone"] is False
+        assert by_id[cid]["worker"]["quality_batch_size"] == 8  # shared with batch 8
+        assert by_id[cid]["cold_start_s"]["isolated"] is False
+    assert by_id["fake-fp32-b1"]["quality"]["value"] == pytest.approx(1.0)
+    (run_dir,) = (tmp_path / "early" / "runs").iterdir()
+    assert not (run_dir / "logs" / "reference.log").exists()
+
+    alone = _built_beside(tmp_path / "alone", worker_per_batch_size=True)
+    assert alone["variant_cache"]["loaded_beside_builds"] == []
+    (run_dir,) = (tmp_path / "alone" / "runs").iterdir()
+    assert (run_dir / "logs" / "reference.log").exists()
+    assert all(c["worker"]["loaded_alone"] is True for c in alone["candidates"])

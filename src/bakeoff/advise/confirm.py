@@ -54,6 +54,8 @@ def not_measured_why(item: dict[str, Any], doc: dict[str, Any], excluded: list[d
             key, what = (f"left out by the advice: {hit['why']}", ""), ""
         elif hand_written:
             key, what = ("left out by the workload: its [[candidates]] include no ", ""), both
+        elif runtime_why := (settings.get("left_out") or {}).get(runtime):
+            key, what = (f"{runtime}: {runtime_why}", ""), ""  # a run's own rule (--quick)
         elif missing is not None:
             who = _chosen_by(doc, missing[0])
             key, what = ("", f" left out {who}" if who else " was not in the run"), missing[1]

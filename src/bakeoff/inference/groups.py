@@ -14,6 +14,7 @@ from bakeoff import environment
 from bakeoff.backends import Variant, any_batch_size, compiles_when_loaded
 from bakeoff.candidates import Candidate
 from bakeoff.inference.context import RunContext, RunEvents
+from bakeoff.inference.early import EarlyLoad
 from bakeoff.inference.gate import QualityGate
 from bakeoff.inference.jobs import CandidateJobs
 from bakeoff.inference.options import ScenarioSettings, scenario_settings, trial_settings
@@ -24,7 +25,7 @@ from bakeoff.judge.verdict import Measured, Verdict, decide, objective_for
 from bakeoff.trials.engine import Engine, run_trials
 from bakeoff.trials.launcher import Launcher
 from bakeoff.trials.settings import TrialSettings
-from bakeoff.trials.shared import SharedWorkers, build_key
+from bakeoff.trials.shared import SharedWorkers, build_key, first_job
 from bakeoff.trials.validity import set_validity
 
 
@@ -193,10 +194,47 @@ def _loading(ctx: RunContext) -> tuple[bool, int]:
     return True, max(1, cores)
 
 
+def _candidate_jobs(ctx: RunContext) -> CandidateJobs:
+    return CandidateJobs(ctx.job_base, ctx.folder, ctx.threads, scenario_settings(ctx.opts).cpus)
+
+
+def early_loads(ctx: RunContext, variant_id: str) -> list[EarlyLoad]:
+    """The measuring jobs of the first batch size's candidates of a variant just
+    built, exactly as the engine will start them (a build shared across batch sizes
+    does its quality pass at the largest), to load beside the last builds. None
+    where cold starts must be measured alone, or where loads do not run side by side."""
+    share, side_by_side = _loading(ctx)
+    if side_by_side < 2:
+        return []
+    pending = [c for c in ctx.candidates if c.status == "pending"]
+    if not pending:
+        return []
+    first = min(c.batch_size for c in pending)
+    jobs = _candidate_jobs(ctx)
+    mine = [c for c in pending if c.variant.id == variant_id]
+    sizes: dict[str, list[int]] = {}
+    if share:
+        for c in mine:
+            if any_batch_size(c.variant.runtime):
+                sizes.setdefault(build_key(jobs.load(c)), []).append(c.batch_size)
+    loads = []
+    for c in mine:
+        if c.batch_size == first:
+            job = jobs.load(c)
+            loads.append(
+                EarlyLoad(
+                    c.id,
+                    first_job(job, sizes.get(build_key(job), [first])),
+                    compiles_when_loaded(c.variant.runtime),
+                )
+            )
+    return loads
+
+
 def measure_all(ctx: RunContext, launcher: Launcher, reference: Reference) -> Measuring:
     """Every batch-size group in ascending order, each with its verdict."""
     scenario = scenario_settings(ctx.opts)
-    jobs = CandidateJobs(ctx.job_base, ctx.folder, ctx.threads, scenario.cpus)
+    jobs = _candidate_jobs(ctx)
     share, side_by_side = _loading(ctx)
     shared = SharedWorkers(launcher, _shared_plan(ctx, jobs) if share else {})
     try:

@@ -16,13 +16,14 @@ import numpy as np
 
 from bakeoff import advise as advising
 from bakeoff import environment
-from bakeoff.backends import reference_variant, runtime_names
+from bakeoff.backends import compiles_when_loaded, reference_variant, runtime_names
 from bakeoff.candidates import Candidate, enumerate_candidates, explicit_candidates
 from bakeoff.errors import UserError
 from bakeoff.inference import peak
 from bakeoff.inference.context import RunContext
 from bakeoff.inference.document import document, write_json
-from bakeoff.inference.groups import measure_all
+from bakeoff.inference.early import EarlyLoads, Preloads
+from bakeoff.inference.groups import early_loads, measure_all
 from bakeoff.inference.options import RunOptions, checked
 from bakeoff.inference.resume import check_resumable, hold_run_lock, restore
 from bakeoff.inference.split import split_data
@@ -135,7 +136,24 @@ def _grid(workload: Workload, opts: RunOptions, advice: advising.AdviceReport) -
         if opts.precisions is None and "precisions" not in search.model_fields_set:
             grid.precisions = advised_precisions or grid.precisions
             grid.grid_from["precisions"] = "advice" if advised_precisions else "defaults"
+    if opts.quick:
+        _leave_out_compiling(grid)
     return grid
+
+
+def _leave_out_compiling(grid: Grid) -> None:
+    """--quick, where bakeoff chose the runtimes: those that compile at each batch
+    size's first call are left out, with why and how to measure them. On MiniLM on
+    2 cores torch.compile's compiles for two batch sizes took about 50 s of CPU
+    alone, a third of a quick run's work before its first timed call; a runtime the
+    user names is measured as asked."""
+    for runtime in [r for r in grid.runtimes if compiles_when_loaded(r)]:
+        grid.runtimes.remove(runtime)
+        grid.left_out[runtime] = (
+            "--quick leaves it out: it compiles at each batch size's first call (tens of "
+            "seconds of CPU per batch size); run without --quick, or name it in "
+            "--runtimes, to measure it"
+        )
 
 
 def _plan(
@@ -349,24 +367,30 @@ def _open(
 def _stages(ctx: RunContext, t_start: float, advice: dict[str, Any] | None) -> RunResult:
     for c in ctx.candidates:
         ctx.save(c)
-    launcher = LocalLauncher(ctx.folder.logs)
+    # Workers of the first batch size load early, in the slots the builds leave
+    # free; the trial engine gets them back through `preloads`.
+    preloads = Preloads(LocalLauncher(ctx.folder.logs))
+    early = EarlyLoads(lambda vid: early_loads(ctx, vid), preloads, ctx.opts.trial_timeout_s)
     reference = reference_variant(ctx.workload.source.kind)
     # How close to the limit: a figure beside the measurement, for real runtimes
     # with a graph to count. The GEMM peak's process imports torch beside the
     # builds; it times its GEMMs after them, before anything is timed.
     probe = None if ctx.workload.source.kind == "fake" else peak.start_probe(ctx)
     try:
-        builds, ref, build_s = build_all(ctx, launcher, reference)
-        t_efficiency = time.perf_counter()
-        flops = None if probe is None else peak.model_flops(ctx)
-        if flops is not None and probe is not None:
-            ctx.env["peak_gflops"] = peak.measure_peaks(ctx, probe)
-        efficiency_s = time.perf_counter() - t_efficiency
+        try:
+            builds, ref, build_s = build_all(ctx, preloads, reference, early)
+            t_efficiency = time.perf_counter()
+            flops = None if probe is None else peak.model_flops(ctx)
+            if flops is not None and probe is not None:
+                ctx.env["peak_gflops"] = peak.measure_peaks(ctx, probe)
+            efficiency_s = time.perf_counter() - t_efficiency
+        finally:
+            if probe is not None:
+                probe.close()
+        noise_before = environment.noise_snapshot()
+        found = measure_all(ctx, preloads, ref)
     finally:
-        if probe is not None:
-            probe.close()
-    noise_before = environment.noise_snapshot()
-    found = measure_all(ctx, launcher, ref)
+        preloads.close()  # any the engine did not ask for
     if flops is not None:
         peak.set_efficiency(ctx, flops, ctx.env["peak_gflops"])
     noise = {"before": noise_before, "after": environment.noise_snapshot()}

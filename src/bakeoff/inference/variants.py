@@ -9,9 +9,13 @@ exporting and quantizing.
 
 from __future__ import annotations
 
+import functools
+import heapq
+import itertools
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,7 @@ from bakeoff import environment
 from bakeoff.backends import Variant
 from bakeoff.errors import BakeoffError
 from bakeoff.inference.context import RunContext
+from bakeoff.inference.early import EarlyLoad, EarlyLoads
 from bakeoff.trials.jobs import BuildJob, LoadSpec, ReferenceJob
 from bakeoff.trials.launcher import Launcher, Worker, WorkerFailed
 from bakeoff.trials.worker import alt_outputs_path
@@ -42,6 +47,7 @@ class Builds:
     with_steps: int = 0  # variants that had steps to build
     saved_s: float = 0.0
     nothing_to_build: list[str] = field(default_factory=list)
+    loaded_early: list[str] = field(default_factory=list)  # candidates loaded beside builds
 
     def artifacts(self) -> dict[str, dict[str, Any]]:
         return {vid: b for vid, b in self.built.items() if not isinstance(b, str)}
@@ -58,6 +64,9 @@ class Builds:
             # their wall times overlap) and the threads it had.
             "builds": self.times,
             "side_by_side": self.side_by_side,
+            # Measuring workers that loaded (and ran their quality pass) in the
+            # builds' free slots; the build phase's wall time includes them.
+            "loaded_beside_builds": self.loaded_early,
         }
 
     def describe(self) -> str:
@@ -208,6 +217,62 @@ def side_by_side(threads: int, variants: int) -> int:
 _REFERENCE = "the reference's outputs"
 
 
+class _Slots:
+    """At most `n` calls at once, the lowest `priority` first, then in the order they
+    came (concurrent.futures has no priorities). Calls start only in `dispatch`,
+    which the orchestrator calls after it has handled what ended: an early load
+    queued when a build ends is weighed against the builds still waiting, instead
+    of the slot going to the next build before the load was queued."""
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+        self._pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="build")
+        self._queue: list[tuple[int, int, Future[Any], Callable[..., Any], tuple[Any, ...]]] = []
+        self._order = itertools.count()
+        self._running: set[Future[Any]] = set()
+        self._lock = threading.Lock()
+
+    def submit(self, priority: int, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        handle: Future[Any] = Future()
+        heapq.heappush(self._queue, (priority, next(self._order), handle, fn, args))
+        return handle
+
+    def dispatch(self) -> None:
+        while self._queue:
+            with self._lock:
+                if len(self._running) >= self._n:
+                    return
+            _, _, handle, fn, args = heapq.heappop(self._queue)
+            if not handle.set_running_or_notify_cancel():
+                continue  # cancelled while it waited
+            with self._lock:
+                self._running.add(handle)
+            self._pool.submit(fn, *args).add_done_callback(functools.partial(self._ended, handle))
+
+    def _ended(self, handle: Future[Any], inner: Future[Any]) -> None:
+        with self._lock:  # the slot is free before anyone waiting on `handle` wakes
+            self._running.discard(handle)
+        exc = inner.exception()
+        if exc is not None:
+            handle.set_exception(exc)
+        else:
+            handle.set_result(inner.result())
+
+    def __enter__(self) -> _Slots:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for _, _, handle, _, _ in self._queue:
+            handle.cancel()
+        self._pool.shutdown(wait=True)
+
+
+# Priorities in the builds' slots: the reference's outputs first (a reference that
+# fails stops everything), then early loads that compile (the longest single
+# tasks), then builds, then the other early loads.
+_FIRST, _COMPILING_LOAD, _BUILD, _LOAD = 0, 1, 2, 3
+
+
 def _builds_and_reference(
     ctx: RunContext,
     launcher: Launcher,
@@ -215,12 +280,14 @@ def _builds_and_reference(
     reference: Variant,
     variants: list[Variant],
     done: int,
+    early: EarlyLoads | None,
 ) -> Reference:
     """The reference's outputs and the independent variants' builds side by side,
     each process with its share of the threads; nothing is timed meanwhile
     (measuring starts when all are done). The reference's job goes first; builds
-    are recorded in the order they end. When the reference fails, every build is
-    stopped and the run ends with the reference's error."""
+    are recorded in the order they end. With `early`, each built variant's first
+    measuring workers load in the slots the builds leave free. When the reference
+    fails, every build is stopped and the run ends with the reference's error."""
     n = side_by_side(ctx.threads, len(variants) + 1)
     builds.side_by_side = n
     threads = max(1, ctx.threads // n)
@@ -233,32 +300,100 @@ def _builds_and_reference(
     if jobs:
         ctx.rep.stage(f"building {', '.join(v.id for v in variants)} ({at_a_time})")
     result: Reference | None = None
-    with ThreadPoolExecutor(max_workers=n, thread_name_prefix="build") as pool:
-        ref_future = pool.submit(
-            _reference_outputs, ctx, launcher, builds, reference, threads, running
-        )
-        futures = {pool.submit(_run, ctx, launcher, job, running): job for job in jobs}
-        every: list[Future[Any]] = [ref_future, *futures]
+    loads: set[Future[Any]] = set()
+
+    # The reference's own candidate at the first batch size, loaded early, gives
+    # the reference's outputs: its quality pass is the reference's job done in the
+    # process that is then timed (a torch worker fewer, about 10 s of CPU on MiniLM).
+    own = [] if early is None or n < 2 else early.plan(reference.id)[:1]
+
+    def load_early(slots: _Slots, vid: str) -> set[Future[Any]]:
+        """The built variant's first measuring workers, loading in free slots."""
+        if early is None or n < 2:
+            return set()
+        new = set()
+        for load in early.plan(vid):
+            if own and load.name == own[0].name:
+                continue
+            ctx.rep.stage(f"loading {load.name} beside the builds (nothing is timed meanwhile)")
+            priority = _COMPILING_LOAD if load.compiles else _LOAD
+            builds.loaded_early.append(load.name)
+            new.add(slots.submit(priority, _load_early, early, load, running))
+        loads.update(new)
+        return new
+
+    with _Slots(n) as slots:
+        if own:
+            assert early is not None
+            ctx.rep.stage(
+                f"loading {own[0].name} beside the builds; its outputs are the reference's"
+            )
+            builds.loaded_early.append(own[0].name)
+            ref_future = slots.submit(
+                _FIRST, _reference_from_load, reference, early, own[0], running
+            )
+        else:
+            ref_future = slots.submit(
+                _FIRST, _reference_outputs, ctx, launcher, builds, reference, threads, running
+            )
+        futures = {slots.submit(_BUILD, _run, ctx, launcher, job, running): job for job in jobs}
+        # The reference's variant was built alone, before these.
+        pending: set[Future[Any]] = {ref_future, *futures, *load_early(slots, reference.id)}
         try:
-            for future in as_completed(every):
-                if future is ref_future:
-                    result = ref_future.result()  # raises the reference's failure
-                    ctx.rep.stage(
-                        f"reference outputs ({reference.id}) in {result.seconds:.1f} s"
-                        + (" (beside the builds)" if jobs else "")
-                    )
-                    continue
-                future.result()
-                done += 1
-                ctx.rep.progress("building", done, total)
-                _record(ctx, builds, futures[future], mark)
+            while pending:
+                slots.dispatch()
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    future.result()  # the reference's failure (or a stop) raises here
+                    if future is ref_future:
+                        result = ref_future.result()
+                        ctx.rep.stage(
+                            f"reference outputs ({reference.id}) in {result.seconds:.1f} s"
+                            + (" (beside the builds)" if jobs else "")
+                        )
+                    elif future in futures:
+                        done += 1
+                        ctx.rep.progress("building", done, total)
+                        job = futures[future]
+                        _record(ctx, builds, job, mark)
+                        if not isinstance(builds.built.get(job.variant.id, ""), str):
+                            pending |= load_early(slots, job.variant.id)
         except BaseException:  # the reference failed, or Ctrl-C: stop every build now
-            for f in every:
+            for f in [ref_future, *futures, *loads]:
                 f.cancel()
             running.stop()
             raise
     assert result is not None
     return result
+
+
+def _load_early(early: EarlyLoads, load: EarlyLoad, running: _Running) -> None:
+    key = f"load {load.name}"  # no variant id has a space in it
+    try:
+        early.preloads.load(load.job, load.name, early.timeout_s, lambda w: running.add(key, w))
+    finally:
+        running.remove(key)
+
+
+def _reference_from_load(
+    variant: Variant, early: EarlyLoads, load: EarlyLoad, running: _Running
+) -> Reference:
+    """The reference's outputs from its own candidate's measuring worker, loaded early:
+    the quality outputs it saved are the reference's."""
+    t_ref = time.perf_counter()
+    key = f"load {load.name}"
+    try:
+        ready = early.preloads.load(
+            load.job, load.name, early.timeout_s, lambda w: running.add(key, w)
+        )
+    finally:
+        running.remove(key)
+    if isinstance(ready, WorkerFailed):
+        raise BakeoffError(
+            f"the FP32 reference ({variant.id}, as {load.name}) failed, so no variant can be "
+            f"quality-checked: {ready}"
+        )
+    return _reference_read(variant, Path(load.job.outputs_path), t_ref)
 
 
 def _reference_outputs(
@@ -294,6 +429,11 @@ def _reference_outputs(
         running.remove(_REFERENCE)
         if worker is not None:
             worker.close()
+    return _reference_read(variant, path, t_ref)
+
+
+def _reference_read(variant: Variant, path: Path, t_ref: float) -> Reference:
+    """The outputs a worker saved at `path` (and at the second shape), as the reference."""
     alt_path = alt_outputs_path(path)
     return Reference(
         variant,
@@ -304,11 +444,12 @@ def _reference_outputs(
 
 
 def build_all(
-    ctx: RunContext, launcher: Launcher, reference: Variant
+    ctx: RunContext, launcher: Launcher, reference: Variant, early: EarlyLoads | None = None
 ) -> tuple[Builds, Reference, float]:
     """Every distinct variant of the pending candidates, the reference first and its
-    outputs beside the other builds. Returns the builds, the reference and the
-    phase's wall seconds (the reference's outputs ran within them)."""
+    outputs beside the other builds, and the `early` loads in the slots they leave.
+    Returns the builds, the reference and the phase's wall seconds (the reference's
+    outputs and the early loads ran within them)."""
     t_build = time.perf_counter()
     # The run's base key for the variant cache: model files, calibration data and
     # library versions hashed once here; each build step adds its own name.
@@ -326,7 +467,7 @@ def build_all(
     ctx.rep.progress("building", 0, len(variants))
     _build(ctx, launcher, builds, reference)
     ref = _builds_and_reference(
-        ctx, launcher, builds, reference, list(variants.values())[1:], done=1
+        ctx, launcher, builds, reference, list(variants.values())[1:], 1, early
     )
     ctx.rep.progress("building", len(variants), len(variants))
     build_s = time.perf_counter() - t_build

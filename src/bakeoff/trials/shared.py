@@ -47,6 +47,17 @@ def build_key(job: LoadJob) -> str:
     return json.dumps(doc, sort_keys=True)
 
 
+def first_job(job: LoadJob, sizes: Sequence[int]) -> LoadJob:
+    """The job a build's shared worker is started with, for its first candidate
+    `job`, when the build is timed at `sizes`: the quality pass moves to the
+    largest of them. A build timed at one batch size is started with `job`."""
+    if len(set(sizes)) < 2 or job.load.batch_size not in sizes:
+        return job
+    return dataclasses.replace(
+        job, load=dataclasses.replace(job.load, quality_batch_size=max(sizes))
+    )
+
+
 class SharedWorkers:
     """A launcher that keeps each build's measuring worker across batch sizes."""
 
@@ -73,8 +84,7 @@ class SharedWorkers:
             else:
                 held = self.kept.pop(key, None)
                 if held is None:
-                    load = dataclasses.replace(job.load, quality_batch_size=max(sizes))
-                    held = _Held(None, dataclasses.replace(job, load=load), sizes)
+                    held = _Held(None, first_job(job, sizes), sizes)
                 self.leased[key] = held
         if held is None:
             return self.inner.start(job, name)
