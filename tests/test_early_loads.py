@@ -4,6 +4,7 @@ reply it gave, and --quick leaves out the runtimes that compile at load."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
@@ -151,3 +152,14 @@ def test_quick_leaves_out_runtimes_that_compile_at_load_unless_named(
     else:
         why = grid.left_out["torch-compile"]
         assert why.startswith("--quick leaves it out") and "--runtimes" in why
+
+
+def test_quick_keeps_the_models_own_runtime_even_where_it_compiles(tmp_path: Path) -> None:
+    """A JAX function's reference is JAX, which compiles at load: --quick keeps it."""
+    workload = dataclasses.replace(
+        load_workload("builtin:digits"), source=ModelSource("jax", None, None, None)
+    )
+    opts = RunOptions(quick=True)
+    grid = pipeline._grid(workload, opts, pipeline.advice_for(workload, None))
+    assert grid.grid_from["runtimes"] in ("defaults", "advice")  # bakeoff chose them
+    assert "jax" in grid.runtimes and "jax" not in grid.left_out

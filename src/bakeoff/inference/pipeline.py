@@ -137,17 +137,18 @@ def _grid(workload: Workload, opts: RunOptions, advice: advising.AdviceReport) -
             grid.precisions = advised_precisions or grid.precisions
             grid.grid_from["precisions"] = "advice" if advised_precisions else "defaults"
     if opts.quick:
-        _leave_out_compiling(grid)
+        _leave_out_compiling(grid, reference_variant(workload.source.kind).runtime)
     return grid
 
 
-def _leave_out_compiling(grid: Grid) -> None:
+def _leave_out_compiling(grid: Grid, reference: str) -> None:
     """--quick, where bakeoff chose the runtimes: those that compile at each batch
     size's first call are left out, with why and how to measure them. On MiniLM on
     2 cores torch.compile's compiles for two batch sizes took about 50 s of CPU
     alone, a third of a quick run's work before its first timed call; a runtime the
-    user names is measured as asked."""
-    for runtime in [r for r in grid.runtimes if compiles_when_loaded(r)]:
+    user names is measured as asked, and the model's own runtime (JAX for a JAX
+    function: the reference) always stays."""
+    for runtime in [r for r in grid.runtimes if compiles_when_loaded(r) and r != reference]:
         grid.runtimes.remove(runtime)
         grid.left_out[runtime] = (
             "--quick leaves it out: it compiles at each batch size's first call (tens of "
