@@ -222,6 +222,7 @@ def test_efficiency_arithmetic() -> None:
 # ---------------------------------------------------------------- the peak
 
 
+@pytest.mark.usefixtures("gemm_peak")
 def test_the_peak_on_this_cpu() -> None:
     """FP32 always; INT8 measured where the CPU has VNNI or AMX-INT8, else the reason."""
     peaks = efficiency.measure_peak(1, ["fp32", "int8"], worker_env(1), size=256)
@@ -236,6 +237,7 @@ def test_the_peak_on_this_cpu() -> None:
     assert "bf16" not in peaks  # not asked for
 
 
+@pytest.mark.usefixtures("gemm_peak")
 def test_no_int8_peak_without_an_int8_dot_product(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(hardware.FLAGS_VARIABLE, "avx2")
     peaks = efficiency.measure_peak(1, ["int8", "bf16"], size=128)
@@ -305,3 +307,14 @@ def test_the_html_report_shows_the_peaks_and_old_documents_do_not_change() -> No
     assert "7.3%" in after and "675,072 FLOPs per sample" in after
     assert "fp32: 185 GFLOP/s (torch.matmul 2048x2048 fp32, 2 threads, best of 6)" in after
     assert "int8: not measured (no int8 dot-product instructions)" in after
+
+
+def test_the_peak_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """BAKEOFF_GEMM_PEAK=off: no GEMM is run, and every precision says why it has no figure."""
+    monkeypatch.setenv("BAKEOFF_GEMM_PEAK", "off")
+    probe = efficiency.PeakProbe(2, {"fp32", "int8", "bf16"})
+    assert probe.proc is None  # nothing started
+    peaks = probe.measure()
+    assert peaks["fp32"] == {"gflops": None, "why": "not measured: BAKEOFF_GEMM_PEAK=off"}
+    assert all(p["gflops"] is None for p in peaks.values())
+    probe.close()

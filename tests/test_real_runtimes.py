@@ -160,6 +160,7 @@ def _by_id(doc: dict) -> dict[str, dict]:
     return {c["id"]: c for c in doc["candidates"]}
 
 
+@pytest.mark.usefixtures("gemm_peak")
 def test_user_model_on_torch_onnxruntime_openvino(tmp_path: Path, store_path: Path) -> None:
     # One batch size: the two-group path (latency at 1, throughput above) is covered by
     # the offline, timeout and branch tests; this one is every runtime x precision.

@@ -43,6 +43,11 @@ PEAK_TIMEOUT_S = 180.0
 # counts (the peak, not the mean: anything else that ran only slows some calls down).
 PEAK_MIN_CALLS = 5
 PEAK_MIN_S = 0.5
+# BAKEOFF_GEMM_PEAK=off: no GEMM peak is measured (each precision's figure is null
+# with this reason, and no candidate gets an efficiency); for runs where the
+# figure is not wanted, such as a test suite's many short runs, each of which
+# would pay about 4 s of CPU for the probe's torch import and its GEMMs.
+PEAK_VARIABLE = "BAKEOFF_GEMM_PEAK"
 # Thread settings the child sets when the caller passes no environment of its own
 # (the run passes bakeoff.trials.launcher.worker_env(threads), which sets these too).
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -314,6 +319,12 @@ class PeakProbe:
                     f"({'/'.join(hardware.NATIVE['bf16'])}): bf16 candidates are compared "
                     "with the fp32 peak",
                 }
+        self.proc: subprocess.Popen[str] | None = None
+        if os.environ.get(PEAK_VARIABLE, "").lower() in ("off", "0", "no", "false"):
+            why = f"not measured: {PEAK_VARIABLE}={os.environ[PEAK_VARIABLE]}"
+            self.out.update({kind: {"gflops": None, "why": why} for kind in self.kinds})
+            self.kinds = []
+            return
         # Large enough that the GEMM is compute-bound at this thread count: 2048 keeps
         # 8 cores busy for milliseconds per call, more cores get 4096.
         n = size or (2048 if threads <= 8 else 4096)
@@ -334,7 +345,7 @@ class PeakProbe:
 
     def measure(self, timeout_s: float = PEAK_TIMEOUT_S) -> dict[str, dict[str, Any]]:
         """Time the GEMMs now (the child may still be importing: it starts when ready)."""
-        measured = self._result(timeout_s)
+        measured = self._result(timeout_s) if self.kinds else {}
         out = dict(self.out)
         for kind in self.kinds:
             out[kind] = measured.get(kind) or {"gflops": None, "why": "not measured"}
@@ -349,6 +360,8 @@ class PeakProbe:
         return {k: out[k] for k in ("fp32", "int8", "bf16") if k in out}
 
     def close(self) -> None:
+        if self.proc is None:
+            return
         if self.proc.poll() is None:
             self.proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired, ValueError, OSError):
@@ -356,6 +369,7 @@ class PeakProbe:
 
     def _result(self, timeout_s: float) -> dict[str, dict[str, Any]]:
         failed = {kind: {"gflops": None, "why": ""} for kind in self.kinds}
+        assert self.proc is not None  # started: there are kinds to measure
         try:
             stdout, stderr = self.proc.communicate(_GO + "\n", timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -60,7 +60,8 @@ def start_probe(ctx: RunContext) -> PeakProbe:
 
 def measure_peaks(ctx: RunContext, probe: PeakProbe) -> dict[str, dict[str, Any]]:
     """The GEMM peak per precision; called while nothing else runs or is timed."""
-    ctx.rep.stage(f"measuring this machine's GEMM peak ({ctx.threads} thread(s))")
+    if probe.kinds:
+        ctx.rep.stage(f"measuring this machine's GEMM peak ({ctx.threads} thread(s))")
     return probe.measure()
 
 

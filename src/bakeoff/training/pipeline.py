@@ -480,7 +480,8 @@ def _rounds(
         pending + scaling, jobs, Engine(gate, launcher, settings, _Events(say, store, run_id))
     )
     rounds_s = time.perf_counter() - t_rounds
-    say(f"measuring this machine's GEMM peak ({threads} thread(s))")
+    if probe.kinds:
+        say(f"measuring this machine's GEMM peak ({threads} thread(s))")
     peaks = probe.measure()
     for c in candidates:
         if c.status == "rejected":
