@@ -266,7 +266,11 @@ def test_hanging_worker_is_killed_at_the_trial_timeout(tmp_path: Path, store_pat
     wl = _workload(tmp_path, "build_hanging", ["torch"], ["fp32"], [1, 32])
     # Long enough for a worker to import torch and load on a busy 2-core machine (with
     # make test's other worker running torchrun and two ranks beside it, 10 s was not).
-    opts = api.RunOptions(quick=True, store=store_path, budget_s=3, trial_timeout_s=25)
+    # A worker per batch size: one hang, one timeout (a shared worker that dies in
+    # its quality pass at 32 and batch 1's own worker are the killed worker's test).
+    opts = api.RunOptions(
+        quick=True, store=store_path, budget_s=3, trial_timeout_s=25, worker_per_batch_size=True
+    )
     result = api.run(str(wl), opts)
     cands = _by_id(result.document)
     assert cands["torch-fp32-b32"]["status"] == "failed"
