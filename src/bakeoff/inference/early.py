@@ -4,7 +4,7 @@ On a 2-core machine the builds leave cores idle (a step waits for the export it
 starts from; the last build runs alone), and a load that compiles (torch.compile:
 tens of seconds at each shape) was the longest wait before the first round. A
 variant that is built needs nothing else to load and pass its quality pass, so its
-first measuring worker starts in a free build slot (`tasks`). Nothing is timed
+first measuring worker starts in a free build slot (`EarlyLoads.plan` says which). Nothing is timed
 while builds run, so this moves no figure but the cold start, which is marked as
 not loaded alone, as for any loads side by side; where cold starts must be
 measured alone (`--worker-per-batch-size`, a cold-start limit) nothing loads early.
@@ -109,7 +109,7 @@ class EarlyLoad:
 
     name: str
     job: LoadJob
-    compiles: bool  # compiles at load: started before everything but the builds' own
+    compiles: bool  # compiles at load: queued before the builds (after the reference)
 
 
 @dataclass(frozen=True)

@@ -174,11 +174,11 @@ def _measure_group(
     return outcome.machine
 
 
-def _shared_plan(ctx: RunContext, jobs: CandidateJobs) -> dict[str, list[int]]:
+def _shared_plan(candidates: list[Candidate], jobs: CandidateJobs) -> dict[str, list[int]]:
     """The batch sizes each build of a variant will be timed at, for the builds whose
     runtime runs any batch size once loaded (one worker then serves them all)."""
     plan: dict[str, list[int]] = {}
-    for c in ctx.candidates:
+    for c in candidates:
         if c.status == "pending" and any_batch_size(c.variant.runtime):
             plan.setdefault(build_key(jobs.load(c)), []).append(c.batch_size)
     return plan
@@ -203,7 +203,7 @@ def early_loads(ctx: RunContext, variant_id: str) -> list[EarlyLoad]:
     built, exactly as the engine will start them (a build shared across batch sizes
     does its quality pass at the largest), to load beside the last builds. None
     where cold starts must be measured alone, or where loads do not run side by side."""
-    share, side_by_side = _loading(ctx)
+    _, side_by_side = _loading(ctx)
     if side_by_side < 2:
         return []
     pending = [c for c in ctx.candidates if c.status == "pending"]
@@ -212,11 +212,7 @@ def early_loads(ctx: RunContext, variant_id: str) -> list[EarlyLoad]:
     first = min(c.batch_size for c in pending)
     jobs = _candidate_jobs(ctx)
     mine = [c for c in pending if c.variant.id == variant_id]
-    sizes: dict[str, list[int]] = {}
-    if share:
-        for c in mine:
-            if any_batch_size(c.variant.runtime):
-                sizes.setdefault(build_key(jobs.load(c)), []).append(c.batch_size)
+    sizes = _shared_plan(mine, jobs)  # this variant's part of the engine's plan
     loads = []
     for c in mine:
         if c.batch_size == first:
@@ -236,7 +232,7 @@ def measure_all(ctx: RunContext, launcher: Launcher, reference: Reference) -> Me
     scenario = scenario_settings(ctx.opts)
     jobs = _candidate_jobs(ctx)
     share, side_by_side = _loading(ctx)
-    shared = SharedWorkers(launcher, _shared_plan(ctx, jobs) if share else {})
+    shared = SharedWorkers(launcher, _shared_plan(ctx.candidates, jobs) if share else {})
     try:
         return _measure_groups(ctx, shared, reference, jobs, scenario, side_by_side)
     finally:

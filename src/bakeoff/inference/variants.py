@@ -305,16 +305,14 @@ def _builds_and_reference(
     # The reference's own candidate at the first batch size, loaded early, gives
     # the reference's outputs: its quality pass is the reference's job done in the
     # process that is then timed (a torch worker fewer, about 10 s of CPU on MiniLM).
-    own = [] if early is None or n < 2 else early.plan(reference.id)[:1]
+    reference_loads = [] if early is None or n < 2 else early.plan(reference.id)
+    own, others = reference_loads[:1], reference_loads[1:]
 
-    def load_early(slots: _Slots, vid: str) -> set[Future[Any]]:
-        """The built variant's first measuring workers, loading in free slots."""
-        if early is None or n < 2:
-            return set()
+    def load_early(slots: _Slots, planned: list[EarlyLoad]) -> set[Future[Any]]:
+        """A built variant's first measuring workers, loading in free slots."""
+        assert early is not None or not planned
         new = set()
-        for load in early.plan(vid):
-            if own and load.name == own[0].name:
-                continue
+        for load in planned:
             ctx.rep.stage(f"loading {load.name} beside the builds (nothing is timed meanwhile)")
             priority = _COMPILING_LOAD if load.compiles else _LOAD
             builds.loaded_early.append(load.name)
@@ -338,7 +336,7 @@ def _builds_and_reference(
             )
         futures = {slots.submit(_BUILD, _run, ctx, launcher, job, running): job for job in jobs}
         # The reference's variant was built alone, before these.
-        pending: set[Future[Any]] = {ref_future, *futures, *load_early(slots, reference.id)}
+        pending: set[Future[Any]] = {ref_future, *futures, *load_early(slots, others)}
         try:
             while pending:
                 slots.dispatch()
@@ -356,8 +354,9 @@ def _builds_and_reference(
                         ctx.rep.progress("building", done, total)
                         job = futures[future]
                         _record(ctx, builds, job, mark)
-                        if not isinstance(builds.built.get(job.variant.id, ""), str):
-                            pending |= load_early(slots, job.variant.id)
+                        built = not isinstance(builds.built.get(job.variant.id, ""), str)
+                        if early is not None and n > 1 and built:
+                            pending |= load_early(slots, early.plan(job.variant.id))
         except BaseException:  # the reference failed, or Ctrl-C: stop every build now
             for f in [ref_future, *futures, *loads]:
                 f.cancel()
@@ -367,10 +366,15 @@ def _builds_and_reference(
     return result
 
 
-def _load_early(early: EarlyLoads, load: EarlyLoad, running: _Running) -> None:
+def _load_early(
+    early: EarlyLoads, load: EarlyLoad, running: _Running
+) -> dict[str, Any] | WorkerFailed:
+    """One measuring worker loaded into `early.preloads`, stoppable with the builds."""
     key = f"load {load.name}"  # no variant id has a space in it
     try:
-        early.preloads.load(load.job, load.name, early.timeout_s, lambda w: running.add(key, w))
+        return early.preloads.load(
+            load.job, load.name, early.timeout_s, lambda w: running.add(key, w)
+        )
     finally:
         running.remove(key)
 
@@ -381,13 +385,7 @@ def _reference_from_load(
     """The reference's outputs from its own candidate's measuring worker, loaded early:
     the quality outputs it saved are the reference's."""
     t_ref = time.perf_counter()
-    key = f"load {load.name}"
-    try:
-        ready = early.preloads.load(
-            load.job, load.name, early.timeout_s, lambda w: running.add(key, w)
-        )
-    finally:
-        running.remove(key)
+    ready = _load_early(early, load, running)
     if isinstance(ready, WorkerFailed):
         raise BakeoffError(
             f"the FP32 reference ({variant.id}, as {load.name}) failed, so no variant can be "
