@@ -120,10 +120,44 @@ def test_a_clearly_slower_candidate_is_raced_out_early(tmp_path: Path) -> None:
     """
     doc = _run(_workload(tmp_path, cands), tmp_path / "s.db")
     by_id = {c["id"]: c for c in doc["candidates"]}
-    assert by_id["slow-b1"]["status"] == "ok"
-    assert by_id["slow-b1"]["stopped"].startswith("raced out after 5 rounds")
-    assert by_id["slow-b1"]["latency_ms"]["rounds"] == 5
-    assert by_id["slow-b1"]["id"] in doc["verdicts"][0]["ranking"]
+    slow = by_id["slow-b1"]
+    assert slow["status"] == "ok"
+    # 3x slower in every round: out after 3 rounds, before the minimum of 5, and its
+    # fewer rounds are not too few.
+    assert slow["stopped"].startswith("raced out early, after 3 rounds"), slow["stopped"]
+    assert slow["latency_ms"]["rounds"] == 3
+    assert (slow["validity"], slow["validity_reason"]) == ("valid", "")
+    [v] = doc["verdicts"]
+    assert v["ranking"][-1] == "slow-b1" and "slow-b1" not in v["ties"]
+    # the two close ones went on to the minimum and beyond
+    assert all(by_id[c]["latency_ms"]["rounds"] >= 5 for c in ("a-b1", "b-b1"))
+
+
+@pytest.mark.parametrize(
+    ("a", "slow", "why"),
+    [
+        # the baseline (the first hand-written candidate) is never raced out early:
+        # the speedups are over its rounds
+        (3.0, 1.0, "raced out after 5 rounds"),
+        # a gap under GROSS_GAP waits for the minimum rounds
+        (1.0, 1.3, "raced out after 5 rounds"),
+    ],
+)
+def test_only_a_gross_gap_races_a_candidate_out_before_the_minimum(
+    tmp_path: Path, a: float, slow: float, why: str
+) -> None:
+    cands = _two(f"{{ latency_ms = {a}, jitter = 0.02 }}", "{ latency_ms = 1.0, jitter = 0.02 }")
+    cands += f"""
+    [[candidates]]
+    label = "slow"
+    runtime = "fake"
+    options = {{ latency_ms = {slow}, jitter = 0.02 }}
+    """
+    doc = _run(_workload(tmp_path, cands), tmp_path / "s.db")
+    by_id = {c["id"]: c for c in doc["candidates"]}
+    loser = by_id["a-b1"] if a > 1.0 else by_id["slow-b1"]
+    assert loser["stopped"].startswith(why), loser["stopped"]
+    assert loser["latency_ms"]["rounds"] == 5 and loser["validity"] == "valid"
 
 
 def test_sampling_stops_once_everything_is_decided(tmp_path: Path) -> None:
@@ -364,7 +398,7 @@ def test_killed_orchestrator_resumes_without_measuring_a_trial_twice(tmp_path: P
     assert {r for cid, r in after if cid == "late-b1"} == {
         r for cid, r in before if cid == "late-b1"
     }
-    assert late["stopped"].startswith("raced out after 5 rounds"), late["stopped"]
+    assert late["stopped"].startswith("raced out early, after 3 rounds"), late["stopped"]
     assert (late["validity"], late["validity_reason"]) == ("valid", "")
     # Machine use during the rounds covers the rounds the resumed run measured.
     new = set(after) - set(before)
@@ -655,14 +689,14 @@ def test_racing_corrects_for_every_candidate_the_verdict_will() -> None:
 def test_a_candidate_raced_out_after_another_left_is_not_tied_in_the_verdict(
     tmp_path: Path,
 ) -> None:
-    # slow leaves after the minimum 5 rounds; b, 14% behind a but noisy, only
-    # later. The verdict corrects for all three, so racing must too.
+    # slow, 3x behind, leaves early (after 3 rounds); b, 14% behind a but noisy,
+    # only after the minimum 5. The verdict corrects for all three, so racing must too.
     cands = _two("{ latency_ms = 1.0, jitter = 0.02 }", "{ latency_ms = 1.14, jitter = 0.6 }")
     cands += '\n[[candidates]]\nlabel = "slow"\nruntime = "fake"\n'
     cands += "options = { latency_ms = 3.0, jitter = 0.02 }\n"
     doc = _run(_workload(tmp_path, cands), tmp_path / "s.db")
     by_id = {c["id"]: c for c in doc["candidates"]}
-    assert by_id["slow-b1"]["stopped"].startswith("raced out after 5 rounds")
+    assert by_id["slow-b1"]["stopped"].startswith("raced out early, after 3 rounds")
     b = by_id["b-b1"]
     assert b["stopped"].startswith("raced out after") and b["latency_ms"]["rounds"] > 5
     assert "(97.5% CI" in b["stopped"], b["stopped"]
@@ -846,3 +880,28 @@ def _html_escape(text: str) -> str:
     import html
 
     return html.escape(text)
+
+
+def test_gross_losers_needs_the_rounds_the_gap_and_no_constraints() -> None:
+    import dataclasses
+
+    from bakeoff.inference.options import trial_settings
+    from bakeoff.trials.racing import EARLY_ROUNDS, GROSS_GAP, gross_losers
+
+    rng = np.random.default_rng(0)
+    s = trial_settings(api.RunOptions(quick=True), threads=1, n_groups=1)
+
+    def field(rounds: int, slow_ms: float) -> list[Candidate]:
+        return [
+            _spread_out(rng, "lead", 1.0, rounds, 20),
+            _spread_out(rng, "mid", 1.1, rounds, 20),
+            _spread_out(rng, "slow", slow_ms, rounds, 20),
+        ]
+
+    out = gross_losers(field(EARLY_ROUNDS, 2.0), s, frozenset(), compared=3)
+    assert list(out) == ["slow-b1"] and out["slow-b1"].startswith("raced out early, after 3")
+    assert gross_losers(field(EARLY_ROUNDS - 1, 2.0), s, frozenset(), 3) == {}
+    assert gross_losers(field(EARLY_ROUNDS, GROSS_GAP * 0.9), s, frozenset(), 3) == {}
+    assert gross_losers(field(EARLY_ROUNDS, 2.0), s, frozenset({"slow-b1"}), 3) == {}
+    limited = dataclasses.replace(s, constraints={"max_p99_ms": 5.0})
+    assert gross_losers(field(EARLY_ROUNDS, 2.0), limited, frozenset(), 3) == {}

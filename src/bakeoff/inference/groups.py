@@ -99,6 +99,17 @@ def _pending_group(ctx: RunContext, bs: int) -> list[Candidate]:
     return [c for c in group if c.status == "pending"]
 
 
+def _baseline_id(ctx: RunContext, bs: int, reference: Variant) -> str:
+    """The candidate a group's speedups are over: the reference variant (PyTorch
+    eager FP32, or ONNX Runtime FP32 for ONNX models); hand-written candidates
+    without it use their first."""
+    same_bs = [c for c in ctx.candidates if c.batch_size == bs]
+    baseline = next((c for c in same_bs if c.variant == reference), None)
+    if baseline is None and ctx.workload.spec.candidates and same_bs:
+        baseline = same_bs[0]
+    return baseline.id if baseline else f"{reference.id}-b{bs}"
+
+
 def _decide(
     ctx: RunContext,
     bs: int,
@@ -121,17 +132,11 @@ def _decide(
             if c.constraint_violations:
                 excluded[c.id] = "; ".join(c.constraint_violations)
                 ctx.save(c)
-    # The baseline is the reference variant (PyTorch eager FP32, or ONNX Runtime
-    # FP32 for ONNX models); hand-written candidates without it use their first.
-    baseline = next((c for c in same_bs if c.variant == reference), None)
-    if baseline is None and ctx.workload.spec.candidates and same_bs:
-        baseline = same_bs[0]
-    baseline_id = baseline.id if baseline else f"{reference.id}-b{bs}"
     decided = decide(
         bs,
         s.objective,
         measured,
-        baseline_id,
+        _baseline_id(ctx, bs, reference),
         not_ok,
         margin=s.margin,
         min_rounds=s.min_rounds,
@@ -272,7 +277,8 @@ def _measure_groups(
             load_side_by_side=side_by_side,
         )
         hooks = after_rounds(jobs, scenario, s, events, launcher, gate)
-        engine = Engine(gate, launcher, s, events, hooks, load_first=slow)
+        baselines = frozenset({_baseline_id(ctx, bs, reference.variant)})
+        engine = Engine(gate, launcher, s, events, hooks, load_first=slow, baselines=baselines)
         use = _measure_group(ctx, bs, engine, jobs, scenario, found)
         if use is not None:
             found.during.append({"batch_size": bs, **use})

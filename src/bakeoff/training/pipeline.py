@@ -477,7 +477,16 @@ def _rounds(
     )
     t_rounds = time.perf_counter()
     run_trials(
-        pending + scaling, jobs, Engine(gate, launcher, settings, _Events(say, store, run_id))
+        pending + scaling,
+        jobs,
+        # The reference stack and the scaling references: the ratios are over them.
+        Engine(
+            gate,
+            launcher,
+            settings,
+            _Events(say, store, run_id),
+            baselines=frozenset({recipe.reference, *(r.id for r in scaling)}),
+        ),
     )
     rounds_s = time.perf_counter() - t_rounds
     if probe.kinds:

@@ -11,7 +11,8 @@ entrant's `worker` record then says it did not load alone); during rounds
 exactly one worker runs while the others sit blocked on their sockets.
 
 Sampling is adaptive (`racing`): after the minimum rounds, a candidate that the
-leader beats by more than `verdict.CLOSE_CALL` is raced out; closer contenders
+leader beats by more than `verdict.CLOSE_CALL` is raced out (before them, one it
+beats grossly in every round: `racing.gross_losers`); closer contenders
 get more worker processes. The group stops once every remaining comparison is
 decided, every CI is tight enough, or the budget is spent. Rounds already in
 the store (a resumed run) are kept and not measured again.
@@ -32,7 +33,7 @@ from bakeoff.judge import verdict
 from bakeoff.trials.entrant import Entrant
 from bakeoff.trials.jobs import Exit, Measure, MeasuredJob, Warmup
 from bakeoff.trials.launcher import Launcher, Worker, WorkerFailed
-from bakeoff.trials.racing import check_stop, constraint_standing
+from bakeoff.trials.racing import check_stop, constraint_standing, gross_losers
 from bakeoff.trials.settings import TrialSettings
 from bakeoff.trials.validity import machine_use, set_validity
 
@@ -153,6 +154,9 @@ class Engine(Generic[E]):
     after_rounds: Sequence[AfterRounds[E]] = field(default_factory=tuple)
     # Entrants whose loads take longest: when loads run side by side they start first.
     load_first: frozenset[str] = frozenset()
+    # Entrants raced out no sooner than the minimum rounds: the baseline (and
+    # scaling references) whose rounds the speedups are computed over.
+    baselines: frozenset[str] = frozenset()
 
 
 class _NotStarted(Exception):
@@ -391,6 +395,8 @@ def _rounds(
         if not lanes:
             break
         if r + 1 < s.min_rounds:
+            if s.racing and len(lanes) > 2:
+                _race_early(r, lanes, entered, engine)
             continue
         if s.racing and len(lanes) >= 2:
             done = _race(r, lanes, entered, engine)
@@ -463,6 +469,17 @@ def _race(r: int, lanes: dict[str, Lane[E]], entered: int, engine: Engine[E]) ->
             if why:
                 lane.short_of = why
     return None
+
+
+def _race_early(r: int, lanes: dict[str, Lane[E]], entered: int, engine: Engine[E]) -> None:
+    """Before the minimum rounds: stop who trails the leader grossly in every round."""
+    active = [lane.entrant for lane in lanes.values()]
+    gone = gross_losers(active, engine.settings, engine.baselines, entered)
+    for cid, why in gone.items():
+        lane = lanes.pop(cid)
+        lane.entrant.stopped = why
+        _exit(lane.entrant, lane.processes.running, engine.settings)
+        engine.events.note(f"{cid}: {why}", lane.entrant)
 
 
 def _another_process(lane: Lane[E], engine: Engine[E], next_round: int) -> str:

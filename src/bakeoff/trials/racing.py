@@ -5,6 +5,13 @@ Bonferroni-corrected CI) is raced out; a closer contender gets more worker
 processes, since a close call needs several process pairs to agree
 (`verdict.judge`); a candidate surely beyond a constraint stops, since it cannot
 win. The group is done once every comparison is decided or every CI is tight.
+
+Before the minimum rounds only a gross gap counts (`gross_losers`): a candidate
+slower than the leader by `GROSS_GAP` in each of at least `EARLY_ROUNDS` paired
+rounds, and beyond `verdict.CLOSE_CALL` with the corrected CI too, stops early.
+A gap that size is no matter of noise (rounds spread by about 10%), and a loser
+that would take as long a round as the leader several times over no longer
+holds every other candidate's rounds back.
 """
 
 from __future__ import annotations
@@ -17,6 +24,18 @@ from bakeoff.judge import stats, verdict
 from bakeoff.judge.constraints import breaches
 from bakeoff.trials.entrant import Entrant
 from bakeoff.trials.settings import TrialSettings
+
+# Rounds a candidate must have, and by how much it must trail the leader in every
+# one of them, to be raced out before the minimum rounds.
+EARLY_ROUNDS = 3
+GROSS_GAP = 1.5
+# How `stopped` begins for such a candidate: its fewer rounds are not too few
+# (`validity.set_validity`), since it stopped on a gap that needs no more.
+RACED_OUT_EARLY = "raced out early"
+
+
+def raced_out_early(c: Entrant) -> bool:
+    return c.stopped.startswith(RACED_OUT_EARLY)
 
 
 def measured(c: Entrant, rounds: int) -> verdict.Measured:
@@ -134,3 +153,36 @@ def check_stop(
     if all(relative_half_width(m, s.objective) <= s.ci_target for m in ms.values()):
         return out, f"every CI within +-{s.ci_target:.0%} after {rounds} rounds", set()
     return out, None, set()
+
+
+def gross_losers(
+    active: Sequence[Entrant], s: TrialSettings, keep: frozenset[str], compared: int
+) -> dict[str, str]:
+    """Before the minimum rounds: which candidates trail the leader grossly (id ->
+    why). Never one in `keep` (a baseline others' speedups are over), and nothing
+    where the workload has constraints (the leader might be one the verdict
+    excludes)."""
+    rounds = min(len(c.rounds_ns) for c in active)
+    if rounds < EARLY_ROUNDS or s.constraints or len(active) < 2:
+        return {}
+    ms = {c.id: measured(c, rounds) for c in active}
+    leader = max(ms.values(), key=lambda m: verdict.score(m, s.objective))
+    lead = stats.per_round(leader.samples_ns, leader.block_ns, s.objective)
+    level = verdict.comparison_level(max(len(ms), compared))
+    out: dict[str, str] = {}
+    for m in ms.values():
+        if m.id == leader.id or m.id in keep:
+            continue
+        own = stats.per_round(m.samples_ns, m.block_ns, s.objective)
+        # Per round, how many times faster the leader was (latency: lower is better).
+        gaps = own / lead if s.objective == "latency" else lead / own
+        if float(gaps.min()) < GROSS_GAP:
+            continue
+        iv = verdict.judge(m, leader, s.objective, level, s.margin).ratio
+        if iv.lo > 1.0 + max(s.margin, verdict.CLOSE_CALL):
+            out[m.id] = (
+                f"{RACED_OUT_EARLY}, after {rounds} rounds: {leader.id} was "
+                f"{float(gaps.min()):.2f}x faster or more in every round "
+                f"({iv.value:.2f}x, {level:.1%} CI {iv.lo:.2f}-{iv.hi:.2f})"
+            )
+    return out

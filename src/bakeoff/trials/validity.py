@@ -13,6 +13,7 @@ import numpy as np
 from bakeoff import environment
 from bakeoff.judge import stats, verdict
 from bakeoff.trials.entrant import Entrant
+from bakeoff.trials.racing import raced_out_early
 
 
 def set_validity(
@@ -34,7 +35,7 @@ def set_validity(
         c.validity, c.validity_reason = "invalid", f"{c.status}: {c.reason}"
         return
     rounds = len(c.rounds_ns)
-    if rounds < min_rounds:
+    if rounds < min_rounds and not raced_out_early(c):
         c.validity = "invalid"
         c.validity_reason = f"only {rounds} rounds, fewer than the minimum {min_rounds}"
         return
