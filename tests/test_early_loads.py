@@ -82,10 +82,12 @@ class _Launcher:
 
     def __init__(self) -> None:
         self.started: list[str] = []
+        self.jobs: list[Job] = []
         self.workers: list[_Worker] = []
 
     def start(self, job: Job, name: str) -> _Worker:
         self.started.append(name)
+        self.jobs.append(job)
         self.workers.append(_Worker([{"ok": True, "n": len(self.started)}, {"ok": True}]))
         return self.workers[-1]
 
@@ -106,8 +108,11 @@ def test_a_worker_loaded_early_is_handed_back_once_with_its_reply(tmp_path: Path
     assert worker.reply(10.0) == {"ok": True, "n": 1}  # the ready message it gave then
     assert worker.request(Measure(calls=1), 10.0) == {"ok": True}
     assert inner.started == ["fake-fp32-b1"]  # not started again
+    # Loaded beside the builds, a compile runs in its own process only.
+    assert inner.jobs[0].compile_threads == 1 and job.compile_threads is None
     again = preloads.start(job, "fake-fp32-b1")  # a second process for the same job
     assert again.reply(10.0)["n"] == 2 and inner.started == ["fake-fp32-b1"] * 2
+    assert inner.jobs[1] is job  # in its turn: the compile as the job asks
     # One nobody asks for is ended when the run closes them.
     other = _job(tmp_path, "fake-int8-b1")
     preloads.load(other, "fake-int8-b1", 10.0, seen.append)

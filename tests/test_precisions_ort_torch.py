@@ -303,9 +303,16 @@ def test_torch_compile_workers_compile_in_private_caches_they_remove(
     (tmp_path / "tmp").mkdir()
     wl = _workload(tmp_path, ["torch-compile"], ["fp32"], [1])
     opts = api.RunOptions(quick=True, store=store_path, budget_s=1)
-    [c] = api.run(str(wl), opts).document["candidates"]
+    doc = api.run(str(wl), opts).document
+    [c] = doc["candidates"]
     assert c["status"] == "ok", c["reason"]
     assert c["settings"]["compile_backend"] == "inductor"
+    # Loaded beside the builds (on more than one core), it compiled in its own
+    # process alone; loaded in its turn, with inductor's default (one per core).
+    from torch._inductor import config
+
+    beside = c["id"] in doc["variant_cache"]["loaded_beside_builds"]
+    assert c["settings"]["compile_threads"] == (1 if beside else config.compile_threads)
     assert contents() == before
     assert list((tmp_path / "tmp").iterdir()) == []  # every worker's cache removed
 

@@ -38,7 +38,11 @@ def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> eager.
     dynamic = bool(ctx.options.get("dynamic", False))
     model, settings = eager.load_model(variant, ctx)
     compiled = torch.compile(model, backend="inductor", mode=mode, dynamic=dynamic)
+    from torch._inductor import config as inductor_config
+
     settings.update({"compile_backend": "inductor", "compile_mode": mode, "dynamic": dynamic})
+    # What the first call's compile ran in (1 where it loaded beside other work).
+    settings["compile_threads"] = inductor_config.compile_threads
     # Autocast around the compiled call: dynamo traces the ambient autocast state
     # into the graph (and guards on it), so inductor compiles the BF16/FP16 graph.
     return eager.TorchRunner(eager.with_autocast(compiled, variant.precision), settings)

@@ -16,6 +16,7 @@ job that was loaded early is handed back with the reply its worker already gave
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Callable
@@ -72,7 +73,9 @@ class Preloads:
         thread); `started` gets the worker as soon as it exists, so the builds'
         stop can end it. Returns the ready message, or why there is none."""
         try:
-            worker = self.inner.start(job, name)
+            # Beside the builds: a compile's kernels are compiled in this process
+            # alone (`compile_threads`), not in one g++ per core.
+            worker = self.inner.start(dataclasses.replace(job, compile_threads=1), name)
         except WorkerFailed as exc:
             return exc  # the engine starts it again in its turn, and reports what it says
         started(worker)

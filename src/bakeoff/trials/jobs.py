@@ -106,6 +106,10 @@ class _Job(_Message):
     what: ClassVar[str] = "job"
     # CPUs the worker pins itself to before anything else (None: the parent's set).
     cpus: tuple[int, ...] | None = None
+    # Processes torch.compile (inductor) compiles its kernels in (None: its default,
+    # one per core). A load beside others gets 1: its g++ processes would take the
+    # cores the others use, and the kernels it makes are the same either way.
+    compile_threads: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

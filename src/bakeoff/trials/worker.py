@@ -472,6 +472,8 @@ def main(fd: int) -> int:
             return 0
         if job.cpus:
             os.sched_setaffinity(0, job.cpus)
+        if job.compile_threads:  # read when torch._inductor is first imported
+            os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(job.compile_threads)
         match job:
             case BuildJob():
                 send(conn, do_build(job))
