@@ -157,6 +157,18 @@ def test_quick_leaves_out_runtimes_that_compile_at_load_unless_named(
     else:
         why = grid.left_out["torch-compile"]
         assert why.startswith("--quick leaves it out") and "--runtimes" in why
+    # One conversion per runtime and precision with --quick, where bakeoff chose
+    # the runtimes: OpenVINO's direct FP32 IR waits for a full run.
+    direct = grid.left_out.get("openvino-fp32-direct", "")
+    assert direct.startswith("--quick builds one conversion") is (quick and runtimes is None)
+    ids = {
+        c.variant.id
+        for c in pipeline._candidates(workload, opts, grid, [1])
+        if c.status == "pending"
+    }
+    openvino = "openvino" in grid.runtimes
+    assert ("openvino-fp32-direct" in ids) is (openvino and not (quick and runtimes is None))
+    assert ("openvino-fp32" in ids) is openvino
 
 
 def test_quick_keeps_the_models_own_runtime_even_where_it_compiles(tmp_path: Path) -> None:
