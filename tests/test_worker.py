@@ -367,6 +367,26 @@ def test_a_loaded_worker_answers_a_bad_command_and_goes_on(tmp_path: Path) -> No
         worker.close()
 
 
+def test_the_warm_up_counts_the_calls_made_at_its_batch_size_just_before(tmp_path: Path) -> None:
+    """After a Rebatch, its first call counts toward the warm-up's calls, and at the
+    batch size of the quality pass (4 here: 12 samples, 3 calls) so do those."""
+    job = _fake_load_job(tmp_path)
+    worker = WorkerProcess(job, 1, tmp_path / "worker.log")
+    try:
+        assert worker.reply(60)["worker"]["quality_batch_size"] == 4
+        warm = Warmup(seconds=0.0, min_calls=3)
+        assert len(worker.request(warm, 60)["latency_ns"]) == 3  # nothing counted yet
+        out = str(tmp_path / "b2.npy")
+        worker.request(Rebatch(batch_size=2, outputs_path=out), 60)
+        assert len(worker.request(warm, 60)["latency_ns"]) == 2  # the first call is one
+        worker.request(Rebatch(batch_size=4, outputs_path=out), 60)
+        # 1 + 3 calls at batch 4 already: one of its own, never none
+        assert len(worker.request(warm, 60)["latency_ns"]) == 1
+        assert worker.request(Exit(), 60)["peak_rss_mb"] > 0
+    finally:
+        worker.close()
+
+
 def test_peak_memory_restarts_so_a_larger_batch_is_not_charged_to_a_smaller() -> None:
     from bakeoff.trials.memory import PeakMemory
 

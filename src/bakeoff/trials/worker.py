@@ -321,6 +321,10 @@ class Serving:
         # Calls at this batch size since it was set, made just before the warm-up,
         # that the warm-up counts: the first call after a Rebatch.
         self.warm_calls = 0
+        # Calls the quality pass made, by batch size: at a batch size this process
+        # has run them, its lazy set-up for the shape is done, and the warm-up
+        # counts them too (its seconds still run in full, right before the rounds).
+        self.quality_calls: dict[int, int] = {}
 
     def first_call(self) -> float:
         t0 = self.clock()
@@ -335,7 +339,7 @@ class Serving:
         self.batch_size = cmd.batch_size
         self.pool = _timing_pool(self.runner, self.job.base, cmd.batch_size)
         first_call_s = self.first_call()
-        self.warm_calls = 1
+        self.warm_calls = 1 + self.quality_calls.get(cmd.batch_size, 0)
         # The outputs this process gave on the quality hold-out, where the gate reads
         # them for the candidate at the new batch size.
         shutil.copyfile(self.job.outputs_path, cmd.outputs_path)
@@ -352,7 +356,8 @@ class Serving:
         lat: list[int] = []
         done, self.warm_calls = self.warm_calls, 0
         deadline = self.clock() + int(cmd.seconds * 1e9)
-        while len(lat) + done < cmd.min_calls or self.clock() < deadline:
+        # At least one call of its own: the engine fixes the calls per round from them.
+        while not lat or len(lat) + done < cmd.min_calls or self.clock() < deadline:
             lat += timed_calls(self.runner.run, self.pool, 1, self.clock)[0]
             if len(lat) >= cmd.max_calls:
                 break
@@ -426,6 +431,9 @@ def serve_measure(conn: Connection, job: LoadJob, started: float) -> None:
     first_call_s = serving.first_call()
     serving.memory.loaded()
     quality = _save_quality_outputs(runner, job)
+    at = int(quality["quality_batch_size"])
+    quality_samples, layout = read_split(job.base.data_path, "quality", job.base.input_names)
+    serving.quality_calls[at] = -(-layout.count(quality_samples) // at)
     serving.memory.restart()
     send(
         conn,
