@@ -267,3 +267,71 @@ def test_nothing_lands_in_the_repository_or_home(logged: dict[str, Any]) -> None
     # bakeoff runs offline: MLflow's telemetry stays off, so it keeps no id under ~.
     assert os.environ["MLFLOW_DISABLE_TELEMETRY"] == "true"
     assert not (Path.home() / ".config" / "mlflow").exists()
+
+
+MODEL = """
+import torch
+
+
+def build():
+    return torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10)
+    )
+"""
+RECIPE = """name = "mlflow-mlp"
+[model]
+kind = "torch"
+factory = "mlp:build"
+[train]
+data = "d.npz"
+optimizer = "sgd"
+lr = 0.1
+steps = 20
+eval_every = 10
+tolerance = 0.3
+stacks = ["torch"]
+target = { value = 0.3 }
+"""
+
+
+def test_train_logs_each_seeds_curves_by_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`bakeoff train --mlflow`: a parent run, a child per stack, the training loss at
+    every step and the validation metric at every evaluation, as in the document."""
+    from bakeoff.builtins import digits
+
+    x_train, y_train, x_val, y_val = digits.train_and_validation()
+    np.savez(tmp_path / "d.npz", x_train=x_train, y_train=y_train, x_val=x_val, y_val=y_val)
+    (tmp_path / "mlp.py").write_text(MODEL)
+    (tmp_path / "recipe.toml").write_text(RECIPE)
+    uri, doc_path = (tmp_path / "mlruns").as_uri(), tmp_path / "t.json"
+    args = ["train", str(tmp_path / "recipe.toml"), "--seeds", "1", "--quick", "--budget", "1"]
+    args += ["--store", str(tmp_path / "s.db"), "--json", str(doc_path), "--mlflow", uri]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code in (0, 1), result.output
+    doc = json.loads(doc_path.read_text())
+    client = _reader(uri, monkeypatch)
+    exp = client.get_experiment_by_name("mlflow-mlp")
+    assert exp is not None
+    runs = client.search_runs([exp.experiment_id])
+    [parent] = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert parent.info.run_name == doc["run_id"] and parent.data.tags["bakeoff.kind"] == "train"
+    for v in doc["verdicts"]:
+        assert parent.data.tags[f"bakeoff.winner.{v['objective']}"] == (v["winner"] or "none")
+    [child] = [r for r in runs if r is not parent]
+    [cand] = doc["candidates"]
+    assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    assert child.data.tags["bakeoff.candidate_id"] == cand["id"] == "torch"
+    assert child.data.params["stack"] == "torch"
+    assert child.data.metrics["samples_per_s"] == cand["samples_per_s"]["value"]
+    [seed] = cand["seeds"]
+    metric = doc["workload"]["target"]["metric"]
+    loss = client.get_metric_history(child.info.run_id, "train_loss/seed0")
+    assert [(m.step, m.value) for m in loss] == list(enumerate(seed["losses"], start=1))
+    assert len(loss) == 20
+    val = client.get_metric_history(child.info.run_id, f"val_{metric}/seed0")
+    assert [(m.step, m.value) for m in val] == [(int(s), v) for s, v, _ in seed["evals"]]
+    assert val
+    names = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert f"report-{doc['run_id']}.html" in names
