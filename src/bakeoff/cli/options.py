@@ -31,7 +31,7 @@ MlflowOpt = Annotated[
         "--mlflow",
         metavar="[URI]",
         help=f"log the finished run to MLflow: a tracking URI or a folder (alone: "
-        f"{MLFLOW_DEFAULT_URI}); pip install 'bakeoff[mlflow]'",
+        f"{MLFLOW_DEFAULT_URI}); needs the mlflow extra",
     ),
 ]
 

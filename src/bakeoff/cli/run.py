@@ -181,7 +181,8 @@ def run(
     Each --max-* constraint replaces the workload's own limit of the same name:
     a candidate beyond one is measured and shown but cannot win.
 
-    --mlflow logs the finished run: a parent MLflow run, a child run per candidate.
+    --mlflow logs the finished run to MLflow: a parent run, a child run
+    per candidate.
     """
     mlflow_uri = tracking.start(mlflow)  # before measuring: a bad URI is said now
     if resume is not None:

@@ -54,8 +54,8 @@ def train_cmd(
     """Train one recipe on every stack: steps/s with a CI from interleaved rounds,
     time to the target and the final metric over seeds, memory and checkpoints.
 
-    --mlflow logs the finished run: a parent MLflow run, a child run per stack with
-    each seed's loss and validation curves by step."""
+    --mlflow logs the finished run to MLflow: a parent run, a child run
+    per stack with each seed's loss and validation curves by step."""
     from bakeoff import api
     from bakeoff.errors import UserError
     from bakeoff.inference.document import write_json
