@@ -18,6 +18,7 @@ import typer
 from rich.markup import escape
 
 from bakeoff.cli import advise, cache, env, export, run, runs, serve, train
+from bakeoff.cli.options import OptionalValueCommand
 from bakeoff.cli.output import err
 from bakeoff.errors import BakeoffError, UserError
 
@@ -29,8 +30,9 @@ app = typer.Typer(
     help="Which deep learning stack should run this model, on this machine? Measured.",
     pretty_exceptions_enable=False,
 )
-app.command("run")(run.run)
-app.command("train")(train.train_cmd)
+# `--mlflow` may come without a value (OptionalValueCommand fills in ./mlruns).
+app.command("run", cls=OptionalValueCommand)(run.run)
+app.command("train", cls=OptionalValueCommand)(train.train_cmd)
 app.command("ls")(runs.ls)
 app.command("show")(runs.show)
 app.command("env")(env.env)

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from bakeoff import api
-from bakeoff.cli.options import DEFAULT_STORE, StoreOpt, WorkloadArg
+from bakeoff.cli import tracking
+from bakeoff.cli.options import DEFAULT_STORE, MlflowOpt, StoreOpt, WorkloadArg
 from bakeoff.cli.output import err, out
 from bakeoff.errors import UserError
 
@@ -116,8 +117,10 @@ def _constraints(**limits: float | None) -> dict[str, float] | None:
     return {k: v for k, v in limits.items() if v is not None} or None
 
 
-def _resume(run_id: str, workload: str | None, store: Path, json_path: Path | None) -> int:
-    """Finish a stored run; its exit code."""
+def _resume(
+    run_id: str, workload: str | None, store: Path, json_path: Path | None, mlflow: str | None
+) -> int:
+    """Finish a stored run (and log it to MLflow at `mlflow`); its exit code."""
     from bakeoff.report.terminal import RichReporter, print_result
 
     if workload is not None:
@@ -125,11 +128,16 @@ def _resume(run_id: str, workload: str | None, store: Path, json_path: Path | No
     with RichReporter(err) as reporter:
         resumed = api.resume(run_id, store, reporter, json_path)
     print_result(resumed.document, out)
+    if mlflow is not None:
+        tracking.log(mlflow, resumed.document, store)
     return resumed.exit_code
 
 
-def _measure(workload: str | None, opts: api.RunOptions, json_path: Path | None) -> int:
-    """Run the bake-off and print its result; its exit code."""
+def _measure(
+    workload: str | None, opts: api.RunOptions, json_path: Path | None, mlflow: str | None
+) -> int:
+    """Run the bake-off, print its result (and log it to MLflow at `mlflow`); its
+    exit code."""
     from bakeoff.report.terminal import RichReporter, print_result
 
     with RichReporter(err) as reporter:
@@ -137,6 +145,8 @@ def _measure(workload: str | None, opts: api.RunOptions, json_path: Path | None)
     print_result(result.document, out)
     if json_path:
         out.print(f"[dim]wrote {json_path}[/]")
+    if mlflow is not None:
+        tracking.log(mlflow, result.document, opts.store)
     return result.exit_code
 
 
@@ -164,14 +174,19 @@ def run(
     max_cold_start_s: MaxColdStartOpt = None,
     resume: ResumeOpt = None,
     store: StoreOpt = DEFAULT_STORE,
+    mlflow: MlflowOpt = None,
 ) -> None:
     """Build, check and measure every candidate stack, then name the winner.
 
     Each --max-* constraint replaces the workload's own limit of the same name:
     a candidate beyond one is measured and shown but cannot win.
+
+    --mlflow logs the finished run to MLflow: a parent run, a child run
+    per candidate.
     """
+    mlflow_uri = tracking.start(mlflow)  # before measuring: a bad URI is said now
     if resume is not None:
-        raise typer.Exit(_resume(resume, workload, store, json_path))
+        raise typer.Exit(_resume(resume, workload, store, json_path, mlflow_uri))
     opts = api.RunOptions(
         runtimes=_csv(runtimes),
         precisions=_csv(precisions),
@@ -197,4 +212,4 @@ def run(
             max_cold_start_s=max_cold_start_s,
         ),
     )
-    raise typer.Exit(_measure(workload, opts, json_path))
+    raise typer.Exit(_measure(workload, opts, json_path, mlflow_uri))

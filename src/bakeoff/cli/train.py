@@ -10,7 +10,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from bakeoff.cli.options import DEFAULT_STORE, StoreOpt
+from bakeoff.cli import tracking
+from bakeoff.cli.options import DEFAULT_STORE, MlflowOpt, StoreOpt
 from bakeoff.cli.output import err, out
 from bakeoff.efficiency import percent
 
@@ -48,13 +49,18 @@ def train_cmd(
             help="finish an interrupted training run (RUN_ID) without redoing what it finished",
         ),
     ] = None,
+    mlflow: MlflowOpt = None,
 ) -> None:
     """Train one recipe on every stack: steps/s with a CI from interleaved rounds,
-    time to the target and the final metric over seeds, memory and checkpoints."""
+    time to the target and the final metric over seeds, memory and checkpoints.
+
+    --mlflow logs the finished run to MLflow: a parent run, a child run
+    per stack with each seed's loss and validation curves by step."""
     from bakeoff import api
     from bakeoff.errors import UserError
     from bakeoff.inference.document import write_json
 
+    mlflow_uri = tracking.start(mlflow)  # before training: a bad URI is said now
     started = time.perf_counter()
 
     def say(text: str) -> None:
@@ -98,6 +104,8 @@ def train_cmd(
     if json_path is not None:
         write_json(result.document, json_path)
         err.print(f"wrote {json_path}")
+    if mlflow_uri is not None:
+        tracking.log(mlflow_uri, result.document, store)
     raise typer.Exit(result.exit_code)
 
 
