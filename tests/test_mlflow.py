@@ -294,6 +294,8 @@ target = { value = 0.3 }
 """
 
 
+# A whole training run (about 30 s, more on a loaded machine): make test-slow.
+@pytest.mark.slow
 def test_train_logs_each_seeds_curves_by_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -324,7 +326,10 @@ def test_train_logs_each_seeds_curves_by_step(
     assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
     assert child.data.tags["bakeoff.candidate_id"] == cand["id"] == "torch"
     assert child.data.params["stack"] == "torch"
-    assert child.data.metrics["samples_per_s"] == cand["samples_per_s"]["value"]
+    # Under load a one-second budget may leave no throughput figure: then none is
+    # logged (never a 0), else the document's.
+    throughput = (cand.get("samples_per_s") or {}).get("value")
+    assert child.data.metrics.get("samples_per_s") == throughput
     [seed] = cand["seeds"]
     metric = doc["workload"]["target"]["metric"]
     loss = client.get_metric_history(child.info.run_id, "train_loss/seed0")
