@@ -17,6 +17,27 @@ import pytest
 
 from bakeoff import api
 
+# A two-layer MLP on the digits, for recipes of their own (`factory = "mlp:build"`,
+# `data = "d.npz"`): `write_mlp_and_digits` puts both beside the recipe.
+MLP = """
+import torch
+
+
+def build():
+    return torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10)
+    )
+"""
+
+
+def write_mlp_and_digits(folder: Path) -> None:
+    from bakeoff.builtins import digits
+
+    x_train, y_train, x_val, y_val = digits.train_and_validation()
+    np.savez(folder / "d.npz", x_train=x_train, y_train=y_train, x_val=x_val, y_val=y_val)
+    (folder / "mlp.py").write_text(MLP)
+
+
 SHORT_RECIPE = """
 name = "digits-short"
 [model]

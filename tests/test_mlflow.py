@@ -20,6 +20,7 @@ from bakeoff.cli import app
 from bakeoff.cli.options import OPTIONAL_VALUES, with_optional_values
 from bakeoff.errors import BakeoffError, UserError
 from bakeoff.report import mlflow_log
+from short_recipe import write_mlp_and_digits
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -269,15 +270,6 @@ def test_nothing_lands_in_the_repository_or_home(logged: dict[str, Any]) -> None
     assert not (Path.home() / ".config" / "mlflow").exists()
 
 
-MODEL = """
-import torch
-
-
-def build():
-    return torch.nn.Sequential(
-        torch.nn.Flatten(), torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10)
-    )
-"""
 RECIPE = """name = "mlflow-mlp"
 [model]
 kind = "torch"
@@ -301,11 +293,7 @@ def test_train_logs_each_seeds_curves_by_step(
 ) -> None:
     """`bakeoff train --mlflow`: a parent run, a child per stack, the training loss at
     every step and the validation metric at every evaluation, as in the document."""
-    from bakeoff.builtins import digits
-
-    x_train, y_train, x_val, y_val = digits.train_and_validation()
-    np.savez(tmp_path / "d.npz", x_train=x_train, y_train=y_train, x_val=x_val, y_val=y_val)
-    (tmp_path / "mlp.py").write_text(MODEL)
+    write_mlp_and_digits(tmp_path)
     (tmp_path / "recipe.toml").write_text(RECIPE)
     uri, doc_path = (tmp_path / "mlruns").as_uri(), tmp_path / "t.json"
     args = ["train", str(tmp_path / "recipe.toml"), "--seeds", "1", "--quick", "--budget", "1"]

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -19,16 +18,8 @@ from bakeoff.cli import app
 from bakeoff.errors import UserError
 from bakeoff.store import Store
 from bakeoff.trials.launcher import LocalLauncher
+from short_recipe import write_mlp_and_digits
 
-MODEL = """
-import torch
-
-
-def build():
-    return torch.nn.Sequential(
-        torch.nn.Flatten(), torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10)
-    )
-"""
 RECIPE = """name = "mlp-resume"
 [model]
 kind = "torch"
@@ -47,11 +38,7 @@ target = {{ value = 0.3 }}
 
 
 def _recipe(folder: Path, lr: float = 0.1) -> Path:
-    from bakeoff.builtins import digits
-
-    x_train, y_train, x_val, y_val = digits.train_and_validation()
-    np.savez(folder / "d.npz", x_train=x_train, y_train=y_train, x_val=x_val, y_val=y_val)
-    (folder / "mlp.py").write_text(MODEL)
+    write_mlp_and_digits(folder)
     path = folder / "recipe.toml"
     path.write_text(RECIPE.format(lr=lr))
     return path
