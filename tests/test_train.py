@@ -296,6 +296,25 @@ def test_every_seed_has_the_same_data_order_on_every_stack() -> None:
         next(stacks.batches(10, 16, seed=0))
 
 
+def test_two_recipes_with_a_module_of_the_same_name_each_build_their_own_model(
+    tmp_path: Path,
+) -> None:
+    """A second recipe's `mlp:build` in the same process is its own folder's model, not
+    the module the first one imported (CI: the seed weights were the other model's, so
+    every worker failed to load them); the folder is not left on sys.path."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    for folder, hidden in ((first, 8), (second, 5)):
+        folder.mkdir()
+        (folder / "mlp.py").write_text(
+            f"import torch\n\ndef build():\n    return torch.nn.Linear(4, {hidden})\n"
+        )
+    assert stacks.model_factory("mlp:build", str(first))().out_features == 8
+    assert stacks.model_factory("mlp:build", str(second))().out_features == 5
+    assert str(first) not in sys.path and str(second) not in sys.path
+    with pytest.raises(UserError, match=r"model.factory = 'mlp:nope'.*no attribute"):
+        stacks.model_factory("mlp:nope", str(second))
+
+
 @pytest.mark.slow
 def test_torch_compile_reports_its_compile_apart(tmp_path: Path) -> None:
     result = api.train(

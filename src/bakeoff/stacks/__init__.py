@@ -125,14 +125,21 @@ DEFAULT_STACKS = tuple(n for n in NAMES if n not in FINE_TUNING)
 
 def model_factory(ref: str, folder: str) -> Any:
     """The recipe's "module:callable" that builds the untrained model; a user's module
-    is found in the workload's folder first."""
-    import importlib
-    import sys
+    is found in the workload's folder first. A module of the same name imported from
+    another folder (an earlier recipe in this process) never stands in for it: its
+    model would have other layers than the one the workers build."""
+    from bakeoff.source import import_factory, on_path
 
-    if folder and folder not in sys.path:
-        sys.path.insert(0, folder)
-    module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module), name)
+    make = import_factory(ref, folder or None, "the training recipe", "model.factory")
+    if not folder:
+        return make
+
+    def build() -> Any:
+        # the factory may import the folder's helpers as it builds
+        with on_path(folder):
+            return make()
+
+    return build
 
 
 def batches(rows: int, batch_size: int, seed: int) -> Iterator[np.ndarray]:

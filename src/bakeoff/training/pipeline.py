@@ -149,7 +149,8 @@ def _write_inputs(
     np.savez(
         data, x_train=recipe.x_train, y_train=recipe.y_train, x_val=recipe.x_val, y_val=recipe.y_val
     )
-    factory = _factory(recipe.factory, recipe.factory_dir)
+    # a user's module found in the workload's folder, as the workers find it
+    factory = stacks.model_factory(recipe.factory, recipe.factory_dir)
     inits = []
     first_loss: float = math.nan
     flops: dict[str, int | None] = {}
@@ -186,15 +187,6 @@ def _lora_step_flops(model: Any, recipe: Recipe, x: Any, y: Any) -> int | None:
     except (ImportError, RuntimeError):  # the stack says why (unavailable, or its worker's)
         return None
     return step_flops(wrapped, x, y)
-
-
-def _factory(ref: str, folder: str) -> Any:
-    """The recipe's model factory, imported here to write the initial weights (a
-    user's module found in the workload's folder, as the workers find it)."""
-    try:
-        return stacks.model_factory(ref, folder)
-    except (ImportError, AttributeError) as exc:
-        raise UserError(f"model.factory = {ref!r}: {type(exc).__name__}: {exc}") from None
 
 
 def _spec(
