@@ -17,6 +17,9 @@ from bakeoff.errors import UserError
 from bakeoff.serve.app import ServeSettings, Serving, create_app
 from bakeoff.serve.model import Servable
 
+# Idle keep-alive connections are closed after this many seconds (nginx's default).
+KEEP_ALIVE_S = 75
+
 
 def is_loopback(host: str) -> bool:
     if host == "localhost":
@@ -114,6 +117,10 @@ def serve(
         access_log=False,  # a line per request costs more than the request's own overhead
         server_header=False,
         timeout_graceful_shutdown=5,
+        # Longer than clients keep an idle connection (httpx and requests: 5 s, the
+        # same as uvicorn's own default): with equal timeouts the server may close a
+        # connection just as a client sends on it, and that request fails unanswered.
+        timeout_keep_alive=KEEP_ALIVE_S,
         lifespan="on",
     )
     server = _Server(config, serving, announce)
