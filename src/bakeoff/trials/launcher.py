@@ -11,6 +11,7 @@ would steal half the machine from the worker it measures.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -186,7 +187,10 @@ class WorkerProcess:
 
     def close(self) -> None:
         self.kill()
-        self.conn.close()
+        # A run that stops (its reference failed) closes every worker while the thread
+        # that loaded this one may close it too: the second close is EBADF, not news.
+        with contextlib.suppress(OSError):
+            self.conn.close()
         if self.compile_cache is not None:
             shutil.rmtree(self.compile_cache, ignore_errors=True)
 
