@@ -11,7 +11,6 @@ would steal half the machine from the worker it measures.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -20,6 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol
@@ -108,6 +108,11 @@ class WorkerProcess:
     def __init__(self, job: Job, threads: int, log_path: Path) -> None:
         parent_sock, child_sock = socket.socketpair()
         self.log_path = log_path
+        # A run that stops (its reference failed) closes every worker while the thread
+        # that loaded one may close it too: one of them closes it, once. Two closes of
+        # the channel's descriptor race (EBADF, or a descriptor reused meanwhile).
+        self._close_lock = threading.Lock()
+        self._closed = False
         log_path.parent.mkdir(parents=True, exist_ok=True)
         env = worker_env(threads)
         self.compile_cache: Path | None = None
@@ -186,11 +191,12 @@ class WorkerProcess:
         self.proc.wait()
 
     def close(self) -> None:
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
         self.kill()
-        # A run that stops (its reference failed) closes every worker while the thread
-        # that loaded this one may close it too: the second close is EBADF, not news.
-        with contextlib.suppress(OSError):
-            self.conn.close()
+        self.conn.close()
         if self.compile_cache is not None:
             shutil.rmtree(self.compile_cache, ignore_errors=True)
 
