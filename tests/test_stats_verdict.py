@@ -24,6 +24,30 @@ def _measured(cid: str, samples_ns: np.ndarray, batch_size: int = 1, gap_ns: int
 # ---------------------------------------------------------------- percentiles
 
 
+@pytest.mark.parametrize("kind", ["lognormal", "integers with ties", "a few calls a round"])
+def test_the_replicates_order_statistics_are_numpys_on_the_gathered_replicates(kind: str) -> None:
+    """The bootstrap finds each replicate's percentiles without building it: the
+    figures must be what np.percentile and np.median give on the replicates built."""
+    rng = np.random.default_rng(7)
+    for trial in range(6):
+        rounds = int(rng.integers(1, 30))
+        if kind == "lognormal":
+            samples = rng.lognormal(0.0, 0.3, (rounds, int(rng.integers(50, 200)))) * 1e6
+        elif kind == "integers with ties":
+            samples = rng.integers(0, 12, (rounds, int(rng.integers(1, 200)))).astype(float)
+        else:
+            samples = np.round(rng.normal(5.0, 1.0, (rounds, int(rng.integers(1, 4)))), 1)
+        samples = stats._thin(samples)
+        slots = rng.integers(0, 3, rounds) if trial % 2 else None
+        idx = stats._resample(rounds, slots)
+        built = samples[idx].reshape(len(idx), -1)
+        replicates = stats._Replicates(samples, idx)
+        for q in (0, 37.5, 50, 90, 99, 100):
+            assert np.array_equal(replicates.percentile(q), np.percentile(built, q, axis=1))
+        assert np.array_equal(replicates.median(), np.median(built, axis=1))
+        assert np.allclose(replicates.mean(), built.mean(axis=1), rtol=1e-12, atol=0)
+
+
 def test_latency_percentiles_point_values_and_cis() -> None:
     samples = _lognormal_ns(1, rounds=20, calls=50, median_ms=2.0)
     pct = stats.latency_percentiles(samples)
