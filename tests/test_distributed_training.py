@@ -1,6 +1,10 @@
 """The multi-process and Lightning training stacks on the real libraries: DDP,
 FSDP2, DeepSpeed and Lightning's DDP strategy in two ranks under real torchrun,
-over gloo, and Lightning's `Trainer.fit` in one process, on the digits CNN."""
+over gloo, and Lightning's `Trainer.fit` in one process, on the digits CNN.
+
+make test runs DDP through a whole run beside torch (its scaling references and
+communication share are the run's), and trains FSDP and Lightning for a few steps
+in a worker of their own; the whole run of all of them together is `slow`."""
 
 from __future__ import annotations
 
@@ -14,21 +18,62 @@ import pytest
 from bakeoff import api, stacks
 from bakeoff.trials.jobs import Exit, TrainJob, TrainSpec
 from bakeoff.trials.launcher import LocalLauncher, WorkerFailed
-from short_recipe import short_run, trains_like_the_reference
+from short_recipe import short_run, steps_like_the_reference, train_alone, trains_like_the_reference
 
 STACKS = ("torch", "ddp", "fsdp", "lightning", "fastai")
 
 
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return short_run(tmp_path_factory.mktemp("ddp"), STACKS)
+    return short_run(tmp_path_factory.mktemp("ddp"), ("torch", "ddp", "fastai"))
+
+
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    return train_alone(tmp_path_factory.mktemp("alone"), ("torch", "fsdp", "lightning"))
+
+
+@pytest.fixture(scope="module")
+def all_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return short_run(tmp_path_factory.mktemp("all"), STACKS)
 
 
 def test_ddp_trains_in_two_ranks_and_says_how_it_scales(ddp_run: dict) -> None:
     by = {c["id"]: c for c in ddp_run["candidates"]}
     # The scaling references are timed beside them, but they are no candidate.
+    assert list(by) == ["torch", "ddp", "fastai"]
+    two_ranks_and_scaling(by["ddp"], by["torch"])
+
+
+def test_fsdp_shards_over_two_ranks_and_reloads_its_distributed_checkpoint_alone(
+    alone: dict[str, dict],
+) -> None:
+    fsdp = alone["fsdp"]
+    steps_like_the_reference(fsdp, alone["torch"])
+    assert fsdp["settings"]["sharding"] == "FSDP2 fully_shard"
+    assert fsdp["settings"]["processes"] == 2 and len(fsdp["peak_rss_mb_ranks"]) == 2
+    # Every rank wrote its own shards (DCP) and read them back in place.
+    assert fsdp["checkpoint"]["format"].startswith("torch.distributed.checkpoint")
+    assert fsdp["communication_share"] is None  # FSDP2 has no communication hook
+
+
+def test_lightning_trains_in_one_process_through_its_own_loop_alone(
+    alone: dict[str, dict],
+) -> None:
+    lit = alone["lightning"]
+    steps_like_the_reference(lit, alone["torch"])
+    assert lit["settings"]["loop"] == "Trainer.fit"
+    assert lit["settings"]["framework"].startswith("lightning ")
+    assert len(lit["peak_rss_mb_ranks"]) == 1
+    assert lit["checkpoint"]["format"].startswith("Lightning checkpoint")
+
+
+@pytest.mark.slow
+def test_ddp_fsdp_lightning_and_fastai_in_one_run(all_run: dict) -> None:
+    by = {c["id"]: c for c in all_run["candidates"]}
     assert list(by) == list(STACKS)
     two_ranks_and_scaling(by["ddp"], by["torch"])
+    assert by["fastai"]["status"] == "unavailable"
 
 
 @pytest.mark.slow
@@ -64,10 +109,11 @@ def two_ranks_and_scaling(mine: dict, torch: dict) -> None:
     trains_like_the_reference(mine, torch)
 
 
+@pytest.mark.slow
 def test_fsdp_shards_over_two_ranks_and_reloads_its_distributed_checkpoint(
-    ddp_run: dict,
+    all_run: dict,
 ) -> None:
-    by = {c["id"]: c for c in ddp_run["candidates"]}
+    by = {c["id"]: c for c in all_run["candidates"]}
     fsdp = by["fsdp"]
     assert fsdp["status"] == "ok", fsdp["reason"]
     assert fsdp["processes"] == 2 and fsdp["settings"]["sharding"] == "FSDP2 fully_shard"
@@ -111,8 +157,9 @@ def test_fastai_is_unavailable_with_what_was_seen_installing_it(ddp_run: dict) -
     assert "torchvision" in fastai["reason"] and "torch 2.14.1" in fastai["reason"]
 
 
-def test_lightning_trains_in_one_process_through_its_own_loop(ddp_run: dict) -> None:
-    by = {c["id"]: c for c in ddp_run["candidates"]}
+@pytest.mark.slow
+def test_lightning_trains_in_one_process_through_its_own_loop(all_run: dict) -> None:
+    by = {c["id"]: c for c in all_run["candidates"]}
     lit = by["lightning"]
     assert lit["status"] == "ok", lit["reason"]
     assert lit["processes"] == 1 and lit["threads_per_process"] == 2

@@ -1,6 +1,10 @@
 """The training stacks beyond PyTorch on the real libraries: Keras 3 on JAX,
 TensorFlow and PyTorch, and Flax with optax under jax.jit, each training the digits
-CNN's twin from the very PyTorch seed weights the torch stacks load."""
+CNN's twin from the very PyTorch seed weights the torch stacks load.
+
+make test trains each for a few steps in a worker of its own; the whole run of all
+four beside torch (timed rounds, then a fresh worker per seed, about 2 minutes of
+imports and rounds on 2 cores) is `slow`."""
 
 from __future__ import annotations
 
@@ -9,9 +13,37 @@ from pathlib import Path
 import pytest
 
 from bakeoff import stacks
-from short_recipe import short_run, trains_like_the_reference
+from short_recipe import short_run, steps_like_the_reference, train_alone, trains_like_the_reference
 
 FRAMEWORKS = ("jax", "keras-jax", "keras-tensorflow", "keras-torch")
+
+
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    return train_alone(tmp_path_factory.mktemp("alone"), ("torch", *FRAMEWORKS))
+
+
+@pytest.mark.parametrize("stack", FRAMEWORKS)
+def test_each_framework_takes_the_references_steps_from_the_same_weights(
+    alone: dict[str, dict], stack: str
+) -> None:
+    mine = alone[stack]
+    steps_like_the_reference(mine, alone["torch"])
+    settings = mine["settings"]
+    assert settings["optimizer_state"] == "float32" and settings["lr"] == 0.002
+    assert settings["trainable_parameters"] == alone["torch"]["settings"]["trainable_parameters"]
+    if stack.startswith("keras-"):
+        assert settings["keras_backend"] == stack.removeprefix("keras-")
+        assert mine["checkpoint"]["format"].startswith("Keras' .weights.h5")
+    else:
+        assert settings["model"] == "flax.linen"
+        assert mine["checkpoint"]["format"].startswith("Flax's msgpack")
+    # JAX compiles (jax.jit, and Keras' jitted train function), TensorFlow traces its
+    # tf.function: the settings name the compiler, and the first step's extra time is
+    # reported apart. Keras on PyTorch runs eagerly and names none.
+    assert ("compile_backend" in settings) is (stack != "keras-torch")
+    if stack != "keras-torch":
+        assert mine["compile_s"] > 0
 
 
 @pytest.fixture(scope="module")
@@ -19,6 +51,7 @@ def framework_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return short_run(tmp_path_factory.mktemp("frameworks"), ("torch", *FRAMEWORKS))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stack", FRAMEWORKS)
 def test_each_framework_trains_the_same_model_from_the_same_weights(
     framework_run: dict, stack: str
