@@ -362,7 +362,8 @@ def _recipe(folder: Path, train: str) -> Path:
 def test_a_toml_recipe_trains_the_users_model_and_an_absurd_lr_diverges(tmp_path: Path) -> None:
     """The user's own factory (with dropout, which must not trip the first-loss
     check) and data; with a learning rate of 1e36 the loss goes NaN on every stack,
-    each is `diverged`, and the run still ends with its document."""
+    each is `diverged`, and the run still ends with its document; with 1e36 for one
+    stack only, that stack diverges and the other finishes."""
     from bakeoff.builtins import digits
 
     x_train, y_train, x_val, y_val = digits.train_and_validation()
@@ -395,6 +396,22 @@ def test_a_toml_recipe_trains_the_users_model_and_an_absurd_lr_diverges(tmp_path
     for c in result.document["candidates"]:
         assert c["status"] == "diverged" and "NaN or infinite" in c["reason"]
         assert c["seeds"][0]["diverged"] is True
+    # Only one stack's rate is absurd: it diverges, and the reference still finishes.
+    one = _recipe(
+        tmp_path,
+        'data = "d.npz"\noptimizer = "sgd"\nlr = 0.1\nsteps = 40\n'
+        'stack_lr = { torch-accumulate = 1e36 }\nstacks = ["torch", "torch-accumulate"]\n'
+        "target = { value = 0.5 }\n",
+    )
+    mixed = api.train(
+        str(one), api.TrainOptions(seeds=1, quick=True, budget_s=3, store=tmp_path / "s.db")
+    ).document
+    by = {c["id"]: c for c in mixed["candidates"]}
+    assert by["torch-accumulate"]["status"] == "diverged"
+    assert by["torch-accumulate"]["seeds"][0]["diverged"] is True
+    assert by["torch"]["status"] == "ok", by["torch"]["reason"]
+    assert by["torch"]["seeds"][0]["diverged"] is False
+    assert by["torch"]["seeds"][0]["final_metric"] > 0.5
 
 
 @pytest.mark.parametrize(
