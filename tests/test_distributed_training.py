@@ -3,8 +3,8 @@ FSDP2, DeepSpeed and Lightning's DDP strategy in two ranks under real torchrun,
 over gloo, and Lightning's `Trainer.fit` in one process, on the digits CNN.
 
 make test runs DDP through a whole run beside torch (its scaling references and
-communication share are the run's), and trains FSDP and Lightning for a few steps
-in a worker of their own; the whole run of all of them together is `slow`."""
+communication share are the run's), and trains FSDP, DeepSpeed and Lightning for a
+few steps in a worker of their own; the whole run of all of them together is `slow`."""
 
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 @pytest.fixture(scope="module")
 def alone(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    return train_alone(tmp_path_factory.mktemp("alone"), ("torch", "fsdp", "lightning"))
+    return train_alone(
+        tmp_path_factory.mktemp("alone"), ("torch", "fsdp", "deepspeed", "lightning")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -145,6 +147,17 @@ def test_deepspeed_runs_zero_2_on_its_cpu_accelerator(tmp_path: Path) -> None:
     assert ds["scaling"]["efficiency_vs_one_process"] > 0
     assert ds["scaling"]["communication_share"] is None
     trains_like_the_reference(ds, by["torch"])
+
+
+def test_deepspeed_steps_zero_2_on_its_cpu_accelerator_alone(alone: dict[str, dict]) -> None:
+    """DeepSpeed's few steps in make test: on first use it compiles its CPU
+    communication op (about 40 s on 2 cores, once per test session), which is the
+    price of covering the stack at all; its scaling is the slow test's."""
+    ds = alone["deepspeed"]
+    steps_like_the_reference(ds, alone["torch"])
+    assert ds["settings"]["processes"] == 2 and ds["settings"]["zero_stage"] == 2
+    assert len(ds["peak_rss_mb_ranks"]) == 2
+    assert ds["checkpoint"]["format"].startswith("DeepSpeed checkpoint")
 
 
 def test_deepspeed_is_installed_with_the_train_extra() -> None:
