@@ -1,0 +1,205 @@
+"""Generative models (issue 22, first part): the generation quality gate and timings
+(pure), the PyTorch generation runtimes on a tiny random GPT-2 folder, and the
+`builtin:tiny-lm` recipe."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+from bakeoff import generators
+from bakeoff.builtins import tiny_lm
+from bakeoff.judge import generation as gen
+
+# ---- the gate and the timings, by hand ----------------------------------------
+
+
+def test_token_agreement_counts_prompts_whose_first_n_tokens_match() -> None:
+    reference = [[1, 2, 3, 4], [5, 6, 7, 8], [9, 9], [1, 1, 1, 1]]
+    candidate = [[1, 2, 3, 4], [5, 6, 0, 8], [9, 9, 3], [1, 1, 1, 1]]
+    share, prefix = gen.token_agreement(reference, candidate, n=3)
+    # prompt 1 differs at token 3; prompt 3: the reference stopped after 2 tokens, the
+    # candidate went on, so its first 3 are not the reference's.
+    assert share == pytest.approx(2 / 4)
+    assert prefix == pytest.approx((4 + 2 + 2 + 4) / 4)
+    assert gen.token_agreement(reference, candidate, n=2)[0] == 1.0  # all agree that far
+    with pytest.raises(ValueError, match="3 candidate outputs for 4 prompts"):
+        gen.token_agreement(reference, candidate[:3])
+
+
+def test_perplexity_is_exp_of_the_mean_nll() -> None:
+    assert gen.perplexity(10 * math.log(7.0), 10) == pytest.approx(7.0)
+    assert gen.perplexity(math.inf, 3) == math.inf
+    with pytest.raises(ValueError):
+        gen.perplexity(1.0, 0)
+
+
+def test_the_gate_passes_an_exact_variant_and_names_what_failed_otherwise() -> None:
+    exact = gen.judge([[1, 2]] * 4, [[1, 2]] * 4, 20.0, 20.0)
+    assert exact.passed and exact.perplexity_rise == 0.0
+    drifted = gen.judge([[1, 2]] * 4, [[1, 3]] * 4, 20.0, 25.0, max_drop=0.1)
+    assert not drifted.passed
+    assert drifted.token_agreement == 0.0 and drifted.perplexity_rise == pytest.approx(0.25)
+    words = drifted.describe()
+    assert words.startswith("rejected on token agreement and perplexity")
+    assert "perplexity 25.00 vs reference 20.00 (+25.0%" in words
+    only_ppl = gen.judge([[1, 2]] * 4, [[1, 2]] * 4, 20.0, 30.0)
+    assert only_ppl.describe().startswith("rejected on perplexity:")
+    better = gen.judge([[1, 2]] * 4, [[1, 2]] * 4, 20.0, 19.0)
+    assert better.passed  # lower perplexity by chance is never a rejection
+    doc = drifted.to_json()
+    assert {"token_agreement", "common_prefix", "perplexity", "reference_perplexity"} <= set(doc)
+    assert doc["passed"] is False
+
+
+def test_time_to_first_token_and_per_output_token() -> None:
+    t = gen.RequestTiming(1_000, (4_000, 5_000, 6_000, 9_000))
+    assert t.ttft_ns == 3_000
+    assert t.tpot_ns == pytest.approx((9_000 - 4_000) / 3)
+    assert t.total_ns == 8_000 and t.tokens == 4
+    assert gen.RequestTiming(0, (5,)).tpot_ns is None
+    with pytest.raises(ValueError, match="no token"):
+        _ = gen.RequestTiming(0, ()).ttft_ns
+
+
+# ---- the PyTorch runtimes on a tiny random GPT-2 -------------------------------
+
+
+def _tiny_gpt2(folder: Path, seed: int = 0, noise: float = 0.0) -> Path:
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    config = GPT2Config(
+        vocab_size=256, n_positions=128, n_embd=64, n_layer=2, n_head=2,
+        bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    model = GPT2LMHeadModel(config)
+    if noise:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * noise)
+    model.save_pretrained(folder)
+    return folder
+
+
+PROMPTS = [[5, 6, 7], [11, 12, 13, 14, 15, 16, 17], [40, 41], [100] * 12]
+
+
+def _greedy(g: generators.Generator, new: int = 16) -> tuple[list[list[int]], list]:
+    outs, timings = [], []
+    for prompt in PROMPTS:
+        stamps: list[int] = []
+        start = time.perf_counter_ns()
+        outs.append(g.generate(prompt, new, lambda _t, s=stamps: s.append(time.perf_counter_ns())))
+        timings.append(gen.RequestTiming(start, tuple(stamps)))
+    return outs, timings
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _tiny_gpt2(tmp_path_factory.mktemp("gpt2"))
+
+
+def test_torch_and_torch_compile_write_the_same_greedy_tokens(gpt2: Path) -> None:
+    eager = generators.load("torch", gpt2, threads=1)
+    compiled = generators.load("torch-compile", gpt2, threads=1)
+    ref, ref_timing = _greedy(eager)
+    out, timing = _greedy(compiled)
+    assert out == ref
+    assert all(len(o) == 16 for o in ref)  # eos is token 0, which this model never picks
+    # every token was reported as it arrived, in order, after its request started
+    for t, o in zip(ref_timing + timing, ref + out, strict=True):
+        assert t.tokens == len(o) and t.ttft_ns > 0
+        assert list(t.token_ns) == sorted(t.token_ns)
+    text = list(range(1, 40))
+    nll, n = eager.nll(text)
+    assert n == 38 and nll > 0
+    assert compiled.nll(text) == pytest.approx((nll, n), rel=1e-5)
+    share, prefix = gen.token_agreement(ref, out)
+    assert share == 1.0 and prefix == 16.0
+
+
+def test_a_broken_variant_is_rejected_with_its_figures(gpt2: Path, tmp_path: Path) -> None:
+    """The same model with its weights scrambled stands in for a quantization that
+    the model does not survive: the gate rejects it and says by how much."""
+    broken = _tiny_gpt2(tmp_path / "broken", noise=0.5)
+    eager = generators.load("torch", gpt2, threads=1)
+    bad = generators.load("torch", broken, threads=1)
+    ref, _ = _greedy(eager)
+    out, _ = _greedy(bad)
+    text = list(range(1, 60))
+    q = gen.judge(ref, out, gen.perplexity(*eager.nll(text)), gen.perplexity(*bad.nll(text)))
+    assert not q.passed
+    assert q.token_agreement < 0.5 and q.perplexity_rise > 0.1
+    assert q.describe().startswith("rejected on token agreement and perplexity")
+
+
+def test_a_prompt_too_long_for_the_model_is_a_clear_error(gpt2: Path) -> None:
+    g = generators.load("torch", gpt2, threads=1)
+    with pytest.raises(ValueError, match="exceeds the model's 128 positions"):
+        g.generate([1] * 120, 16, lambda _t: None)
+
+
+def test_unknown_runtime_is_named() -> None:
+    with pytest.raises(ValueError, match="unknown generative runtime 'nope'"):
+        generators.availability("nope")
+    assert generators.availability("torch") is None
+
+
+# ---- builtin:tiny-lm ----------------------------------------------------------
+
+
+def test_tiny_lm_holds_out_whole_files_and_picks_short_and_long_prompts(tmp_path: Path) -> None:
+    lib = tmp_path / "lib"
+    for i in range(40):
+        pkg = lib / ("test" if i == 0 else f"pkg{i}")
+        pkg.mkdir(parents=True)
+        lines = [f"line {j} of file number {i} with text" for j in range(5)]
+        lines += ["x" * 90 + f" long line of file {i}", "short", "", "y" * 300]
+        (pkg / "mod.py").write_text("\n".join(lines))
+    corpus = tiny_lm.corpus(lib)
+
+    def files(lines: list[str]) -> set[str]:
+        return {line.split("file number ")[1].split()[0] for line in lines if "number" in line}
+
+    train_files, held_files = files(corpus.train), files(corpus.held_out)
+    assert train_files and held_files and not train_files & held_files
+    assert "0" not in train_files | held_files  # test folders are left out
+    everything = corpus.train + corpus.held_out
+    assert "short" not in everything and not any(line.startswith("y") for line in everything)
+    prompts, text = tiny_lm.prompts_and_text(corpus.held_out)
+    lengths = sorted(len(p) for p in prompts)
+    assert lengths[0] <= tiny_lm.SHORT_PROMPT[1] and lengths[-1] >= tiny_lm.LONG_PROMPT[0]
+    assert not set(prompts) & set(text)
+
+
+def test_tiny_lm_builds_an_ordinary_causal_lm_folder_and_caches_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A few steps instead of the recipe's, so the test stays short; the folder, its
+    files and the cache are what the full recipe writes."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    monkeypatch.setenv("BAKEOFF_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(tiny_lm, "STEPS", 3)
+    said: list[str] = []
+    folder = tiny_lm.train_if_needed(said.append)
+    assert folder == tiny_lm.folder_path() and said[0].startswith("tiny-lm: training")
+    recipe = json.loads((folder / "recipe.json").read_text())
+    assert recipe["steps"] == 3 and recipe["vocab"] == tiny_lm.VOCAB
+    assert recipe["parameters"] > 2_000_000
+    tokenizer = AutoTokenizer.from_pretrained(folder / "model", local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(folder / "model", local_files_only=True)
+    assert type(model).__name__ == "GPT2LMHeadModel"
+    line = "def __init__(self, name):"
+    assert tokenizer.decode(tokenizer(line)["input_ids"]) == line
+    prompts = (folder / "prompts.txt").read_text().splitlines()
+    assert len(prompts) == 2 * tiny_lm.PROMPTS_PER_LENGTH
+    assert len((folder / "heldout.txt").read_text().splitlines()) == tiny_lm.PERPLEXITY_LINES
+    again: list[str] = []
+    assert tiny_lm.train_if_needed(again.append) == folder and again == []  # cached
