@@ -8,7 +8,7 @@ TEST_STAMP := $(VENV)/.installed-test
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test test-slow test-gpu test-report browser lint format typecheck bench bench-serve clean frameworks
+.PHONY: demo test test-slow test-gpu test-llama-cpp test-report browser lint format typecheck bench bench-serve clean frameworks
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -64,7 +64,7 @@ test: $(TEST_STAMP) browser
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -m "not slow and not gpu" -n $(TEST_WORKERS) --dist loadfile --durations=10; rc=$$?; \
+	$(PY) -m pytest -m "not slow and not gpu and not llama_cpp" -n $(TEST_WORKERS) --dist loadfile --durations=10; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 test-slow: $(TEST_STAMP)
@@ -72,6 +72,15 @@ test-slow: $(TEST_STAMP)
 
 test-gpu: $(TEST_STAMP)
 	$(PY) -m pytest -m gpu
+
+# llama.cpp (llama-cpp-python compiles it from source: minutes), and its tests.
+LLAMA_STAMP := $(VENV)/.installed-llama-cpp
+$(LLAMA_STAMP): $(TEST_STAMP)
+	$(INSTALL) -e '.[llama-cpp]'
+	touch $(LLAMA_STAMP)
+
+test-llama-cpp: $(LLAMA_STAMP)
+	$(PY) -m pytest -m llama_cpp
 
 # The HTML report in headless Chromium alone; keeps its screenshot in test-output/.
 test-report: $(TEST_STAMP) browser

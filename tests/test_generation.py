@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bakeoff import generators
 from bakeoff.builtins import tiny_lm
 from bakeoff.judge import generation as gen
+from tiny_gpt2 import greedy, tiny_gpt2, with_tokenizer
 
 # ---- the gate and the timings, by hand ----------------------------------------
 
@@ -69,47 +70,16 @@ def test_time_to_first_token_and_per_output_token() -> None:
 # ---- the PyTorch runtimes on a tiny random GPT-2 -------------------------------
 
 
-def _tiny_gpt2(folder: Path, seed: int = 0, noise: float = 0.0) -> Path:
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(seed)
-    config = GPT2Config(
-        vocab_size=256, n_positions=128, n_embd=64, n_layer=2, n_head=2,
-        bos_token_id=0, eos_token_id=0,
-    )  # fmt: skip
-    model = GPT2LMHeadModel(config)
-    if noise:
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(torch.randn_like(p) * noise)
-    model.save_pretrained(folder)
-    return folder
-
-
-PROMPTS = [[5, 6, 7], [11, 12, 13, 14, 15, 16, 17], [40, 41], [100] * 12]
-
-
-def _greedy(g: generators.Generator, new: int = 16) -> tuple[list[list[int]], list]:
-    outs, timings = [], []
-    for prompt in PROMPTS:
-        stamps: list[int] = []
-        start = time.perf_counter_ns()
-        outs.append(g.generate(prompt, new, lambda _t, s=stamps: s.append(time.perf_counter_ns())))
-        timings.append(gen.RequestTiming(start, tuple(stamps)))
-    return outs, timings
-
-
 @pytest.fixture(scope="module")
 def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _tiny_gpt2(tmp_path_factory.mktemp("gpt2"))
+    return tiny_gpt2(tmp_path_factory.mktemp("gpt2"))
 
 
 def test_torch_and_torch_compile_write_the_same_greedy_tokens(gpt2: Path) -> None:
     eager = generators.load("torch", gpt2, threads=1)
     compiled = generators.load("torch-compile", gpt2, threads=1)
-    ref, ref_timing = _greedy(eager)
-    out, timing = _greedy(compiled)
+    ref, ref_timing = greedy(eager)
+    out, timing = greedy(compiled)
     assert out == ref
     assert all(len(o) == 16 for o in ref)  # eos is token 0, which this model never picks
     # every token was reported as it arrived, in order, after its request started
@@ -127,11 +97,11 @@ def test_torch_and_torch_compile_write_the_same_greedy_tokens(gpt2: Path) -> Non
 def test_a_broken_variant_is_rejected_with_its_figures(gpt2: Path, tmp_path: Path) -> None:
     """The same model with its weights scrambled stands in for a quantization that
     the model does not survive: the gate rejects it and says by how much."""
-    broken = _tiny_gpt2(tmp_path / "broken", noise=0.5)
+    broken = tiny_gpt2(tmp_path / "broken", noise=0.5)
     eager = generators.load("torch", gpt2, threads=1)
     bad = generators.load("torch", broken, threads=1)
-    ref, _ = _greedy(eager)
-    out, _ = _greedy(bad)
+    ref, _ = greedy(eager)
+    out, _ = greedy(bad)
     text = list(range(1, 60))
     q = gen.judge(ref, out, gen.perplexity(*eager.nll(text)), gen.perplexity(*bad.nll(text)))
     assert not q.passed
@@ -203,3 +173,52 @@ def test_tiny_lm_builds_an_ordinary_causal_lm_folder_and_caches_it(
     assert len((folder / "heldout.txt").read_text().splitlines()) == tiny_lm.PERPLEXITY_LINES
     again: list[str] = []
     assert tiny_lm.train_if_needed(again.append) == folder and again == []  # cached
+
+
+# ---- the GGUF writer (gguf alone; llama.cpp itself is in test_generation_llama_cpp) ----
+
+
+def test_a_gpt2_folder_is_written_as_the_gguf_llama_cpp_reads(tmp_path: Path) -> None:
+    import gguf
+    from safetensors.numpy import load_file
+
+    from bakeoff.transforms import gguf_export
+
+    # the byte-level alphabet alone is 256 tokens; 320 rows leave some unused
+    folder = with_tokenizer(tiny_gpt2(tmp_path / "gpt2", vocab=320))
+    weights = load_file(str(folder / "model.safetensors"))
+    for precision, matrix_type in (("f32", "F32"), ("f16", "F16")):
+        written = gguf_export.write_gguf(folder, tmp_path / "m.gguf", precision)
+        reader = gguf.GGUFReader(str(written))
+        tensors = {t.name: t for t in reader.tensors}
+        per_block = [
+            f"blk.{i}.{part}.{kind}"
+            for i in range(2)
+            for part in ("attn_norm", "attn_qkv", "attn_output", "ffn_norm", "ffn_up", "ffn_down")
+            for kind in ("weight", "bias")
+        ]
+        expected = {"token_embd.weight", "position_embd.weight", "output.weight"}
+        expected |= {"output_norm.weight", "output_norm.bias", *per_block}
+        assert set(tensors) == expected
+        qkv = tensors["blk.0.attn_qkv.weight"]
+        assert qkv.tensor_type.name == matrix_type
+        assert tensors["blk.0.attn_qkv.bias"].tensor_type.name == "F32"  # biases stay F32
+        # Hugging Face's Conv1D keeps (in, out); GGUF rows are outputs
+        want = weights["transformer.h.0.attn.c_attn.weight"].T
+        got = np.asarray(qkv.data, dtype=np.float32).reshape(want.shape)
+        np.testing.assert_allclose(got, want, rtol=1e-3 if precision == "f16" else 0, atol=1e-3)
+        field = reader.fields["tokenizer.ggml.tokens"]
+        assert len(field.data) == 320  # the embedding's rows, the unused ones padded
+        types = reader.fields["tokenizer.ggml.token_type"]
+        assert int(types.parts[types.data[-1]][0]) == int(gguf.TokenType.UNUSED)
+
+
+def test_a_folder_that_is_not_gpt2_is_refused_by_name(tmp_path: Path) -> None:
+    from bakeoff.transforms import gguf_export
+
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
+    )
+    refused = r"GPT-2 folders only; this one is LlamaForCausalLM"
+    with pytest.raises(gguf_export.GgufUnsupported, match=refused):
+        gguf_export.write_gguf(tmp_path, tmp_path / "m.gguf")

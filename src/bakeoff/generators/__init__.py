@@ -41,6 +41,7 @@ class Generator(Protocol):
 RUNTIMES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "torch": ("bakeoff.generators.torch_generate", ("torch", "transformers"), ""),
     "torch-compile": ("bakeoff.generators.torch_generate", ("torch", "transformers"), ""),
+    "llama-cpp": ("bakeoff.generators.llama_cpp_generate", ("llama_cpp", "gguf"), "llama-cpp"),
 }
 
 

@@ -1,0 +1,80 @@
+"""llama.cpp on a tiny random GPT-2 folder, written as GGUF by bakeoff and quantized
+by llama.cpp's own quantizer: at F32 it writes PyTorch's greedy tokens exactly.
+
+llama-cpp-python compiles llama.cpp when it installs (minutes), so these tests run
+under `make test-llama-cpp` (marker `llama_cpp`), not in make test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bakeoff import generators
+from bakeoff.judge import generation as gen
+from bakeoff.transforms import gguf_export
+from tiny_gpt2 import PROMPTS, greedy, tiny_gpt2, with_tokenizer
+
+pytestmark = pytest.mark.llama_cpp
+
+if generators.availability("llama-cpp"):
+    pytest.skip(str(generators.availability("llama-cpp")), allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return with_tokenizer(tiny_gpt2(tmp_path_factory.mktemp("gpt2"), vocab=320))
+
+
+@pytest.fixture(scope="module")
+def reference(folder: Path) -> tuple[generators.Generator, list[list[int]]]:
+    torch_gen = generators.load("torch", folder, threads=1)
+    return torch_gen, greedy(torch_gen)[0]
+
+
+def test_llama_cpp_at_f32_writes_torchs_greedy_tokens(
+    folder: Path, reference: tuple[generators.Generator, list[list[int]]], tmp_path: Path
+) -> None:
+    torch_gen, ref = reference
+    path = gguf_export.write_gguf(folder, tmp_path / "f32.gguf", "f32")
+    llama = generators.load("llama-cpp", path, threads=1)
+    out, timings = greedy(llama)
+    assert out == ref
+    assert all(t.tokens == len(o) and t.ttft_ns > 0 for t, o in zip(timings, out, strict=True))
+    # a second request with the same prompt prefills again (no KV-cache reuse)
+    again, _ = greedy(llama)
+    assert again == ref
+    text = list(range(1, 60))
+    assert llama.nll(text) == pytest.approx(torch_gen.nll(text), rel=1e-3)
+
+
+@pytest.mark.parametrize("kind", ["q8_0", "q4_k_m"])
+def test_llama_cpps_own_quantizer_makes_smaller_files_the_gate_judges(
+    kind: str,
+    folder: Path,
+    reference: tuple[generators.Generator, list[list[int]]],
+    tmp_path: Path,
+) -> None:
+    torch_gen, ref = reference
+    f16 = gguf_export.write_gguf(folder, tmp_path / "f16.gguf", "f16")
+    quantized = gguf_export.quantize(f16, tmp_path / f"{kind}.gguf", kind, threads=1)
+    assert quantized.stat().st_size < f16.stat().st_size
+    llama = generators.load("llama-cpp", quantized, threads=1)
+    out, _ = greedy(llama)
+    assert len(out) == len(PROMPTS)
+    text = list(range(1, 60))
+    q = gen.judge(ref, out, gen.perplexity(*torch_gen.nll(text)), gen.perplexity(*llama.nll(text)))
+    assert 0.0 <= q.token_agreement <= 1.0 and q.perplexity > 0
+    assert q.passed == (q.agreement_ok and q.perplexity_ok)
+    assert ("rejected" in q.describe()) != q.passed
+
+
+def test_an_unknown_quantization_is_named(folder: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not 'q3'"):
+        gguf_export.quantize(tmp_path / "x.gguf", tmp_path / "y.gguf", "q3", threads=1)
+
+
+def test_a_prompt_past_the_models_positions_is_a_clear_error(folder: Path, tmp_path: Path) -> None:
+    llama = generators.load("llama-cpp", gguf_export.write_gguf(folder, tmp_path / "m.gguf"), 1)
+    with pytest.raises(ValueError, match="exceeds the model's 128 positions"):
+        llama.generate([1] * 120, 16, lambda _t: None)
