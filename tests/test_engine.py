@@ -89,6 +89,7 @@ class Recorder:
         latency_ns: list[int],
         block_ns: int | None,
         slot: int,
+        extra: dict[str, list[int]] | None = None,
     ) -> None:
         self.timed_rounds.append((entrant.id, round_index, kind))
 

@@ -2,8 +2,9 @@
 
 `run` and `resume` are the inference bake-off (`bakeoff.inference.pipeline`,
 on the trial engine in `bakeoff.trials`); `train` and `resume_training` the
-training bake-off (`bakeoff.training.pipeline`, on the same engine); `advise` the advice;
-`list_runs` and `show_run` read the store.
+training bake-off (`bakeoff.training.pipeline`, on the same engine); `load_generation`
+and `run_generation` the generative bake-off (`bakeoff.generation.pipeline`, on the same
+engine); `advise` the advice; `list_runs` and `show_run` read the store.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from typing import Any
 
 from bakeoff import advise as advising
 from bakeoff.errors import UserError
+from bakeoff.generation.pipeline import GenerateOptions, GenerateResult, run_generation
 from bakeoff.inference.document import SCHEMA_VERSION, write_json
 from bakeoff.inference.options import SCENARIOS, RunOptions
 from bakeoff.inference.pipeline import RunResult, run
+from bakeoff.loader import load_generation
 from bakeoff.paths import DEFAULT_STORE
 from bakeoff.report import Reporter
 from bakeoff.store import Store
@@ -24,15 +27,19 @@ from bakeoff.training.pipeline import TrainOptions, TrainResult, train
 __all__ = [
     "SCENARIOS",
     "SCHEMA_VERSION",
+    "GenerateOptions",
+    "GenerateResult",
     "RunOptions",
     "RunResult",
     "TrainOptions",
     "TrainResult",
     "advise",
     "list_runs",
+    "load_generation",
     "resume",
     "resume_training",
     "run",
+    "run_generation",
     "show_run",
     "train",
     "write_json",

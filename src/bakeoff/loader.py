@@ -8,12 +8,40 @@ here, neither of those imports the other's user.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bakeoff.builtins import load_builtin
+from bakeoff.builtins import GENERATIVE_BUILTINS, load_builtin, load_generation_builtin
 from bakeoff.errors import UserError
-from bakeoff.workload import Workload, WorkloadSpec, parse_spec, workload_from_spec
+from bakeoff.workload import (
+    GenerationWorkload,
+    Workload,
+    WorkloadSpec,
+    generation_workload_from_spec,
+    is_generation,
+    parse_spec,
+    workload_from_spec,
+)
+
+
+def load_generation(
+    ref: str | None, say: Callable[[str], None] = lambda _: None
+) -> GenerationWorkload | None:
+    """The text-generation workload `ref` names (a built-in or a TOML file whose model
+    has task = "text-generation"), or None when it names another kind of workload
+    (which `load_workload` loads, and whose mistakes it reports)."""
+    ref = ref or "builtin:minilm"
+    if ref.startswith("builtin:"):
+        name = ref.removeprefix("builtin:")
+        return load_generation_builtin(name, say) if name in GENERATIVE_BUILTINS else None
+    path = Path(ref)
+    if not path.is_file():
+        return None
+    spec = parse_spec(path.read_text(encoding="utf-8"), str(path))
+    if not is_generation(spec):
+        return None
+    return generation_workload_from_spec(spec, str(path), str(path.resolve().parent))
 
 
 def load_workload(ref: str | None) -> Workload:
@@ -27,6 +55,11 @@ def load_workload(ref: str | None) -> Workload:
             f"{ref}: no such workload file (give a .toml path or builtin:minilm / builtin:digits)"
         )
     spec = parse_spec(path.read_text(encoding="utf-8"), str(path))
+    if is_generation(spec):
+        raise UserError(
+            f"{path}: a text-generation workload: `bakeoff run {path}` measures it; this "
+            "command does not take generative models yet"
+        )
     if spec.data is None and spec.train is not None:
         raise UserError(
             f"{path}: a training recipe ([train], no [data] to run inference on): "

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.paths import cache_dir
+from bakeoff.workload import GenerationWorkload, WorkloadSpec, generation_workload_from_spec
 
 VERSION = 1  # bump when anything below changes what is trained
 SEED = 0
@@ -254,3 +255,23 @@ def train_if_needed(progress: Callable[[str], None] = lambda _: None) -> Path:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     return path
+
+
+MAX_NEW_TOKENS = 32
+
+
+def workload(progress: Callable[[str], None] = lambda _: None) -> GenerationWorkload:
+    folder = train_if_needed(progress)
+    spec = WorkloadSpec.model_validate(
+        {
+            "name": "tiny-lm",
+            "description": "a 2.6 M-parameter GPT-2 trained on the Python standard library",
+            "model": {"kind": "hf", "path": str(folder / "model"), "task": "text-generation"},
+            "data": {
+                "prompts": str(folder / "prompts.txt"),
+                "perplexity_text": str(folder / "heldout.txt"),
+                "max_new_tokens": MAX_NEW_TOKENS,
+            },
+        }
+    )
+    return generation_workload_from_spec(spec, origin="builtin:tiny-lm", base_dir=None)

@@ -187,6 +187,42 @@ def run(
     mlflow_uri = tracking.start(mlflow)  # before measuring: a bad URI is said now
     if resume is not None:
         raise typer.Exit(_resume(resume, workload, store, json_path, mlflow_uri))
+    generative = api.load_generation(workload, lambda text: err.print(text))
+    if generative is not None:
+        from bakeoff.cli import generation
+
+        generation.refuse_inference_flags(
+            {
+                "--batch-sizes": batch_sizes is not None,
+                "--margin": margin is not None,
+                "--ci-target": ci_target is not None,
+                "--scenario": scenario != "latency",
+                "--cold-starts": cold_starts != 1,
+                "--worker-per-batch-size": worker_per_batch_size,
+                "--target": target is not None,
+                "--max-*": any(
+                    x is not None
+                    for x in (
+                        max_p50_ms,
+                        max_p99_ms,
+                        max_peak_memory_mb,
+                        max_model_size_mb,
+                        max_cold_start_s,
+                    )
+                ),
+                "--mlflow": mlflow_uri is not None,
+            }
+        )
+        gen_opts = api.GenerateOptions(
+            runtimes=tuple(_csv(runtimes) or ()) or None,
+            precisions=tuple(_csv(precisions) or ()) or None,
+            quick=quick,
+            store=store,
+            threads=threads,
+            trial_timeout_s=trial_timeout,
+            budget_s=budget,
+        )
+        raise typer.Exit(generation.run(generative, gen_opts, json_path))
     opts = api.RunOptions(
         runtimes=_csv(runtimes),
         precisions=_csv(precisions),

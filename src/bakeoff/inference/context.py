@@ -73,6 +73,7 @@ class RunEvents:
         latency_ns: list[int],
         block_ns: int | None,
         slot: int,
+        extra: dict[str, list[int]] | None = None,  # no per-call figures here
     ) -> None:
         self.ctx.store.add_trial(
             self.ctx.run_id, entrant.id, round_index, kind, latency_ns, block_ns, slot

@@ -88,6 +88,7 @@ class _Events:
         latency_ns: list[int],
         block_ns: int | None,
         slot: int,
+        extra: dict[str, list[int]] | None = None,  # no per-call figures here
     ) -> None:
         self.store.add_trial(self.run_id, entrant.id, round_index, kind, latency_ns, block_ns, slot)
 

@@ -75,8 +75,10 @@ class Events(Protocol):
         latency_ns: list[int],
         block_ns: int | None,
         slot: int,
+        extra: dict[str, list[int]] | None = None,
     ) -> None:
-        """Timed calls to keep: the warm-up (round -1) or one round's block."""
+        """Timed calls to keep: the warm-up (round -1) or one round's block, with the
+        per-call figures a worker gives beside the timed one (`Timed.extra`)."""
         ...
 
 
@@ -432,7 +434,7 @@ def _one_round(r: int, lanes: dict[str, Lane[E]], s: TrialSettings, events: Even
         c.rounds_ns.append(timed.latency_ns)
         c.block_ns.append(timed.block_ns)
         c.round_slots.append(slot)
-        events.timed(c, r, "measure", timed.latency_ns, timed.block_ns, slot)
+        events.timed(c, r, "measure", timed.latency_ns, timed.block_ns, slot, timed.extra)
         measured += 1
     return measured
 

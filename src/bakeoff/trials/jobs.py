@@ -22,6 +22,11 @@ Jobs (the first message, ``"kind"`` says which):
 - `TargetJob`: train one seed from its initial weights to the end of the recipe,
   evaluating as it goes; the reply carries the curve, when the target was
   reached, and the checkpoint's figures.
+- `GenerateJob`: build a generative runtime's model file where it needs one
+  (GGUF), load it, time a first request, save its greedy tokens and perplexity
+  figures for the gate, then answer `Warmup`, `Measure` (generate requests: time
+  per output token, with each request's time to first token beside it), `Peak`
+  and `Exit`.
 
 Commands (to a `LoadJob`'s worker): `Warmup`, `Measure` (answered with a
 `Timed`), `Server`, `Offline`, `Rebatch` (go on at another batch size, the same
@@ -216,6 +221,34 @@ class TargetJob(_Job):
         return self.train.threads
 
 
+@dataclass(frozen=True)
+class GenerateSpec:
+    """One generative candidate, as its worker builds and loads it."""
+
+    runtime: str  # a `bakeoff.generators.RUNTIMES` name
+    precision: str  # fp32 | f16 | q8_0 | q4_k_m
+    folder: str  # the causal-LM folder
+    artifacts_dir: str  # where a built model file goes (shared by the run's candidates)
+    inputs_path: str  # JSON: {"prompts": [[ids]], "text": [[ids]]}
+    outputs_path: str  # JSON the worker writes: greedy tokens and perplexity figures
+    max_new_tokens: int
+    threads: int
+    candidate_id: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerateJob(_Job):
+    """Build and load a generative runtime, time its first request, save the gate's
+    figures, then answer commands (each timed call is one request)."""
+
+    kind: ClassVar[str] = "generate"
+    generate: GenerateSpec
+
+    @property
+    def threads(self) -> int:
+        return self.generate.threads
+
+
 @dataclass(frozen=True, kw_only=True)
 class _Command(_Message):
     what: ClassVar[str] = "command"
@@ -294,13 +327,14 @@ class Exit(_Command):
     kind: ClassVar[str] = "exit"
 
 
-Job = BuildJob | ReferenceJob | ColdStartJob | LoadJob | TrainJob | TargetJob
+Job = BuildJob | ReferenceJob | ColdStartJob | LoadJob | TrainJob | TargetJob | GenerateJob
 # The jobs of workers the trial engine times in rounds.
-MeasuredJob = LoadJob | TrainJob
+MeasuredJob = LoadJob | TrainJob | GenerateJob
 Command = Warmup | Measure | Server | Offline | Rebatch | Peak | Exit
 
 JOBS: dict[str, type[Job]] = {
-    c.kind: c for c in (BuildJob, ReferenceJob, ColdStartJob, LoadJob, TrainJob, TargetJob)
+    c.kind: c
+    for c in (BuildJob, ReferenceJob, ColdStartJob, LoadJob, TrainJob, TargetJob, GenerateJob)
 }
 COMMANDS: dict[str, type[Command]] = {
     c.kind: c for c in (Warmup, Measure, Server, Offline, Rebatch, Peak, Exit)
@@ -331,10 +365,13 @@ def command_from_json(data: Any) -> Command:
 
 @dataclass(frozen=True)
 class Timed:
-    """The answer to `Measure`: each timed call's ns, and the whole block's."""
+    """The answer to `Measure`: each timed call's ns, and the whole block's; `extra`,
+    per-call figures beside the timed one (a generate request's time to first token
+    and tokens), by name, one value per call."""
 
     latency_ns: list[int]
     block_ns: int
+    extra: dict[str, list[int]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return _encode(self)

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from bakeoff.trials.jobs import (
     ColdStartJob,
     Command,
+    GenerateJob,
     Job,
     JobError,
     LoadJob,
@@ -97,7 +98,7 @@ def _log_tail(path: Path, lines: int = 3) -> str:
 # The worker removes the folder named in PRIVATE_CACHE_VARIABLE when it ends, as
 # the orchestrator does when it closes the worker: if the orchestrator is killed,
 # its workers see the socket close and exit, and nothing is left in /tmp.
-TIMED_JOBS = (LoadJob, ColdStartJob, TrainJob, TargetJob)
+TIMED_JOBS = (LoadJob, ColdStartJob, TrainJob, TargetJob, GenerateJob)
 COMPILE_CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 PRIVATE_CACHE_VARIABLE = "BAKEOFF_WORKER_COMPILE_CACHE"
 

@@ -42,6 +42,7 @@ from bakeoff.trials.jobs import (
     ColdStartJob,
     Command,
     Exit,
+    GenerateJob,
     JobBase,
     JobError,
     LoadJob,
@@ -497,6 +498,12 @@ def main(fd: int) -> int:
                 answer_until_exit(conn, training.answer)
             case TargetJob():
                 send(conn, train_worker.do_target(job))
+            case GenerateJob():
+                from bakeoff.trials import gen_worker
+
+                ready, generating = gen_worker.start_generating(job, started)
+                send(conn, ready)
+                answer_until_exit(conn, generating.answer)
             case _:
                 assert_never(job)
     except StepNotNeeded as exc:

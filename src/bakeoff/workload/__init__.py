@@ -13,13 +13,20 @@ The modules, bottom first; each imports only from those below it:
 - `parse`: TOML text to a `WorkloadSpec`, pydantic's errors rewritten for people;
 - `checks`: the model files and folders the spec names, checked on disk;
 - `data`: the data read (factory, .npz / .npy, tokenized text) and normalized;
-- `build`: `Workload` and `workload_from_spec`, which put the others together.
+- `build`: `Workload` and `workload_from_spec`, which put the others together;
+- `generation`: a text-generation workload (`GenerationWorkload`): the folder, its
+  prompts and held-out text as token ids.
 
 Everything other modules use is imported from here, `bakeoff.workload`.
 """
 
 from bakeoff.workload.build import Workload, workload_from_spec
 from bakeoff.workload.data import normalize_data, read_text_lines, tokenize_texts
+from bakeoff.workload.generation import (
+    GenerationWorkload,
+    generation_workload_from_spec,
+    is_generation,
+)
 from bakeoff.workload.parse import MODEL_KEYS_BY_KIND, parse_spec
 from bakeoff.workload.spec import (
     DEFAULT_HF_TASK,
@@ -65,6 +72,7 @@ __all__ = [
     "CandidateSpec",
     "ConstraintsSpec",
     "DataSpec",
+    "GenerationWorkload",
     "HfTask",
     "Metric",
     "ModelSpec",
@@ -75,6 +83,8 @@ __all__ = [
     "Workload",
     "WorkloadSpec",
     "default_runtimes",
+    "generation_workload_from_spec",
+    "is_generation",
     "normalize_data",
     "parse_spec",
     "read_text_lines",

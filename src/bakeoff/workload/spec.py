@@ -56,9 +56,9 @@ def default_runtimes(model_kind: str) -> list[str]:
 
 Precision = Literal["fp32", "fp16", "bf16", "int8", "int4"]
 DEFAULT_PRECISIONS: tuple[Precision, ...] = ("fp32", "int8")
-Metric = Literal["accuracy", "agreement", "cosine", "max_abs"]
+Metric = Literal["accuracy", "agreement", "cosine", "max_abs", "perplexity"]
 Objective = Literal["auto", "latency", "throughput"]
-HfTask = Literal["feature-extraction", "sequence-classification"]
+HfTask = Literal["feature-extraction", "sequence-classification", "text-generation"]
 DEFAULT_HF_TASK: HfTask = "feature-extraction"
 # Checkpoint formats model.weights accepts. safetensors holds tensors only; the
 # pickle-based ones are read with torch.load(weights_only=True) and nothing else.
@@ -238,14 +238,29 @@ class DataSpec(_Strict):
         description="inputs with no batch axis, fed unchanged to every call (a sample "
         "rate, say); a 0-d array is one by default",
     )
+    prompts: str | None = Field(
+        None, description="text-generation: a UTF-8 file, one prompt per line"
+    )
+    max_new_tokens: PositiveInt | None = Field(
+        None, description="text-generation: tokens generated per prompt (greedy; default 32)"
+    )
+    perplexity_text: str | None = Field(
+        None,
+        description="text-generation: a UTF-8 file of held-out text, one passage per line, "
+        "for the perplexity gate (default: the prompts)",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> DataSpec:
-        if sum(x is not None for x in (self.factory, self.path, self.text)) != 1:
+        if sum(x is not None for x in (self.factory, self.path, self.text, self.prompts)) != 1:
             raise ValueError(
-                'give exactly one of factory = "module:callable", path = "x.npz" '
-                'or text = "lines.txt"'
+                'give exactly one of factory = "module:callable", path = "x.npz", '
+                'text = "lines.txt" or prompts = "prompts.txt" (text-generation)'
             )
+        if self.prompts is None and (
+            self.max_new_tokens is not None or self.perplexity_text is not None
+        ):
+            raise ValueError('max_new_tokens and perplexity_text go with prompts = "prompts.txt"')
         if self.max_length is not None and self.text is None:
             raise ValueError('max_length goes with text = "lines.txt"')
         if self.factory is not None and ":" not in self.factory:
@@ -256,6 +271,17 @@ class DataSpec(_Strict):
 class QualitySpec(_Strict):
     metric: Metric = "cosine"
     max_drop: float = Field(0.01, ge=0.0)
+    # text-generation only: the greedy-token gate beside the perplexity rise
+    min_token_agreement: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="text-generation: share of prompts whose first compared_tokens greedy "
+        "tokens must equal the reference's (default 0.5)",
+    )
+    compared_tokens: PositiveInt | None = Field(
+        default=None, description="text-generation: tokens compared per prompt (default 16)"
+    )
 
 
 class SearchSpec(_Strict):
@@ -392,18 +418,47 @@ class WorkloadSpec(_Strict):
         if not isinstance(raw, dict):
             return raw
         model = raw.get("model")
-        if not (isinstance(model, dict) and model.get("task") == "sequence-classification"):
+        task = model.get("task") if isinstance(model, dict) else None
+        # A generative model's natural gate is its perplexity (a relative rise of at
+        # most 10% by default) beside the greedy-token agreement.
+        metric, max_drop = {
+            "sequence-classification": ("agreement", None),
+            "text-generation": ("perplexity", 0.10),
+        }.get(str(task), (None, None))
+        if metric is None:
             return raw
         quality = raw.get("quality", {})
-        if isinstance(quality, dict) and "metric" not in quality:
-            return {**raw, "quality": {**quality, "metric": "agreement"}}
-        return raw
+        if not isinstance(quality, dict):
+            return raw
+        filled = {**quality}
+        filled.setdefault("metric", metric)
+        if max_drop is not None:
+            filled.setdefault("max_drop", max_drop)
+        return {**raw, "quality": filled}
 
     @model_validator(mode="after")
     def _data_needed(self) -> WorkloadSpec:
         if self.data is None and self.model.kind != "builtin" and self.train is None:
             raise ValueError(
                 '[data] is required: give factory = "module:callable", path or text (hf only)'
+            )
+        generating = self.model.task == "text-generation"
+        prompts = self.data is not None and self.data.prompts is not None
+        if generating and not prompts:
+            raise ValueError(
+                'task = "text-generation" needs [data] prompts = "prompts.txt" (one per line)'
+            )
+        if prompts and not generating:
+            raise ValueError('data.prompts needs model.kind = "hf", task = "text-generation"')
+        if generating != (self.quality.metric == "perplexity"):
+            raise ValueError(
+                'quality.metric = "perplexity" goes with task = "text-generation", and only it'
+            )
+        if not generating and (
+            self.quality.min_token_agreement is not None or self.quality.compared_tokens is not None
+        ):
+            raise ValueError(
+                'quality.min_token_agreement and compared_tokens are for task = "text-generation"'
             )
         if self.data is not None and self.data.text is not None and self.model.kind != "hf":
             raise ValueError(

@@ -1,0 +1,425 @@
+"""`bakeoff run` on a text-generation workload: every generative runtime and
+precision, checked against PyTorch's FP32 greedy text, timed per token.
+
+1. The prompts and the held-out text are tokenized once (`GenerationWorkload`) and
+   written to the run's folder: every runtime gets the same token ids.
+2. The reference (PyTorch eager, FP32) runs in a worker of its own: its greedy
+   tokens on every prompt and its perplexity on the held-out text.
+3. Every other candidate is started through the trial engine: its worker builds
+   what it needs (a GGUF file, quantized by llama.cpp itself), loads it, times its
+   first request, and writes the same figures, which the generation gate judges
+   (`bakeoff.judge.generation`) before anything is timed. Then requests are timed in
+   randomized interleaved rounds, with racing and bootstrap CIs, as for any
+   workload: the engine's figure is each request's time per output token (TPOT),
+   each request's time to first token (TTFT) and tokens come beside it.
+4. Verdict: TPOT at batch 1 by the same judge as every other verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bakeoff import environment, generators
+from bakeoff.errors import UserError
+from bakeoff.generation.candidate import GenCandidate
+from bakeoff.judge import generation as gen
+from bakeoff.judge import stats
+from bakeoff.judge.verdict import Measured, decide
+from bakeoff.paths import DEFAULT_STORE, RunFolder, hold_run_lock
+from bakeoff.store import Store
+from bakeoff.trials.engine import Checked, Engine, run_trials
+from bakeoff.trials.entrant import Entrant
+from bakeoff.trials.jobs import Exit, GenerateJob, GenerateSpec, MeasuredJob
+from bakeoff.trials.launcher import LocalLauncher, WorkerFailed
+from bakeoff.trials.settings import TrialSettings
+from bakeoff.workload import GenerationWorkload
+
+SCHEMA_VERSION = 1
+REFERENCE = ("torch", "fp32")
+# Every runtime and precision the generative bake-off names, the reference first.
+GRID: tuple[tuple[str, str], ...] = (
+    REFERENCE,
+    ("torch-compile", "fp32"),
+    ("onnxruntime-genai", "fp32"),
+    ("onnxruntime-genai", "int4"),
+    ("openvino-genai", "fp32"),
+    ("openvino-genai", "int8"),
+    ("openvino-genai", "int4"),
+    ("llama-cpp", "f16"),
+    ("llama-cpp", "q8_0"),
+    ("llama-cpp", "q4_k_m"),
+)
+GGUF_ARCHITECTURES = ("GPT2LMHeadModel",)
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    runtimes: tuple[str, ...] | None = None
+    precisions: tuple[str, ...] | None = None
+    quick: bool = False
+    store: Path = DEFAULT_STORE
+    threads: int | None = None
+    trial_timeout_s: float = 600.0
+    budget_s: float | None = None  # the rounds' budget (default 90 s, --quick 30 s)
+
+
+@dataclass
+class GenerateResult:
+    run_id: str
+    document: dict[str, Any]
+
+    @property
+    def exit_code(self) -> int:
+        ok = [c for c in self.document["candidates"] if c["status"] == "ok"]
+        return 0 if ok else 1
+
+
+class _Events:
+    """The engine's progress to the terminal; timed requests to the store, and their
+    TTFT and tokens to the candidate."""
+
+    def __init__(self, say: Callable[[str], None], store: Store, run_id: str) -> None:
+        self.say, self.store, self.run_id = say, store, run_id
+
+    def note(self, message: str, entrant: Entrant | None) -> None:
+        self.say(message)
+
+    def timed(
+        self,
+        entrant: Entrant,
+        round_index: int,
+        kind: str,
+        latency_ns: list[int],
+        block_ns: int | None,
+        slot: int,
+        extra: dict[str, list[int]] | None = None,
+    ) -> None:
+        self.store.add_trial(self.run_id, entrant.id, round_index, kind, latency_ns, block_ns, slot)
+        if kind == "measure" and isinstance(entrant, GenCandidate) and extra:
+            entrant.ttft_ns.append(list(extra["ttft_ns"]))
+            entrant.tokens.append(list(extra["tokens"]))
+
+
+class GenerationGate:
+    """A candidate's greedy tokens and perplexity against the reference's."""
+
+    def __init__(self, reference: dict[str, Any], workload: GenerationWorkload) -> None:
+        self.reference = reference
+        self.reference_ppl = gen.perplexity(reference["nll"], reference["predicted"])
+        self.workload = workload
+
+    def judge(self, outputs: dict[str, Any]) -> gen.GenerationQuality:
+        w = self.workload
+        return gen.judge(
+            self.reference["tokens"],
+            outputs["tokens"],
+            self.reference_ppl,
+            gen.perplexity(outputs["nll"], outputs["predicted"]),
+            compared_tokens=w.compared_tokens,
+            min_agreement=w.min_token_agreement,
+            max_drop=w.max_drop,
+        )
+
+    def check(self, entrant: GenCandidate, job: MeasuredJob, record: bool) -> Checked:
+        assert isinstance(job, GenerateJob)
+        outputs = json.loads(Path(job.generate.outputs_path).read_text())
+        quality = self.judge(outputs)
+        if record:
+            entrant.quality = quality
+        return Checked(quality.passed, quality.describe())
+
+
+def _settings(opts: GenerateOptions, threads: int, prompts: int) -> TrialSettings:
+    return TrialSettings(
+        threads=threads,
+        trial_timeout_s=opts.trial_timeout_s,
+        warmup_s=0.5 if opts.quick else 1.0,
+        warmup_calls=prompts,  # every prompt once before anything is kept
+        slice_s=1.0 if opts.quick else 2.0,
+        settle_s=0.0,
+        min_rounds=5 if opts.quick else 8,
+        max_rounds=15 if opts.quick else 40,
+        budget_s=opts.budget_s if opts.budget_s is not None else (30.0 if opts.quick else 90.0),
+        seed=0,
+        objective="latency",  # time per output token: lower is better
+    )
+
+
+def _grid(opts: GenerateOptions) -> list[tuple[str, str]]:
+    grid = list(GRID)
+    if opts.runtimes:
+        known = {r for r, _ in GRID}
+        unknown = [r for r in opts.runtimes if r not in known]
+        if unknown:
+            raise UserError(
+                f"--runtimes: no generative runtime {', '.join(map(repr, unknown))} "
+                f"(have: {', '.join(sorted(known))})"
+            )
+        grid = [g for g in grid if g[0] in opts.runtimes]
+    if opts.precisions:
+        grid = [g for g in grid if g[1] in opts.precisions]
+    if not grid:
+        raise UserError("--runtimes/--precisions leave no generative candidate")
+    return grid
+
+
+def _unavailable(c: GenCandidate, w: GenerationWorkload) -> str | None:
+    why = generators.availability(c.runtime)
+    if why:
+        return why
+    if c.runtime == "llama-cpp" and w.architecture not in GGUF_ARCHITECTURES:
+        return f"bakeoff writes GGUF for {', '.join(GGUF_ARCHITECTURES)} only, not {w.architecture}"
+    return None
+
+
+def run_generation(
+    w: GenerationWorkload, opts: GenerateOptions, say: Callable[[str], None] = lambda _: None
+) -> GenerateResult:
+    """Build, check and time every generative candidate; decide TPOT at batch 1."""
+    t_start = time.perf_counter()
+    if opts.budget_s is not None and opts.budget_s <= 0:
+        raise UserError(f"--budget: seconds above 0, not {opts.budget_s:g}")
+    grid = _grid(opts)
+    threads = opts.threads or environment.default_threads()
+    env = {**environment.fingerprint(), "threads": threads}
+    run_id = time.strftime("gen-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+    store_path = Path(opts.store).resolve()
+    store_path.parent.mkdir(parents=True, exist_ok=True)
+    folder = RunFolder.of(store_path, run_id)
+    lock = hold_run_lock(folder, run_id)
+    try:
+        with Store(store_path) as store:
+            asked = {"kind": "generate", "workload": w.origin, "quick": opts.quick}
+            store.start_run(run_id, w.name, env, {**asked, "threads": threads})
+            say(
+                f"run {run_id}: {w.name}, {len(w.prompts)} prompts, {w.max_new_tokens} new "
+                f"tokens each, greedy; {threads} thread(s)"
+            )
+            try:
+                doc = _measure(w, grid, opts, threads, env, run_id, folder.path, store, say)
+            except BaseException:
+                store.finish_run(run_id, "failed", None)
+                raise
+            doc["timing_s"]["total"] = round(time.perf_counter() - t_start, 3)
+            for c in doc["candidates"]:
+                store.put_candidate(run_id, c)
+            store.finish_run(run_id, "done", doc)
+            return GenerateResult(run_id, doc)
+    finally:
+        lock.close()
+
+
+def _spec(
+    w: GenerationWorkload, c: GenCandidate, folder: Path, threads: int, name: str
+) -> GenerateSpec:
+    return GenerateSpec(
+        runtime=c.runtime,
+        precision=c.precision,
+        folder=str(w.folder),
+        artifacts_dir=str(folder / "artifacts" / c.runtime),
+        inputs_path=str(folder / "inputs.json"),
+        outputs_path=str(folder / "outputs" / f"{name}.json"),
+        max_new_tokens=w.max_new_tokens,
+        threads=threads,
+        candidate_id=c.id,
+    )
+
+
+def _reference(
+    w: GenerationWorkload,
+    folder: Path,
+    threads: int,
+    launcher: LocalLauncher,
+    timeout: float,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """PyTorch FP32's greedy tokens and perplexity, in a worker of its own."""
+    say("reference: torch-fp32's greedy tokens and perplexity")
+    job = GenerateJob(generate=_spec(w, GenCandidate(*REFERENCE), folder, threads, "reference"))
+    worker = launcher.start(job, "reference")
+    try:
+        worker.reply(timeout)
+        worker.request(Exit(), timeout)
+    except WorkerFailed as exc:
+        raise UserError(f"the reference (torch-fp32) failed: {exc}") from None
+    finally:
+        worker.close()
+    return dict(json.loads(Path(job.generate.outputs_path).read_text()))
+
+
+def _measure(
+    w: GenerationWorkload,
+    grid: list[tuple[str, str]],
+    opts: GenerateOptions,
+    threads: int,
+    env: dict[str, Any],
+    run_id: str,
+    folder: Path,
+    store: Store,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    (folder / "outputs").mkdir(parents=True, exist_ok=True)
+    (folder / "inputs.json").write_text(json.dumps({"prompts": w.prompts, "text": w.text}))
+    launcher = LocalLauncher(folder / "logs")
+    t_ref = time.perf_counter()
+    reference = _reference(w, folder, threads, launcher, opts.trial_timeout_s, say)
+    reference_s = time.perf_counter() - t_ref
+    gate = GenerationGate(reference, w)
+    candidates = [GenCandidate(r, p) for r, p in grid]
+    for c in candidates:
+        why = _unavailable(c, w)
+        if why:
+            c.set_status("unavailable", why)
+            say(f"{c.id}: unavailable: {why}")
+    pending = [c for c in candidates if c.status == "pending"]
+    jobs: dict[str, MeasuredJob] = {
+        c.id: GenerateJob(generate=_spec(w, c, folder, threads, c.id)) for c in pending
+    }
+    settings = _settings(opts, threads, len(w.prompts))
+    say(f"measuring time per output token: {len(pending)} candidates in interleaved rounds")
+    t_trials = time.perf_counter()
+    outcome = run_trials(
+        pending,
+        jobs,
+        Engine(
+            gate,
+            launcher,
+            settings,
+            _Events(say, store, run_id),
+            baselines=frozenset({GenCandidate(*REFERENCE).id}),
+        ),
+    )
+    trials_s = time.perf_counter() - t_trials
+    verdict = _tpot_verdict(candidates, settings)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_id,
+        "kind": "generate",
+        "workload": {
+            "name": w.name,
+            "origin": w.origin,
+            "folder": str(w.folder),
+            "architecture": w.architecture,
+            "prompts": len(w.prompts),
+            "prompt_tokens": _spread([len(p) for p in w.prompts]),
+            "max_new_tokens": w.max_new_tokens,
+            "perplexity_tokens": sum(len(t) - 1 for t in w.text),
+            "decoding": "greedy",
+        },
+        "environment": env,
+        "reference": {
+            "id": GenCandidate(*REFERENCE).id,
+            "perplexity": gate.reference_ppl,
+        },
+        "candidates": [_candidate_document(c) for c in candidates],
+        "verdict": {"tpot_batch_1": verdict, "tokens_per_s_concurrency": _no_concurrency()},
+        "timing_s": {
+            "reference": round(reference_s, 3),
+            # the trials whole (loads and gate, warm-up, rounds), then each part
+            "trials": round(trials_s, 3),
+            **{k: round(v, 3) for k, v in outcome.phases.items()},
+        },
+    }
+
+
+def _no_concurrency() -> dict[str, Any]:
+    return {
+        "objective": "tokens_per_s",
+        "winner": None,
+        "reason": "the concurrency sweep (1, 2, 4, 8 requests at once) is not measured yet",
+    }
+
+
+def _spread(values: list[int]) -> dict[str, float]:
+    a = np.asarray(values, dtype=np.float64)
+    return {
+        "min": float(a.min()),
+        "p50": float(np.median(a)),
+        "mean": round(float(a.mean()), 2),
+        "max": float(a.max()),
+    }
+
+
+def _percentiles_ms(matrix: np.ndarray, slots: np.ndarray | None) -> dict[str, Any]:
+    pct = stats.latency_percentiles(matrix, slots)
+    return {
+        **{k: round(pct[k].value, 6) for k in ("p50", "p90", "p99", "mean")},
+        "ci95": {k: [round(pct[k].lo, 6), round(pct[k].hi, 6)] for k in ("p50", "p90", "p99")},
+        "n": int(matrix.size),
+        "unsupported": stats.unsupported_percentiles(int(matrix.size)),
+    }
+
+
+def _candidate_document(c: GenCandidate) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "id": c.id,
+        "runtime": c.runtime,
+        "precision": c.precision,
+        "status": c.status,
+        "reason": c.reason,
+        "validity": c.validity,
+        "validity_reason": c.validity_reason,
+        "stopped": c.stopped,
+        "ttft_ms": None,
+        "tpot_ms": None,
+        "tokens_per_s": None,
+        "peak_rss_mb": None if c.peak_rss_mb is None else round(c.peak_rss_mb, 1),
+        "model_size_mb": None if c.model_bytes is None else round(c.model_bytes / 1e6, 3),
+        "quality": None if c.quality is None else c.quality.to_json(),
+        "cold_start_s": {
+            "build": c.worker.get("build_s"),
+            "load": c.load_s,
+            "first_token": c.worker.get("first_token_s"),
+            "first_request": c.first_call_s,
+        },
+        "settings": c.settings,
+    }
+    if c.rounds_ns and len(c.ttft_ns) == len(c.rounds_ns):
+        slots = np.asarray(c.round_slots, dtype=np.int64) if c.round_slots else None
+        doc["tpot_ms"] = _percentiles_ms(c.samples(), slots)
+        doc["ttft_ms"] = _percentiles_ms(np.asarray(c.ttft_ns, dtype=np.int64), slots)
+        tokens = np.asarray(c.tokens, dtype=np.int64).sum(axis=1)
+        rate = stats.throughput(tokens, np.asarray(c.block_ns), 1, slots)
+        doc["tokens_per_s"] = {
+            "value": round(rate.value, 3),
+            "ci95": [round(rate.lo, 3), round(rate.hi, 3)],
+            "at": "batch 1, one request at a time",
+        }
+    return doc
+
+
+def _tpot_verdict(candidates: list[GenCandidate], s: TrialSettings) -> dict[str, Any]:
+    measured = [
+        Measured(c.id, c.samples(), np.asarray(c.block_ns), 1, np.asarray(c.round_slots))
+        for c in candidates
+        if c.status == "ok" and c.rounds_ns
+    ]
+    not_ok = {c.id: f"{c.status}: {c.reason}" for c in candidates if c.status != "ok"}
+    v = decide(
+        1,
+        "latency",
+        measured,
+        GenCandidate(*REFERENCE).id,
+        not_ok,
+        margin=s.margin,
+        min_rounds=s.min_rounds,
+    ).to_dict()
+    return {
+        "objective": "tpot_ms p50 at batch 1",
+        "winner": v["winner"],
+        "standing": v["standing"],
+        "baseline": v["baseline"],
+        "ratio": v["speedup"],
+        "ranking": v["ranking"],
+        "ties": v["ties"],
+        "reason": v["reason"],
+        "headline": v["headline"],
+    }

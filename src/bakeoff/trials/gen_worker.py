@@ -1,0 +1,190 @@
+"""The worker side of generation: a `GenerateJob`'s build, load, first request and
+quality pass, then its timed requests (called from `bakeoff.trials.worker`).
+
+Each timed call is one greedy request on the next prompt, cycling through them
+all, so short and long prompts are both in every round. The figure the engine
+times is the request's time per output token (TPOT); its time to first token
+(TTFT), its tokens and its whole time go beside it in `Timed.extra`. The gate's
+figures (greedy tokens on every prompt, summed NLL on the held-out text) come from
+this very process, after the first request and before any timed one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bakeoff import generators
+from bakeoff.trials.jobs import (
+    Command,
+    Exit,
+    GenerateJob,
+    GenerateSpec,
+    JobError,
+    Measure,
+    Peak,
+    Timed,
+    Warmup,
+)
+from bakeoff.trials.memory import PeakMemory
+
+
+def model_file(spec: GenerateSpec) -> tuple[Path, float]:
+    """The file (or folder) the runtime loads, built first where it needs one, and the
+    seconds the build took here (0 when another worker of the run built it)."""
+    if spec.runtime != "llama-cpp":
+        return Path(spec.folder), 0.0
+    from bakeoff.transforms import gguf_export
+
+    started = time.perf_counter()
+    out_dir = Path(spec.artifacts_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"model-{spec.precision}.gguf"
+    if not target.exists():
+        source = spec.precision if spec.precision in gguf_export.FLOAT_TYPES else "f16"
+        base = out_dir / f"model-{source}.gguf"
+        if not base.exists():
+            _atomic(base, lambda tmp: gguf_export.write_gguf(Path(spec.folder), tmp, source))
+        if target != base:
+            _atomic(
+                target,
+                lambda tmp: gguf_export.quantize(base, tmp, spec.precision, spec.threads),
+            )
+    return target, time.perf_counter() - started
+
+
+def _atomic(target: Path, write: Callable[[Path], Any]) -> None:
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    write(tmp)
+    os.replace(tmp, target)
+
+
+class Generating:
+    """A loaded generative runtime answering the trial engine's commands."""
+
+    def __init__(self, gen: generators.Generator, spec: GenerateSpec, prompts: list[list[int]]):
+        self.gen, self.spec, self.prompts = gen, spec, prompts
+        self.memory = PeakMemory()
+        self.clock: Callable[[], int] = time.perf_counter_ns
+        self.next = 0  # the prompt the next request takes
+
+    def request(self, prompt: list[int]) -> tuple[int, list[int]]:
+        """One greedy request: (start ns, each output token's arrival ns)."""
+        stamps: list[int] = []
+        clock = self.clock
+        start = clock()
+        self.gen.generate(prompt, self.spec.max_new_tokens, lambda _t: stamps.append(clock()))
+        return start, stamps
+
+    def requests(self, n: int) -> tuple[Timed, int]:
+        tpot: list[int] = []
+        ttft: list[int] = []
+        tokens: list[int] = []
+        total: list[int] = []
+        block_start = self.clock()
+        for _ in range(n):
+            prompt = self.prompts[self.next % len(self.prompts)]
+            self.next += 1
+            start, stamps = self.request(prompt)
+            if not stamps:
+                raise JobError(f"a request produced no token (prompt of {len(prompt)} tokens)")
+            ttft.append(stamps[0] - start)
+            tokens.append(len(stamps))
+            total.append(stamps[-1] - start)
+            # A one-token answer has no decode step: its TPOT is its TTFT's, the most
+            # it can be, rather than a gap in the samples.
+            per = (stamps[-1] - stamps[0]) // (len(stamps) - 1) if len(stamps) > 1 else ttft[-1]
+            tpot.append(per)
+        block = self.clock() - block_start
+        extra = {"ttft_ns": ttft, "tokens": tokens, "total_ns": total}
+        return Timed(tpot, block, extra), block
+
+    def warm_up(self, cmd: Warmup) -> dict[str, Any]:
+        """Requests until the warm-up's time and count are done; replies with each
+        request's whole time (the engine sizes its rounds in requests from it, while
+        the rounds time the tokens)."""
+        lat: list[int] = []
+        deadline = self.clock() + int(cmd.seconds * 1e9)
+        # Every prompt once at least: a runtime that compiles per prompt length
+        # (torch.compile) has done so before anything is kept.
+        least = max(cmd.min_calls, len(self.prompts))
+        while not lat or len(lat) < least or self.clock() < deadline:
+            lat.append(self.requests(1)[1])
+            if len(lat) >= max(cmd.max_calls, least):
+                break
+        return {"latency_ns": lat}
+
+    def measure(self, cmd: Measure) -> dict[str, Any]:
+        if cmd.settle:
+            self.requests(cmd.settle)
+        timed, _ = self.requests(cmd.calls)
+        return timed.to_json()
+
+    def answer(self, cmd: Command) -> dict[str, Any]:
+        match cmd:
+            case Warmup():
+                return self.warm_up(cmd)
+            case Measure():
+                return self.measure(cmd)
+            case Peak() | Exit():
+                return {"peak_rss_mb": self.memory.mb()}
+            case _:
+                raise JobError(
+                    f"a generation worker answers warmup, measure, peak and exit, not {cmd.kind!r}"
+                )
+
+
+def _quality(gen: generators.Generator, spec: GenerateSpec, inputs: dict[str, Any]) -> None:
+    """Greedy tokens on every prompt and the held-out text's NLL, for the gate."""
+    tokens = [gen.generate(p, spec.max_new_tokens, lambda _t: None) for p in inputs["prompts"]]
+    nll, predicted = 0.0, 0
+    for passage in inputs["text"]:
+        value, n = gen.nll(passage)
+        nll, predicted = nll + value, predicted + n
+    Path(spec.outputs_path).write_text(
+        json.dumps({"tokens": tokens, "nll": nll, "predicted": predicted})
+    )
+
+
+def start_generating(job: GenerateJob, started: float) -> tuple[dict[str, Any], Generating]:
+    """Built, loaded, its first request timed and its gate figures saved: the ready
+    message, and what answers the engine's commands after it."""
+    spec = job.generate
+    inputs = json.loads(Path(spec.inputs_path).read_text())
+    path, build_s = model_file(spec)
+    gen = generators.load(spec.runtime, path, spec.threads)
+    # Process start (imports included) to loaded, the build apart: a deployment
+    # ships the built file.
+    load_s = time.perf_counter() - started - build_s
+    generating = Generating(gen, spec, inputs["prompts"])
+    start, stamps = generating.request(inputs["prompts"][0])
+    first_token_s = (stamps[0] - start) / 1e9 if stamps else None
+    first_request_s = ((stamps[-1] if stamps else start) - start) / 1e9
+    generating.memory.loaded()
+    _quality(gen, spec, inputs)
+    size = path.stat().st_size if path.is_file() else _folder_bytes(path)
+    ready = {
+        "ok": True,
+        "event": "ready",
+        "load_s": load_s,
+        "first_call_s": first_request_s,
+        "settings": {"threads": spec.threads, "runtime": spec.runtime},
+        "model_bytes": size,
+        "pid": os.getpid(),
+        "worker": {
+            "build_s": build_s,
+            "first_token_s": first_token_s,
+            "peak_memory": "the worker's peak resident memory from its start: the model, "
+            "its KV cache and the runtime",
+        },
+    }
+    return ready, generating
+
+
+def _folder_bytes(folder: Path) -> int:
+    """A model folder's weights (what a deployment ships; the tokenizer is small)."""
+    return sum(f.stat().st_size for f in folder.glob("*.safetensors"))
