@@ -75,23 +75,22 @@ def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny_gpt2(tmp_path_factory.mktemp("gpt2"))
 
 
-def test_torch_and_torch_compile_write_the_same_greedy_tokens(gpt2: Path) -> None:
+def test_torch_reports_each_greedy_token_as_it_arrives_and_scores_text(gpt2: Path) -> None:
+    """torch-compile's tokens against these are checked through `bakeoff run`
+    (tests/test_generation_run.py), where its compile is paid once."""
     eager = generators.load("torch", gpt2, threads=1)
-    compiled = generators.load("torch-compile", gpt2, threads=1)
     ref, ref_timing = greedy(eager)
-    out, timing = greedy(compiled)
-    assert out == ref
+    again, timing = greedy(eager)
+    assert again == ref  # greedy: the same text every time
     assert all(len(o) == 16 for o in ref)  # eos is token 0, which this model never picks
     # every token was reported as it arrived, in order, after its request started
-    for t, o in zip(ref_timing + timing, ref + out, strict=True):
+    for t, o in zip(ref_timing + timing, ref + again, strict=True):
         assert t.tokens == len(o) and t.ttft_ns > 0
         assert list(t.token_ns) == sorted(t.token_ns)
     text = list(range(1, 40))
     nll, n = eager.nll(text)
     assert n == 38 and nll > 0
-    assert compiled.nll(text) == pytest.approx((nll, n), rel=1e-5)
-    share, prefix = gen.token_agreement(ref, out)
-    assert share == 1.0 and prefix == 16.0
+    assert eager.nll(text[:1]) == (0.0, 0)
 
 
 def test_a_broken_variant_is_rejected_with_its_figures(gpt2: Path, tmp_path: Path) -> None:

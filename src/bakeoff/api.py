@@ -60,6 +60,11 @@ def resume(
     if record["status"] == "done":
         raise UserError(f"run {record['run_id']} already finished; see `bakeoff show`")
     st = record["settings"]
+    if st.get("kind") == "generate":
+        raise UserError(
+            f"run {record['run_id']} is a text-generation run, which cannot be resumed yet: "
+            "run it again"
+        )
     if st.get("kind") == "train":
         raise UserError(
             f"run {record['run_id']} is a training run: `bakeoff train --resume "

@@ -54,6 +54,15 @@ CREATE INDEX IF NOT EXISTS trials_by_candidate ON trials (run_id, candidate_id);
 """
 
 
+def refuse_generative(record: dict[str, Any], command: str) -> None:
+    """A stored generative run, given to a command that does not take one yet."""
+    if (record.get("settings") or {}).get("kind") == "generate":
+        raise UserError(
+            f"run {record['run_id']} is a text-generation run: `bakeoff show "
+            f"{record['run_id']}` shows it ({command}: not for generative runs yet)"
+        )
+
+
 class Store:
     """One open connection to a store; `with Store(path) as s:` closes it after."""
 

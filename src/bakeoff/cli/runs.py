@@ -74,6 +74,11 @@ def show(
 
         print_training(doc)
         return
+    if doc.get("kind") == "generate":
+        from bakeoff.cli.generation import print_generation
+
+        print_generation(doc)
+        return
     print_result(doc, out)
 
 

@@ -19,6 +19,7 @@ from bakeoff.errors import UserError
 from bakeoff.export.predictor import FORMAT, MANIFEST
 from bakeoff.export.program import torch_program
 from bakeoff.paths import RunFolder
+from bakeoff.store import refuse_generative
 from bakeoff.workload.data import TOKENIZER_FILES
 
 EXPORTABLE = ("onnxruntime", "openvino", "torch", "torch-compile", "litert")
@@ -47,6 +48,7 @@ def export(
 
     store_path = Path(store if store is not None else DEFAULT_STORE)
     record = api.show_run(run_id, store_path)
+    refuse_generative(record, "bakeoff export")
     run_id = record["run_id"]
     cand = _choose(record, candidate_id)
     out_dir = Path(out)

@@ -13,7 +13,7 @@ from bakeoff.batching import read_split, split_names
 from bakeoff.errors import UserError
 from bakeoff.judge.verdict import Measured, objective_for
 from bakeoff.paths import DEFAULT_STORE, RunFolder, resume_command
-from bakeoff.store import Store
+from bakeoff.store import Store, refuse_generative
 
 
 def status_label(c: dict[str, Any]) -> str:
@@ -109,6 +109,7 @@ def load(run_id: str, store: str | Path) -> StoredRun:
         raise UserError(f"no store at {store} (run `bakeoff run` first, or pass --store)")
     with Store(path) as s:
         record = s.run(run_id)
+        refuse_generative(record, "bakeoff report and compare")
         run = StoredRun(record, store=Path(store))
         ids = [c["id"] for c in run.candidates]
         for cid in ids:

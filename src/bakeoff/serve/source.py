@@ -11,6 +11,7 @@ from bakeoff.errors import UserError
 from bakeoff.export import variant_measurements
 from bakeoff.paths import RunFolder
 from bakeoff.serve.auto import best_batch
+from bakeoff.store import refuse_generative
 
 
 def choose_candidate(
@@ -71,6 +72,7 @@ def export_folder(
     from bakeoff import api, export
 
     record = api.show_run(target, store)
+    refuse_generative(record, "bakeoff serve")
     run_id = record["run_id"]
     why: list[str] = []
     if candidate is None:

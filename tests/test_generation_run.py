@@ -1,0 +1,204 @@
+"""`bakeoff run` on a text-generation workload: a tiny random GPT-2 folder of the
+test's own, its prompts and held-out text, through the real runtimes on the trial
+engine (issue 22)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bakeoff import api, generators
+from bakeoff.cli import app
+from bakeoff.errors import UserError
+from bakeoff.workload import parse_spec
+from tiny_gpt2 import tiny_gpt2, with_tokenizer
+
+SHORT = ["def __init__(self, name):", "return self.name", "self.name = name"]
+LONG = ["def __init__(self, name): return self.name def __init__(self, name): return self"]
+
+
+def _workload(folder: Path, *, extra_data: str = "", quality: str = "") -> Path:
+    model = with_tokenizer(tiny_gpt2(folder / "model", vocab=320))
+    (folder / "prompts.txt").write_text("\n".join(SHORT + LONG) + "\n")
+    (folder / "heldout.txt").write_text("self.name = name\nreturn self\n")
+    path = folder / "gen.toml"
+    path.write_text(
+        f"""name = "tiny-gpt2"
+
+[model]
+kind = "hf"
+path = "{model.name}"
+task = "text-generation"
+
+[data]
+prompts = "prompts.txt"
+perplexity_text = "heldout.txt"
+max_new_tokens = 8
+{extra_data}
+{quality}
+"""
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
+    folder = tmp_path_factory.mktemp("gen")
+    wl = _workload(folder)
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(wl),
+            "--quick",
+            "--budget",
+            "3",
+            "--runtimes",
+            "torch,torch-compile,openvino-genai,llama-cpp",
+            "--json",
+            str(folder / "g.json"),
+            "--store",
+            str(folder / ".bakeoff" / "bakeoff.db"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    return json.loads((folder / "g.json").read_text()), result.output
+
+
+def test_the_stored_run_is_shown_and_other_commands_refuse_it(
+    run: tuple[dict, str], tmp_path: Path
+) -> None:
+    doc, _ = run
+    store = str(Path(doc["workload"]["folder"]).parent / ".bakeoff" / "bakeoff.db")
+    shown = CliRunner().invoke(app, ["show", doc["run_id"], "--store", store])
+    assert shown.exit_code == 0 and "time per output token at batch 1" in shown.output
+    for argv in (
+        ["report", doc["run_id"], "-o", str(tmp_path / "r.html")],
+        ["export", doc["run_id"], "--out", str(tmp_path / "x")],
+    ):
+        refused = CliRunner().invoke(app, [*argv, "--store", store])
+        assert isinstance(refused.exception, UserError), argv
+        assert "text-generation run" in str(refused.exception)
+
+
+def test_every_candidate_is_ok_rejected_or_unavailable_with_why(run: tuple[dict, str]) -> None:
+    doc, _ = run
+    by = {c["id"]: c for c in doc["candidates"]}
+    assert set(by) == {
+        "torch-fp32",
+        "torch-compile-fp32",
+        "openvino-genai-fp32",
+        "openvino-genai-int8",
+        "openvino-genai-int4",
+        "llama-cpp-f16",
+        "llama-cpp-q8_0",
+        "llama-cpp-q4_k_m",
+    }
+    assert by["openvino-genai-int4"]["status"] == "unavailable"
+    assert "optimum-intel" in by["openvino-genai-int4"]["reason"]
+    llama_why = generators.availability("llama-cpp")
+    for cid in ("llama-cpp-f16", "llama-cpp-q8_0", "llama-cpp-q4_k_m"):
+        if llama_why:  # make test does not install llama-cpp-python (minutes to build)
+            assert by[cid]["status"] == "unavailable" and "bakeoff[llama-cpp]" in llama_why
+        else:
+            assert by[cid]["status"] in ("ok", "rejected")
+    for c in by.values():
+        assert c["status"] in ("ok", "rejected", "unavailable")
+        assert c["status"] == "ok" or c["reason"]
+
+
+def test_an_ok_candidate_has_every_figure_the_issue_names(run: tuple[dict, str]) -> None:
+    doc, _ = run
+    ok = [c for c in doc["candidates"] if c["status"] == "ok"]
+    assert {"torch-fp32", "torch-compile-fp32"} <= {c["id"] for c in ok}
+    for c in ok:
+        for key in ("ttft_ms", "tpot_ms"):
+            fig = c[key]
+            assert {"p50", "p90", "p99", "ci95"} <= set(fig)
+            lo, hi = fig["ci95"]["p50"]
+            assert 0 < lo <= fig["p50"] <= hi
+        rate = c["tokens_per_s"]
+        assert rate["value"] > 0 and rate["ci95"][0] <= rate["value"] <= rate["ci95"][1]
+        assert c["peak_rss_mb"] > 0 and c["model_size_mb"] > 0
+        q = c["quality"]
+        assert {"token_agreement", "common_prefix", "perplexity", "reference_perplexity"} <= set(q)
+        assert c["cold_start_s"]["load"] > 0 and c["cold_start_s"]["first_token"] > 0
+    torch = next(c for c in ok if c["id"] == "torch-fp32")
+    # the reference against itself: the same tokens and the same perplexity
+    assert torch["quality"]["token_agreement"] == 1.0
+    assert torch["quality"]["perplexity"] == pytest.approx(doc["reference"]["perplexity"])
+    compiled = next(c for c in ok if c["id"] == "torch-compile-fp32")
+    # torch.compile with a static KV cache writes eager's greedy text, scores alike
+    assert compiled["quality"]["token_agreement"] == 1.0
+    assert compiled["quality"]["common_prefix"] == 8.0  # every new token
+    assert compiled["quality"]["perplexity"] == pytest.approx(
+        doc["reference"]["perplexity"], rel=1e-4
+    )
+
+
+def test_the_verdict_names_a_tpot_winner_and_says_what_is_not_measured(
+    run: tuple[dict, str],
+) -> None:
+    doc, output = run
+    v = doc["verdict"]["tpot_batch_1"]
+    ok = {c["id"] for c in doc["candidates"] if c["status"] == "ok"}
+    assert v["winner"] in ok and v["baseline"] == "torch-fp32" and v["headline"]
+    assert "not measured yet" in doc["verdict"]["tokens_per_s_concurrency"]["reason"]
+    wl = doc["workload"]
+    assert wl["prompts"] == 4 and wl["prompt_tokens"]["max"] > wl["prompt_tokens"]["min"]
+    assert "time per output token at batch 1" in output and "TPOT p50 ms" in output
+
+
+def test_a_spec_for_generation_names_what_it_misses(tmp_path: Path) -> None:
+    def spec(text: str) -> None:
+        parse_spec(text, "gen.toml")
+
+    head = 'name = "x"\n[model]\nkind = "hf"\npath = "m"\n'
+    with pytest.raises(UserError, match="needs \\[data\\] prompts"):
+        spec(head + 'task = "text-generation"\n[data]\ntext = "t.txt"\n')
+    with pytest.raises(UserError, match=r"data\.prompts needs"):
+        spec(head + '[data]\nprompts = "p.txt"\n')
+    with pytest.raises(UserError, match="max_new_tokens and perplexity_text go with prompts"):
+        spec(head + '[data]\ntext = "t.txt"\nmax_new_tokens = 4\n')
+    with pytest.raises(UserError, match='"perplexity" goes with task = "text-generation"'):
+        spec(
+            head
+            + 'task = "text-generation"\n[data]\nprompts = "p.txt"\n[quality]\nmetric = "cosine"\n'
+        )
+    ok = parse_spec(head + 'task = "text-generation"\n[data]\nprompts = "p.txt"\n', "gen.toml")
+    assert ok.quality.metric == "perplexity" and ok.quality.max_drop == pytest.approx(0.10)
+
+
+def test_a_prompt_too_long_for_the_model_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    wl = _workload(tmp_path, extra_data="")
+    (tmp_path / "prompts.txt").write_text("self " * 200 + "\n")
+    with pytest.raises(UserError, match="exceeds the model's 128 positions"):
+        api.load_generation(str(wl))
+
+
+def test_a_model_that_is_not_a_causal_lm_is_refused(tmp_path: Path) -> None:
+    from transformers import BertConfig, BertModel
+
+    wl = _workload(tmp_path)
+    config = BertConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        vocab_size=320,
+    )  # fmt: skip
+    BertModel(config).save_pretrained(tmp_path / "model")
+    with pytest.raises(UserError, match="needs a causal language model"):
+        api.load_generation(str(wl))
+
+
+def test_other_commands_say_they_do_not_take_generative_workloads_yet(tmp_path: Path) -> None:
+    from bakeoff.loader import load_workload
+
+    with pytest.raises(UserError, match="text-generation workload"):
+        load_workload(str(_workload(tmp_path)))
+    with pytest.raises(UserError, match="text-generation workload"):
+        load_workload("builtin:tiny-lm")
+    flags = CliRunner().invoke(app, ["run", str(tmp_path / "gen.toml"), "--batch-sizes", "1,8"])
+    assert isinstance(flags.exception, UserError)
+    assert str(flags.exception).startswith("--batch-sizes: not for a text-generation workload")
