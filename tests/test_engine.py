@@ -150,6 +150,28 @@ def test_the_engine_runs_candidates_through_any_gate_launcher_and_hooks(tmp_path
     assert set(outcome.phases) == {"load_and_quality", "warmup", "rounds"}
 
 
+def test_calls_per_round_are_whole_multiples_when_asked(tmp_path: Path) -> None:
+    """A generative workload asks for whole passes over its prompts in every round."""
+    fast = Candidate(Variant("fake", "fp32"), 1, "fast", {"latency_ms": 1.0})
+    slow = Candidate(Variant("fake", "fp32"), 1, "slow", {"latency_ms": 3.0})
+    entrants = [fast, slow]
+    run_trials(
+        entrants,
+        _jobs(tmp_path, entrants),
+        Engine(
+            RejectOneGate(reject="none"),
+            CountingLauncher(tmp_path / "logs"),
+            _settings(calls_multiple=7),
+            Recorder(),
+        ),
+    )
+    for c in entrants:
+        calls = c.settings["calls_per_round"]
+        assert calls % 7 == 0 and all(len(r) == calls for r in c.rounds_ns)
+    # 10 ms at 1 ms a call is 10 calls, rounded up to 14; at 3 ms, 4 calls up to 7
+    assert (fast.settings["calls_per_round"], slow.settings["calls_per_round"]) == (14, 7)
+
+
 def test_racing_starts_further_processes_through_the_gate_without_recording(
     tmp_path: Path,
 ) -> None:

@@ -27,6 +27,8 @@ from bakeoff.trials.jobs import (
     BuildJob,
     ColdStartJob,
     Exit,
+    GenerateJob,
+    GenerateSpec,
     JobBase,
     JobError,
     LoadJob,
@@ -144,6 +146,19 @@ JOB_EXAMPLES = [
     LoadJob(base=_base(), load=_spec(streams=2), outputs_path="/data/run/outputs/x.npy", cpus=(3,)),
     TrainJob(train=TRAIN_SPEC),
     TargetJob(train=TRAIN_SPEC, max_steps=400, eval_every=20, target=0.95, checkpoint_path="/c"),
+    GenerateJob(
+        generate=GenerateSpec(
+            runtime="llama-cpp",
+            precision="q8_0",
+            folder="/data/model",
+            artifacts_dir="/data/run/artifacts/llama-cpp",
+            inputs_path="/data/run/inputs.json",
+            outputs_path="/data/run/outputs/llama-cpp-q8_0.json",
+            max_new_tokens=32,
+            threads=2,
+            candidate_id="llama-cpp-q8_0",
+        )
+    ),
 ]
 COMMAND_EXAMPLES = [
     Warmup(seconds=0.5, min_calls=10),
@@ -196,6 +211,11 @@ def test_the_measure_reply_round_trips_and_ignores_the_channels_ok() -> None:
     assert Timed.from_json(wire) == timed
     with pytest.raises(JobError, match="'block_ns'"):
         Timed.from_json({"ok": True, "latency_ns": [1]})
+    # a generation worker's per-request figures beside the timed one
+    requests = Timed([300, 310], 9000, {"ttft_ns": [2000, 2100], "tokens": [32, 32]})
+    assert Timed.from_json(json.loads(json.dumps(requests.to_json()))) == requests
+    with pytest.raises(JobError, match=r"extra\.tokens"):
+        Timed.from_json({"latency_ns": [1], "block_ns": 2, "extra": {"tokens": ["x"]}})
 
 
 def test_a_job_decoded_from_json_has_its_types_back() -> None:
@@ -237,7 +257,10 @@ LOAD = JOB_EXAMPLES[3].to_json()
     [
         (
             {"kind": "fit"},
-            ["unknown job kind 'fit'", "known: build, coldstart, load, reference, target, train"],
+            [
+                "unknown job kind 'fit'",
+                "known: build, coldstart, generate, load, reference, target, train",
+            ],
         ),
         ({"kind": "warmup", "seconds": 1.0, "min_calls": 1}, ["unknown job kind 'warmup'"]),
         ({"cmd": "load"}, ["without a 'kind' field"]),

@@ -69,7 +69,9 @@ def print_generation(doc: dict[str, Any]) -> None:
         "size MB",
         "build / load / first token s",
     ):
-        table.add_column(col, justify="left" if col in ("candidate", "status") else "right")
+        left = col in ("candidate", "status")
+        # The ids and statuses whole; the figures wrap first on a narrow terminal.
+        table.add_column(col, justify="left" if left else "right", no_wrap=left)
     for c in doc["candidates"]:
         rate = c["tokens_per_s"]
         cold = c["cold_start_s"]

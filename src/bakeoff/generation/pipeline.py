@@ -143,13 +143,16 @@ def _settings(opts: GenerateOptions, threads: int, prompts: int) -> TrialSetting
         trial_timeout_s=opts.trial_timeout_s,
         warmup_s=0.5 if opts.quick else 1.0,
         warmup_calls=prompts,  # every prompt once before anything is kept
-        slice_s=1.0 if opts.quick else 2.0,
+        slice_s=0.5 if opts.quick else 1.0,  # at least a pass over the prompts
         settle_s=0.0,
         min_rounds=5 if opts.quick else 8,
         max_rounds=15 if opts.quick else 40,
         budget_s=opts.budget_s if opts.budget_s is not None else (30.0 if opts.quick else 90.0),
         seed=0,
         objective="latency",  # time per output token: lower is better
+        # Whole passes over the prompts in every round: the same mix of short and
+        # long prompts in each, for every candidate, so rounds pair fairly.
+        calls_multiple=prompts,
     )
 
 

@@ -345,6 +345,7 @@ def _calls_per_round(c: Entrant, s: TrialSettings) -> tuple[int, int]:
     typical = float(np.median(c.warmup_ns[len(c.warmup_ns) // 2 :]))
     per_call = max(typical, 1.0)
     calls = int(np.clip(np.ceil(s.slice_s * 1e9 / per_call), 1, 10_000_000))
+    calls = -(-calls // s.calls_multiple) * s.calls_multiple
     # Settling matters for short calls only: the switch costs a few ms, noise for
     # a call of hundreds of ms but not worth a call of its own.
     settle = (

@@ -2,7 +2,8 @@
 quality pass, then its timed requests (called from `bakeoff.trials.worker`).
 
 Each timed call is one greedy request on the next prompt, cycling through them
-all, so short and long prompts are both in every round. The figure the engine
+all; the engine makes a round whole passes over them (`calls_multiple`), so every
+round times each prompt, short and long, alike. The figure the engine
 times is the request's time per output token (TPOT); its time to first token
 (TTFT), its tokens and its whole time go beside it in `Timed.extra`. The gate's
 figures (greedy tokens on every prompt, summed NLL on the held-out text) come from

@@ -29,3 +29,6 @@ class TrialSettings:
     # Workers loaded and quality-checked at once before a group's first round
     # (1: one at a time, so each cold start is measured alone).
     load_side_by_side: int = 1
+    # Timed calls per round are a multiple of this: a generative workload's prompt
+    # count, so that every round of every candidate times each prompt alike.
+    calls_multiple: int = 1
