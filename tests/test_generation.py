@@ -14,7 +14,7 @@ import pytest
 from bakeoff import generators
 from bakeoff.builtins import tiny_lm
 from bakeoff.judge import generation as gen
-from tiny_gpt2 import greedy, tiny_gpt2, with_tokenizer
+from tiny_gpt2 import PROMPTS, greedy, tiny_gpt2, with_tokenizer
 
 # ---- the gate and the timings, by hand ----------------------------------------
 
@@ -76,8 +76,6 @@ def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_torch_reports_each_greedy_token_as_it_arrives_and_scores_text(gpt2: Path) -> None:
-    """torch-compile's tokens against these are checked through `bakeoff run`
-    (tests/test_generation_run.py), where its compile is paid once."""
     eager = generators.load("torch", gpt2, threads=1)
     ref, ref_timing = greedy(eager)
     again, timing = greedy(eager)
@@ -91,6 +89,21 @@ def test_torch_reports_each_greedy_token_as_it_arrives_and_scores_text(gpt2: Pat
     nll, n = eager.nll(text)
     assert n == 38 and nll > 0
     assert eager.nll(text[:1]) == (0.0, 0)
+
+
+def test_torch_compile_writes_eagers_greedy_tokens_and_scores_alike(gpt2: Path) -> None:
+    """One prompt length: each new length costs torch.compile another compile, and
+    the text is what is checked here (the run checks every prompt's)."""
+    eager = generators.load("torch", gpt2, threads=1)
+    compiled = generators.load("torch-compile", gpt2, threads=1)
+    prompt = PROMPTS[1]
+    ref = eager.generate(prompt, 16, lambda _t: None)
+    assert compiled.generate(prompt, 16, lambda _t: None) == ref  # compiles here
+    stamps: list[int] = []
+    assert compiled.generate(prompt, 16, lambda _t: stamps.append(1)) == ref  # compiled
+    assert len(stamps) == 16
+    text = list(range(1, 40))
+    assert compiled.nll(text) == pytest.approx(eager.nll(text), rel=1e-5)
 
 
 def test_a_broken_variant_is_rejected_with_its_figures(gpt2: Path, tmp_path: Path) -> None:

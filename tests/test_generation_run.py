@@ -57,7 +57,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
             "--budget",
             "3",
             "--runtimes",
-            "torch,torch-compile,openvino-genai,llama-cpp",
+            # torch-compile's compile would double this fixture's time: its greedy
+            # text is checked in test_generation.py instead
+            "torch,openvino-genai,llama-cpp",
             "--json",
             str(folder / "g.json"),
             "--store",
@@ -89,7 +91,6 @@ def test_every_candidate_is_ok_rejected_or_unavailable_with_why(run: tuple[dict,
     by = {c["id"]: c for c in doc["candidates"]}
     assert set(by) == {
         "torch-fp32",
-        "torch-compile-fp32",
         "openvino-genai-fp32",
         "openvino-genai-int8",
         "openvino-genai-int4",
@@ -113,7 +114,7 @@ def test_every_candidate_is_ok_rejected_or_unavailable_with_why(run: tuple[dict,
 def test_an_ok_candidate_has_every_figure_the_issue_names(run: tuple[dict, str]) -> None:
     doc, _ = run
     ok = [c for c in doc["candidates"] if c["status"] == "ok"]
-    assert {"torch-fp32", "torch-compile-fp32"} <= {c["id"] for c in ok}
+    assert "torch-fp32" in {c["id"] for c in ok}
     for c in ok:
         for key in ("ttft_ms", "tpot_ms"):
             fig = c[key]
@@ -130,13 +131,6 @@ def test_an_ok_candidate_has_every_figure_the_issue_names(run: tuple[dict, str])
     # the reference against itself: the same tokens and the same perplexity
     assert torch["quality"]["token_agreement"] == 1.0
     assert torch["quality"]["perplexity"] == pytest.approx(doc["reference"]["perplexity"])
-    compiled = next(c for c in ok if c["id"] == "torch-compile-fp32")
-    # torch.compile with a static KV cache writes eager's greedy text, scores alike
-    assert compiled["quality"]["token_agreement"] == 1.0
-    assert compiled["quality"]["common_prefix"] == 8.0  # every new token
-    assert compiled["quality"]["perplexity"] == pytest.approx(
-        doc["reference"]["perplexity"], rel=1e-4
-    )
 
 
 def test_the_verdict_names_a_tpot_winner_and_says_what_is_not_measured(
