@@ -234,3 +234,30 @@ def test_a_folder_that_is_not_gpt2_is_refused_by_name(tmp_path: Path) -> None:
     refused = r"GPT-2 folders only; this one is LlamaForCausalLM"
     with pytest.raises(gguf_export.GgufUnsupported, match=refused):
         gguf_export.write_gguf(tmp_path, tmp_path / "m.gguf")
+
+
+def test_a_request_the_model_ends_at_once_is_timed_not_failed() -> None:
+    """A prompt whose greedy answer is the end of text at once: a request of 0
+    tokens, timed to its end, not a worker failure."""
+    from bakeoff.trials.gen_worker import Generating
+    from bakeoff.trials.jobs import GenerateSpec
+
+    class EndsShortPrompts:
+        runtime = "test"
+
+        def generate(self, prompt: list[int], max_new_tokens: int, on_token) -> list[int]:
+            if len(prompt) > 1:
+                on_token(7)
+                on_token(8)
+                return [7, 8]
+            return []
+
+        def nll(self, tokens: list[int]) -> tuple[float, int]:
+            return 0.0, 0
+
+    spec = GenerateSpec("test", "fp32", "/m", "/a", "/in.json", "/out.json", 4, 1)
+    timed, block = Generating(EndsShortPrompts(), spec, [[1], [1, 2, 3]]).requests(4)
+    assert timed.extra["tokens"] == [0, 2, 0, 2]
+    assert len(timed.latency_ns) == 4 and min(timed.latency_ns) >= 0
+    assert timed.latency_ns[0] == timed.extra["ttft_ns"][0] > 0  # 0 tokens: TPOT is TTFT
+    assert block >= sum(timed.extra["total_ns"])
