@@ -18,7 +18,6 @@ a neighbour's context. Prompts are held-out lines, short and long ones both
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import shutil
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.paths import cache_dir
+from bakeoff.stacks.schedule import Schedule
 from bakeoff.workload import GenerationWorkload, WorkloadSpec, generation_workload_from_spec
 
 VERSION = 1  # bump when anything below changes what is trained
@@ -131,13 +131,6 @@ def _token_stream(tokenizer: Any, lines: list[str]) -> Any:
     return torch.tensor(ids, dtype=torch.long)
 
 
-def _lr(step: int) -> float:
-    if step < WARMUP:
-        return LR * (step + 1) / WARMUP
-    progress = (step - WARMUP) / max(1, STEPS - WARMUP)
-    return LR * 0.5 * (1 + math.cos(math.pi * progress))
-
-
 def _train(
     tokenizer: Any, stream: Any, steps: int, progress: Callable[[str], None]
 ) -> tuple[Any, list[float]]:
@@ -157,6 +150,8 @@ def _train(
     model = GPT2LMHeadModel(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
     generator = torch.Generator().manual_seed(SEED)
+    # The training stacks' own schedule: warm-up, then half a cosine to the end.
+    schedule = Schedule(LR, "cosine", min(WARMUP, steps - 1), steps)
     losses: list[float] = []
     model.train()
     # Gradients on whatever the process set before (a torch runtime loaded in this
@@ -166,7 +161,7 @@ def _train(
             starts = torch.randint(0, len(stream) - CONTEXT - 1, (BATCH,), generator=generator)
             batch = torch.stack([stream[s : s + CONTEXT] for s in starts.tolist()])
             for group in optimizer.param_groups:
-                group["lr"] = _lr(step)
+                group["lr"] = schedule.at(step)
             loss = model(input_ids=batch, labels=batch).loss
             optimizer.zero_grad()
             loss.backward()

@@ -8,13 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bakeoff.errors import UserError
+from bakeoff.judge.generation import DEFAULT_COMPARED_TOKENS, DEFAULT_MIN_AGREEMENT
 from bakeoff.workload.checks import check_hf_folder
 from bakeoff.workload.data import TOKENIZER_FILES, read_text_lines
 from bakeoff.workload.spec import WorkloadSpec, resolve_path
 
 DEFAULT_MAX_NEW_TOKENS = 32
-DEFAULT_MIN_AGREEMENT = 0.5
-DEFAULT_COMPARED_TOKENS = 16
 
 
 @dataclass(frozen=True)
