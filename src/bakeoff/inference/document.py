@@ -46,7 +46,9 @@ def _workload_section(ctx: RunContext, reference: Reference) -> dict[str, Any]:
 
 def _text_section(workload: Workload) -> dict[str, Any] | None:
     data = workload.spec.data
-    if workload.source.kind != "hf" or data is None or data.text is None:
+    if workload.source.kind != "hf" or data is None or not data.tokenizes_text:
+        return None
+    if len(data.columns) > 1:  # a dataset's other columns: inputs no text can give
         return None
     return {
         "tokenizer": workload.source.path,

@@ -12,7 +12,8 @@ The modules, bottom first; each imports only from those below it:
   of the spec's own values;
 - `parse`: TOML text to a `WorkloadSpec`, pydantic's errors rewritten for people;
 - `checks`: the model files and folders the spec names, checked on disk;
-- `data`: the data read (factory, .npz / .npy, tokenized text) and normalized;
+- `datasets_source`: a Hugging Face dataset's columns, read offline (`[data] dataset`);
+- `data`: the data read (factory, .npz / .npy, tokenized text, a dataset) and normalized;
 - `build`: `Workload` and `workload_from_spec`, which put the others together;
 - `generation`: a text-generation workload (`GenerationWorkload`): the folder, its
   prompts and held-out text as token ids.
@@ -43,6 +44,8 @@ from bakeoff.workload.spec import (
     SAFETENSORS_SUFFIXES,
     CandidateSpec,
     ConstraintsSpec,
+    DatasetFormat,
+    DatasetSource,
     DataSpec,
     HfTask,
     Metric,
@@ -72,6 +75,8 @@ __all__ = [
     "CandidateSpec",
     "ConstraintsSpec",
     "DataSpec",
+    "DatasetFormat",
+    "DatasetSource",
     "GenerationWorkload",
     "HfTask",
     "Metric",

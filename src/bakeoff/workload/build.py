@@ -67,7 +67,8 @@ def workload_from_spec(spec: WorkloadSpec, origin: str, base_dir: str | None) ->
     if spec.quality.metric == "accuracy" and labels is None:
         raise UserError(
             f"{origin}: quality.metric = 'accuracy' needs labels: make data give (inputs, labels)"
-            " or put a 'labels' array in the .npz"
+            ", put a 'labels' array in the .npz, or name a dataset's labels column "
+            '(labels = "label")'
         )
     is_hf = spec.model.kind == "hf"
     source = ModelSource(

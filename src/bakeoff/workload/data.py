@@ -1,7 +1,8 @@
 """A workload's data: read, tokenized, and checked into named arrays.
 
-Data comes from a factory, a .npz / .npy file, or a text file tokenized by the
-model folder's own tokenizer. `normalize_data` makes any of them a dict of
+Data comes from a factory, a .npz / .npy file, a text file tokenized by the
+model folder's own tokenizer, or a Hugging Face dataset's columns (its text column
+tokenized the same way). `normalize_data` makes any of them a dict of
 numeric arrays, works out which axis of each holds the samples (the `Layout`)
 and says, with the data's own names, how to fix arrays that disagree.
 """
@@ -16,14 +17,16 @@ import numpy as np
 from bakeoff.batching import Layout
 from bakeoff.errors import UserError
 from bakeoff.source import import_factory, on_path
-from bakeoff.workload.spec import DEFAULT_MAX_LENGTH, DataSpec, resolve_path
+from bakeoff.workload.datasets_source import read_dataset
+from bakeoff.workload.spec import DEFAULT_MAX_LENGTH, TEXT_INPUT, DataSpec, resolve_path
 
 
 def read_data(
     data: DataSpec, model_path: str | None, hf_config: Any, base_dir: str | None, origin: str
 ) -> Any:
     """The data as its source gives it: what the factory returns, the file's arrays,
-    or the texts tokenized by the model folder (`model_path`, with its `hf_config`)."""
+    the texts tokenized by the model folder (`model_path`, with its `hf_config`), or
+    a dataset's columns with its labels."""
     if data.factory:
         make = import_factory(data.factory, base_dir, origin, "data.factory")
         with on_path(base_dir):
@@ -36,6 +39,8 @@ def read_data(
     if data.text is not None:
         assert model_path is not None  # data.text is for kind = "hf", which needs a path
         return text_data(data, model_path, hf_config, base_dir, origin)
+    if data.dataset is not None:
+        return dataset_data(data, model_path, hf_config, base_dir, origin)
     assert data.path is not None
     return load_data_file(Path(base_dir or ".", data.path), origin)
 
@@ -68,14 +73,46 @@ def text_data(
 ) -> dict[str, np.ndarray]:
     assert data.text is not None
     key = f"{origin}: data.text = {data.text!r}"
+    max_length = _max_length(data, config, origin)
+    texts = read_text_lines(resolve_path(base_dir, data.text), key)
+    return tokenize_texts(folder, texts, max_length, key)
+
+
+def _max_length(data: DataSpec, config: Any, origin: str) -> int:
     max_length = data.max_length or DEFAULT_MAX_LENGTH
     limit = getattr(config, "max_position_embeddings", None)
     if isinstance(limit, int) and max_length > limit:
         raise UserError(
             f"{origin}: data.max_length = {max_length}: the model takes at most {limit} tokens"
         )
-    texts = read_text_lines(resolve_path(base_dir, data.text), key)
-    return tokenize_texts(folder, texts, max_length, key)
+    return max_length
+
+
+def dataset_data(
+    data: DataSpec, folder: str | None, config: Any, base_dir: str | None, origin: str
+) -> Any:
+    """A dataset's columns by model input, the text column tokenized as data.text is;
+    with its labels, (inputs, labels)."""
+    columns, labels = read_dataset(data, base_dir, origin)
+    inputs: dict[str, np.ndarray] = {}
+    for name, values in columns.items():
+        if name != TEXT_INPUT:
+            assert isinstance(values, np.ndarray)
+            inputs[name] = values
+            continue
+        assert folder is not None  # columns.text is for kind = "hf", which needs a path
+        assert isinstance(values, list)
+        key = f"{origin}: [data] columns.{TEXT_INPUT} = {data.columns[TEXT_INPUT]!r}"
+        tokens = tokenize_texts(folder, values, _max_length(data, config, origin), key)
+        for token_input in tokens:
+            if token_input in columns:
+                raise UserError(
+                    f"{origin}: [data] columns.{token_input}: the tokenizer makes the input "
+                    f"{token_input!r} from the text column already; map the column to another "
+                    "input or leave it out"
+                )
+        inputs.update(tokens)
+    return (inputs, labels) if labels is not None else inputs
 
 
 def read_text_lines(path: Path, key: str) -> list[str]:

@@ -51,9 +51,13 @@ MODEL_KEYS_BY_KIND: dict[str, tuple[str, ...]] = {
     "builtin": ("kind", "name"),
     "fake": ("kind", "options"),
 }
-# [data] keys that go with one source only (the rest go with every source).
-_DATA_KEYS_FOR_SOURCE = {"max_length": "text"}
-_DATA_SOURCES = ("factory", "path", "text")
+# [data] keys that go with some sources only (the rest go with every source).
+_DATA_KEYS_FOR_SOURCE = {
+    "max_length": ("text", "dataset"),
+    "columns": ("dataset",),
+    "labels": ("dataset",),
+}
+_DATA_SOURCES = ("factory", "path", "text", "dataset")
 
 
 def _section_model(annotation: Any) -> type[BaseModel] | None:
@@ -97,7 +101,7 @@ def _known_keys(spec_cls: type, path: list[Any], raw: Any = None) -> list[str]:
                 k
                 for k in keys
                 if (k not in _DATA_SOURCES or k == given[0])
-                and _DATA_KEYS_FOR_SOURCE.get(k, given[0]) == given[0]
+                and given[0] in _DATA_KEYS_FOR_SOURCE.get(k, given)
             ]
     return keys
 

@@ -59,6 +59,10 @@ DEFAULT_PRECISIONS: tuple[Precision, ...] = ("fp32", "int8")
 Metric = Literal["accuracy", "agreement", "cosine", "max_abs", "perplexity"]
 Objective = Literal["auto", "latency", "throughput"]
 HfTask = Literal["feature-extraction", "sequence-classification", "text-generation"]
+# [data] dataset formats: datasets' packaged readers of local files, and save_to_disk folders.
+DatasetFormat = Literal["parquet", "csv", "json", "arrow", "disk"]
+# The model input that a dataset's text column feeds (hf): tokenized as data.text is.
+TEXT_INPUT = "text"
 DEFAULT_HF_TASK: HfTask = "feature-extraction"
 # Checkpoint formats model.weights accepts. safetensors holds tensors only; the
 # pickle-based ones are read with torch.load(weights_only=True) and nothing else.
@@ -210,11 +214,41 @@ class ModelSpec(_Strict):
         return self
 
 
+class DatasetSource(_Strict):
+    """`[data] dataset`: a Hugging Face `datasets` dataset in local files, read offline."""
+
+    path: str = Field(
+        min_length=1,
+        description="a data file or a folder of them, or a save_to_disk folder; relative to "
+        "the workload file",
+    )
+    split: str | None = Field(
+        None,
+        description="the split to read (default: the only one; a single file is one split)",
+    )
+    format: DatasetFormat | None = Field(
+        None,
+        description="parquet, csv, json (JSON lines too), arrow, or disk (a save_to_disk "
+        "folder); default: from the file's suffix, or disk for a save_to_disk folder",
+    )
+
+
 class DataSpec(_Strict):
     factory: str | None = None
     path: str | None = None
     text: str | None = Field(
         None, description="hf: a UTF-8 file, one text per line, tokenized by the model's folder"
+    )
+    dataset: DatasetSource | None = Field(
+        None, description='a local Hugging Face dataset: { path = "...", split, format }'
+    )
+    columns: dict[str, str] = Field(
+        default_factory=dict,
+        description='dataset: model input name -> column, e.g. { text = "sentence" } '
+        "(hf: the input text is tokenized by the model's folder)",
+    )
+    labels: str | None = Field(
+        None, description="dataset: the column of integer class labels (the accuracy metric)"
     )
     max_length: PositiveInt | None = Field(
         None,
@@ -250,19 +284,38 @@ class DataSpec(_Strict):
         "for the perplexity gate (default: the prompts)",
     )
 
+    @property
+    def tokenizes_text(self) -> bool:
+        """Texts are tokenized by the model folder: data.text, or a dataset's text column."""
+        return self.text is not None or TEXT_INPUT in self.columns
+
     @model_validator(mode="after")
     def _one_source(self) -> DataSpec:
-        if sum(x is not None for x in (self.factory, self.path, self.text, self.prompts)) != 1:
+        sources = (self.factory, self.path, self.text, self.dataset, self.prompts)
+        if sum(x is not None for x in sources) != 1:
             raise ValueError(
                 'give exactly one of factory = "module:callable", path = "x.npz", '
-                'text = "lines.txt" or prompts = "prompts.txt" (text-generation)'
+                'text = "lines.txt", dataset = { path = "..." } or prompts = "prompts.txt" '
+                "(text-generation)"
             )
+        if self.dataset is None and (self.columns or self.labels is not None):
+            raise ValueError('columns and labels go with dataset = { path = "..." }')
+        if self.dataset is not None and not self.columns:
+            raise ValueError(
+                'dataset needs columns = { input_name = "column" }: which columns feed which '
+                'model inputs, e.g. columns = { text = "sentence" } for a text column'
+            )
+        for name, column in self.columns.items():
+            if not name or not column:
+                raise ValueError(f"columns: empty name in {{ {name!r} = {column!r} }}")
         if self.prompts is None and (
             self.max_new_tokens is not None or self.perplexity_text is not None
         ):
             raise ValueError('max_new_tokens and perplexity_text go with prompts = "prompts.txt"')
-        if self.max_length is not None and self.text is None:
-            raise ValueError('max_length goes with text = "lines.txt"')
+        if self.max_length is not None and not self.tokenizes_text:
+            raise ValueError(
+                'max_length goes with text = "lines.txt" or a dataset\'s columns = { text = "..." }'
+            )
         if self.factory is not None and ":" not in self.factory:
             raise ValueError(f'factory must look like "module:callable", got {self.factory!r}')
         return self
@@ -410,7 +463,8 @@ class WorkloadSpec(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _task_aware_metric(cls, raw: Any) -> Any:
-        """A classifier's natural gate is top-1 agreement with the reference, not cosine.
+        """A classifier's natural gate is top-1 agreement with the reference, not cosine
+        (or accuracy, where its data names a labels column).
 
         Only fills in a metric the user left out, so every other workload keeps the
         cosine default; malformed input is left for the field validators to report.
@@ -425,6 +479,10 @@ class WorkloadSpec(_Strict):
             "sequence-classification": ("agreement", None),
             "text-generation": ("perplexity", 0.10),
         }.get(str(task), (None, None))
+        # A classifier's data that names its labels column is judged on those labels.
+        data = raw.get("data")
+        if metric == "agreement" and isinstance(data, dict) and data.get("labels") is not None:
+            metric = "accuracy"
         if metric is None:
             return raw
         quality = raw.get("quality", {})
@@ -440,7 +498,8 @@ class WorkloadSpec(_Strict):
     def _data_needed(self) -> WorkloadSpec:
         if self.data is None and self.model.kind != "builtin" and self.train is None:
             raise ValueError(
-                '[data] is required: give factory = "module:callable", path or text (hf only)'
+                '[data] is required: give factory = "module:callable", path, dataset, or text '
+                "(hf only)"
             )
         generating = self.model.task == "text-generation"
         prompts = self.data is not None and self.data.prompts is not None
@@ -464,6 +523,12 @@ class WorkloadSpec(_Strict):
             raise ValueError(
                 'data.text needs model.kind = "hf": texts are tokenized with the model '
                 "folder's own tokenizer; for other models give data.factory or data.path"
+            )
+        if self.data is not None and TEXT_INPUT in self.data.columns and self.model.kind != "hf":
+            raise ValueError(
+                f'data.columns.{TEXT_INPUT} needs model.kind = "hf": texts are tokenized with the '
+                "model folder's own tokenizer; for other models map numeric columns to the "
+                "model's input names"
             )
         labels = [c.label for c in self.candidates]
         dupes = sorted({x for x in labels if labels.count(x) > 1})
