@@ -4,6 +4,7 @@ of the fake runtime (virtual clock), with a gate and a launcher written here."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from bakeoff.candidates import Candidate, not_isolated
 from bakeoff.source import ModelSource
 from bakeoff.trials.engine import Checked, Engine, run_trials
 from bakeoff.trials.entrant import Entrant
-from bakeoff.trials.jobs import Job, JobBase, LoadJob, LoadSpec
+from bakeoff.trials.jobs import Job, JobBase, LoadJob, LoadSpec, Peak
 from bakeoff.trials.launcher import LocalLauncher, Worker
 from bakeoff.trials.settings import TrialSettings
 from bakeoff.trials.shared import SharedWorkers, build_key
@@ -193,6 +194,45 @@ def test_racing_starts_further_processes_through_the_gate_without_recording(
     assert ("a-b1", False) in gate.asked and ("b-b1", False) in gate.asked
     assert len(set(a.round_slots)) >= 2  # its rounds came from more than one process
     assert a.status == b.status == "ok"
+
+
+def test_after_race_runs_on_raced_out_candidates_too_then_every_worker_exits(
+    tmp_path: Path,
+) -> None:
+    """A measurement the race does not decide (a generative run's concurrency sweep)
+    sees every candidate that passed the gate, the raced-out one's worker kept idle
+    for it; a worker the hook loses leaves its candidate ok on its rounds."""
+    a = Candidate(Variant("fake", "fp32"), 1, "a", {"latency_ms": 1.0})
+    b = Candidate(Variant("fake", "fp32"), 1, "b", {"latency_ms": 1.0})
+    slow = Candidate(Variant("fake", "fp32"), 1, "slow", {"latency_ms": 3.0})
+    unwanted = Candidate(Variant("fake", "fp32"), 1, "unwanted", {"latency_ms": 0.5})
+    entrants = [a, b, slow, unwanted]
+    seen: list[tuple[str, bool]] = []
+
+    def sweep(lanes: Sequence[tuple[Candidate, Worker]]) -> set[str]:
+        for c, worker in lanes:
+            seen.append((c.id, c.status == "pending"))
+            worker.request(Peak(), 60.0)  # the worker is alive and answers
+        return {"b-b1"}
+
+    run_trials(
+        entrants,
+        _jobs(tmp_path, entrants),
+        Engine(
+            RejectOneGate(reject="unwanted-b1"),
+            CountingLauncher(tmp_path / "logs"),
+            _settings(racing=True, max_rounds=6),
+            Recorder(),
+            after_race=sweep,
+        ),
+    )
+    assert slow.stopped.startswith("raced out after 3 rounds"), slow.stopped
+    assert sorted(cid for cid, _ in seen) == ["a-b1", "b-b1", "slow-b1"]  # not the rejected
+    assert all(pending for _, pending in seen)  # none had exited before it
+    assert a.status == slow.status == b.status == "ok"
+    assert a.peak_rss_mb is not None and slow.peak_rss_mb is not None
+    assert b.peak_rss_mb is None  # its worker was lost in the hook: no exit to report it
+    assert unwanted.status == "rejected"
 
 
 def _two_groups(

@@ -58,8 +58,12 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
             "3",
             "--runtimes",
             # torch-compile's compile would double this fixture's time: its greedy
-            # text is checked in test_generation.py instead
-            "torch,openvino-genai,llama-cpp",
+            # text is checked in test_generation.py instead, as is OpenVINO GenAI's INT8
+            "torch,onnxruntime-genai,openvino-genai,llama-cpp",
+            "--precisions",
+            "fp32,int4,f16",
+            "--concurrency",
+            "2,4",
             "--json",
             str(folder / "g.json"),
             "--store",
@@ -91,21 +95,24 @@ def test_every_candidate_is_ok_rejected_or_unavailable_with_why(run: tuple[dict,
     by = {c["id"]: c for c in doc["candidates"]}
     assert set(by) == {
         "torch-fp32",
+        "onnxruntime-genai-fp32",
+        "onnxruntime-genai-int4",
         "openvino-genai-fp32",
-        "openvino-genai-int8",
         "openvino-genai-int4",
         "llama-cpp-f16",
-        "llama-cpp-q8_0",
-        "llama-cpp-q4_k_m",
     }
-    assert by["openvino-genai-int4"]["status"] == "unavailable"
-    assert "optimum-intel" in by["openvino-genai-int4"]["reason"]
+    for cid in ("onnxruntime-genai-fp32", "openvino-genai-fp32"):
+        assert by[cid]["status"] == "ok", by[cid]["reason"]
+        assert by[cid]["quality"]["token_agreement"] == 1.0  # FP32 writes torch's text
+    for cid in ("onnxruntime-genai-int4", "openvino-genai-int4"):
+        assert by[cid]["status"] in ("ok", "rejected")  # a random model may not survive
+        assert by[cid]["settings"]["quantization"]["tool"]
     llama_why = generators.availability("llama-cpp")
-    for cid in ("llama-cpp-f16", "llama-cpp-q8_0", "llama-cpp-q4_k_m"):
-        if llama_why:  # make test does not install llama-cpp-python (minutes to build)
-            assert by[cid]["status"] == "unavailable" and "bakeoff[llama-cpp]" in llama_why
-        else:
-            assert by[cid]["status"] in ("ok", "rejected")
+    if llama_why:  # make test does not install llama-cpp-python (minutes to build)
+        assert by["llama-cpp-f16"]["status"] == "unavailable"
+        assert "bakeoff[llama-cpp]" in llama_why
+    else:
+        assert by["llama-cpp-f16"]["status"] in ("ok", "rejected")
     for c in by.values():
         assert c["status"] in ("ok", "rejected", "unavailable")
         assert c["status"] == "ok" or c["reason"]
@@ -133,17 +140,53 @@ def test_an_ok_candidate_has_every_figure_the_issue_names(run: tuple[dict, str])
     assert torch["quality"]["perplexity"] == pytest.approx(doc["reference"]["perplexity"])
 
 
-def test_the_verdict_names_a_tpot_winner_and_says_what_is_not_measured(
+def test_the_verdict_names_a_tpot_winner_and_a_tokens_per_s_winner_under_concurrency(
     run: tuple[dict, str],
 ) -> None:
     doc, output = run
     v = doc["verdict"]["tpot_batch_1"]
     ok = {c["id"] for c in doc["candidates"] if c["status"] == "ok"}
     assert v["winner"] in ok and v["baseline"] == "torch-fp32" and v["headline"]
-    assert "not measured yet" in doc["verdict"]["tokens_per_s_concurrency"]["reason"]
+    conc = doc["verdict"]["tokens_per_s_concurrency"]
+    assert conc["at_concurrency"] == 4 and set(conc["per_concurrency"]) == {"2", "4"}
+    for level in conc["per_concurrency"].values():
+        assert level["winner"] in ok and level["baseline"] == "torch-fp32" and level["headline"]
+        assert set(level["ranking"]) == ok  # raced out on TPOT or not, every ok one is swept
+    assert conc["winner"] == conc["per_concurrency"]["4"]["winner"]
     wl = doc["workload"]
     assert wl["prompts"] == 4 and wl["prompt_tokens"]["max"] > wl["prompt_tokens"]["min"]
     assert "time per output token at batch 1" in output and "TPOT p50 ms" in output
+    assert "tokens/s, 4 requests at once:" in output and "by requests at once" in output
+
+
+def test_each_ok_candidate_has_tokens_per_s_and_ttft_p99_at_each_concurrency(
+    run: tuple[dict, str],
+) -> None:
+    doc, _ = run
+    for c in doc["candidates"]:
+        if c["status"] != "ok":
+            assert "concurrency" not in c
+            continue
+        assert set(c["concurrency"]) == {"1", "2", "4"}, c["id"]
+        for level, figures in c["concurrency"].items():
+            rate = figures["tokens_per_s"]
+            assert 0 < rate["ci95"][0] <= rate["value"] <= rate["ci95"][1], (c["id"], level)
+            assert figures["ttft_ms"]["p99"] >= figures["ttft_ms"]["p50"] > 0
+            # whole passes over the 4 prompts, every round (one a round in the sweep)
+            assert figures["requests"] % 4 == 0 and figures["requests"] >= 4 * figures["rounds"]
+            if level != "1":
+                assert figures["requests"] == 4 * figures["rounds"]
+        # at 1, the TPOT rounds' own figures
+        assert c["concurrency"]["1"]["tokens_per_s"]["value"] == c["tokens_per_s"]["value"]
+        assert c["settings"]["batching"]
+
+
+def test_concurrency_levels_are_checked(tmp_path: Path) -> None:
+    wl = _workload(tmp_path)
+    for bad in ("1,2", "2,2", "x", "-4"):
+        got = CliRunner().invoke(app, ["run", str(wl), "--concurrency", bad])
+        assert isinstance(got.exception, UserError), bad
+        assert str(got.exception).startswith("--concurrency: distinct whole numbers")
 
 
 def test_a_spec_for_generation_names_what_it_misses(tmp_path: Path) -> None:

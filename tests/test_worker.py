@@ -26,6 +26,7 @@ from bakeoff.trials.jobs import (
     JOBS,
     BuildJob,
     ColdStartJob,
+    Concurrent,
     Exit,
     GenerateJob,
     GenerateSpec,
@@ -176,6 +177,7 @@ COMMAND_EXAMPLES = [
         concurrency=2, expected_sps=1234.5, duration_s=5.0, out_dir="/data/run/loadgen/o", seed=1
     ),
     Rebatch(batch_size=32, outputs_path="/data/run/outputs/c-b32.npy"),
+    Concurrent(concurrency=4, passes=2),
     Peak(),
     Exit(),
 ]
@@ -285,7 +287,7 @@ def test_a_malformed_job_is_refused_naming_what_is_wrong(data: Any, words: list[
 @pytest.mark.parametrize(
     ("data", "words"),
     [
-        ({"kind": "exit!"}, ["unknown command kind 'exit!'", "known: exit, measure, offline"]),
+        ({"kind": "exit!"}, ["unknown command kind 'exit!'", "known: concurrent, exit, measure"]),
         (JOB_EXAMPLES[0].to_json(), ["unknown command kind 'build'"]),
         ({"kind": "measure", "settle": 1}, ["command 'measure'", "missing field 'calls'"]),
         ({"kind": "measure", "calls": 2.5}, ["'calls' must be an integer"]),

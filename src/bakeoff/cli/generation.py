@@ -20,8 +20,27 @@ def refuse_inference_flags(given: dict[str, bool]) -> None:
     if named:
         raise UserError(
             f"{', '.join(named)}: not for a text-generation workload (it takes --runtimes, "
-            "--precisions, --quick, --budget, --threads, --trial-timeout, --json and --store)"
+            "--precisions, --quick, --budget, --concurrency, --threads, --trial-timeout, "
+            "--json and --store)"
         )
+
+
+def concurrency_option(value: str | None) -> dict[str, tuple[int, ...]]:
+    """--concurrency as GenerateOptions' field: absent, the default sweep; "0", none."""
+    if value is None:
+        return {}
+    try:
+        levels = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        levels = (-1,)
+    if levels == (0,):
+        return {"concurrency": ()}
+    if not levels or any(n < 2 for n in levels) or len(set(levels)) != len(levels):
+        raise UserError(
+            f"--concurrency: distinct whole numbers of at least 2, comma-separated (one at a "
+            f"time is the TPOT rounds' own), or 0 to skip the sweep; not {value!r}"
+        )
+    return {"concurrency": tuple(sorted(levels))}
 
 
 def run(
@@ -102,8 +121,41 @@ def print_generation(doc: dict[str, Any]) -> None:
     for c in doc["candidates"]:
         if c["status"] != "ok":
             out.print(f"  {c['id']}: {c['status']}: {escape(c['reason'])}", highlight=False)
+    _print_concurrency(doc)
     v = doc["verdict"]["tpot_batch_1"]
     out.print("Verdict")
     out.print(f"  time per output token at batch 1: {escape(v['headline'])}", highlight=False)
     conc = doc["verdict"]["tokens_per_s_concurrency"]
-    out.print(f"  tokens/s under concurrency: {escape(conc['reason'])}", highlight=False)
+    for level, lv in conc.get("per_concurrency", {}).items():
+        words = escape(lv["headline"])
+        out.print(f"  tokens/s, {level} requests at once: {words}", highlight=False)
+    if not conc.get("per_concurrency"):
+        out.print(f"  tokens/s under concurrency: {escape(conc['reason'])}", highlight=False)
+
+
+def _print_concurrency(doc: dict[str, Any]) -> None:
+    """Tokens/s and TTFT p99 by requests submitted together (1: the TPOT rounds)."""
+    swept = [c for c in doc["candidates"] if c.get("concurrency")]
+    if not swept:
+        return
+    levels = sorted({int(k) for c in swept for k in c["concurrency"]})
+    table = Table(title="under concurrency: tokens/s [95% CI] / TTFT p99 ms, by requests at once")
+    table.add_column("candidate", no_wrap=True)
+    for level in levels:
+        table.add_column(str(level), justify="right")
+    table.add_column("batching")
+    for c in swept:
+        cells = []
+        for level in levels:
+            lv = c["concurrency"].get(str(level))
+            if lv is None:
+                cells.append("-")
+                continue
+            rate, ttft = lv["tokens_per_s"], lv["ttft_ms"]
+            lo, hi = rate["ci95"]
+            cells.append(f"{rate['value']:.0f} [{lo:.0f}-{hi:.0f}] / {ttft['p99']:.1f}")
+        table.add_row(c["id"], *cells, escape(str(c["settings"].get("batching", ""))))
+    out.print(table)
+    for c in swept:
+        if c.get("concurrency_lost"):
+            out.print(f"  {c['id']}: {escape(c['concurrency_lost'])}", highlight=False)

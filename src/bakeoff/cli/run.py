@@ -74,6 +74,13 @@ TargetOpt = Annotated[
         "mobile, browser, apple; default: detected)"
     ),
 ]
+ConcurrencyOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="text generation: requests submitted together in the concurrency sweep, "
+        "comma-separated (default 2,4,8; 0 skips the sweep)"
+    ),
+]
 MaxP50Opt = Annotated[
     float | None, typer.Option(help="constraint: the winner's median latency, ms")
 ]
@@ -175,6 +182,7 @@ def run(
     resume: ResumeOpt = None,
     store: StoreOpt = DEFAULT_STORE,
     mlflow: MlflowOpt = None,
+    concurrency: ConcurrencyOpt = None,
 ) -> None:
     """Build, check and measure every candidate stack, then name the winner.
 
@@ -221,8 +229,11 @@ def run(
             threads=threads,
             trial_timeout_s=trial_timeout,
             budget_s=budget,
+            **generation.concurrency_option(concurrency),
         )
         raise typer.Exit(generation.run(generative, gen_opts, json_path))
+    if concurrency is not None:
+        raise UserError("--concurrency: for a text-generation workload only")
     opts = api.RunOptions(
         runtimes=_csv(runtimes),
         precisions=_csv(precisions),

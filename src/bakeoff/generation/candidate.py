@@ -19,6 +19,16 @@ from bakeoff.judge.generation import GenerationQuality
 STATUSES = ("pending", "ok", "rejected", "failed", "unavailable")
 
 
+@dataclass(frozen=True)
+class ConcurrentRound:
+    """One round of the sweep at one concurrency: each request's time to first token
+    (ns after its batch was submitted) and output tokens, and the round's wall time."""
+
+    ttft_ns: list[int]
+    tokens: list[int]
+    block_ns: int
+
+
 @dataclass
 class GenCandidate:
     runtime: str
@@ -43,6 +53,10 @@ class GenCandidate:
     ttft_ns: list[list[int]] = field(default_factory=list)
     tokens: list[list[int]] = field(default_factory=list)
     quality: GenerationQuality | None = None
+    # The concurrency sweep: per number of requests submitted together, its rounds
+    # (each whole passes over the prompts); why it stopped short, if it did.
+    concurrency: dict[int, list[ConcurrentRound]] = field(default_factory=dict)
+    concurrency_lost: str = ""
 
     @property
     def id(self) -> str:

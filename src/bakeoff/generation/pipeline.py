@@ -12,7 +12,15 @@ precision, checked against PyTorch's FP32 greedy text, timed per token.
    randomized interleaved rounds, with racing and bootstrap CIs, as for any
    workload: the engine's figure is each request's time per output token (TPOT),
    each request's time to first token (TTFT) and tokens come beside it.
-4. Verdict: TPOT at batch 1 by the same judge as every other verdict.
+4. The concurrency sweep (`ConcurrencySweep`), once the TPOT race is over, on every
+   candidate that passed the gate (raced-out ones too: a race on TPOT does not
+   decide tokens/s under load): 2, 4 and 8 requests submitted together through the
+   runtime's own batching, a pass over every prompt per round, candidates in
+   randomized order round by round, each level warmed up first (a runtime that
+   compiles per batch shape compiles there). Tokens/s and TTFT p99 per level;
+   at 1, the TPOT rounds' own.
+5. Verdicts: TPOT at batch 1, and tokens/s at each concurrency (the headline at the
+   highest), by the same judge as every other verdict.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +37,7 @@ import numpy as np
 
 from bakeoff import environment, generators
 from bakeoff.errors import UserError
-from bakeoff.generation.candidate import GenCandidate
+from bakeoff.generation.candidate import ConcurrentRound, GenCandidate
 from bakeoff.judge import generation as gen
 from bakeoff.judge import stats
 from bakeoff.judge.verdict import Measured, decide
@@ -37,8 +45,8 @@ from bakeoff.paths import DEFAULT_STORE, RunFolder, hold_run_lock
 from bakeoff.store import Store
 from bakeoff.trials.engine import Checked, Engine, run_trials
 from bakeoff.trials.entrant import Entrant
-from bakeoff.trials.jobs import Exit, GenerateJob, GenerateSpec, MeasuredJob
-from bakeoff.trials.launcher import LocalLauncher, WorkerFailed
+from bakeoff.trials.jobs import Concurrent, Exit, GenerateJob, GenerateSpec, MeasuredJob, Timed
+from bakeoff.trials.launcher import LocalLauncher, Worker, WorkerFailed
 from bakeoff.trials.settings import TrialSettings
 from bakeoff.workload import GenerationWorkload
 
@@ -58,6 +66,8 @@ GRID: tuple[tuple[str, str], ...] = (
     ("llama-cpp", "q4_k_m"),
 )
 GGUF_ARCHITECTURES = ("GPT2LMHeadModel",)
+# Requests submitted together in the sweep; one at a time is the TPOT rounds' own.
+CONCURRENCY = (2, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,7 @@ class GenerateOptions:
     threads: int | None = None
     trial_timeout_s: float = 600.0
     budget_s: float | None = None  # the rounds' budget (default 90 s, --quick 30 s)
+    concurrency: tuple[int, ...] = CONCURRENCY
 
 
 @dataclass
@@ -106,6 +117,64 @@ class _Events:
         if kind == "measure" and isinstance(entrant, GenCandidate) and extra:
             entrant.ttft_ns.append(list(extra["ttft_ns"]))
             entrant.tokens.append(list(extra["tokens"]))
+
+
+class ConcurrencySweep:
+    """The engine's `after_race`: tokens/s and TTFT with several requests submitted
+    together, at each concurrency in turn, every candidate in randomized order round
+    by round (as the TPOT rounds are), after one untimed pass each."""
+
+    def __init__(
+        self,
+        levels: tuple[int, ...],
+        rounds: int,
+        timeout_s: float,
+        seed: int,
+        events: _Events,
+    ) -> None:
+        self.levels, self.rounds, self.timeout_s = levels, rounds, timeout_s
+        self.seed, self.events = seed, events
+
+    def _ask(self, c: GenCandidate, worker: Worker, level: int, lost: set[str]) -> Timed | None:
+        try:
+            return Timed.from_json(worker.request(Concurrent(concurrency=level), self.timeout_s))
+        except WorkerFailed as exc:
+            lost.add(c.id)
+            c.concurrency_lost = f"its worker was lost at {level} requests at once: {exc}"
+            self.events.note(f"{c.id}: {c.concurrency_lost}", c)
+            return None
+
+    def __call__(self, lanes: Sequence[tuple[GenCandidate, Worker]], /) -> set[str]:
+        lost: set[str] = set()
+        for level in self.levels:
+            self.events.note(
+                f"concurrency {level}: warming up {len(lanes) - len(lost)} candidates", None
+            )
+            for c, worker in lanes:
+                if c.id not in lost:
+                    self._ask(c, worker, level, lost)
+            for r in range(self.rounds):
+                order = [lane for lane in lanes if lane[0].id not in lost]
+                np.random.default_rng([self.seed, level, r]).shuffle(order)
+                for c, worker in order:
+                    timed = self._ask(c, worker, level, lost)
+                    if timed is None:
+                        continue
+                    tokens = timed.extra["tokens"]
+                    c.concurrency.setdefault(level, []).append(
+                        ConcurrentRound(timed.latency_ns, tokens, timed.block_ns)
+                    )
+                    self.events.store.add_trial(
+                        self.events.run_id,
+                        c.id,
+                        r,
+                        f"concurrency-{level}",
+                        timed.latency_ns,
+                        timed.block_ns,
+                        0,
+                    )
+                self.events.note(f"concurrency {level}: round {r + 1} of {self.rounds} done", None)
+        return lost
 
 
 class GenerationGate:
@@ -289,6 +358,11 @@ def _measure(
     settings = _settings(opts, threads, len(w.prompts))
     say(f"measuring time per output token: {len(pending)} candidates in interleaved rounds")
     t_trials = time.perf_counter()
+    events = _Events(say, store, run_id)
+    sweep_rounds = 3 if opts.quick else 5
+    sweep = ConcurrencySweep(
+        opts.concurrency, sweep_rounds, opts.trial_timeout_s, settings.seed, events
+    )
     outcome = run_trials(
         pending,
         jobs,
@@ -296,12 +370,14 @@ def _measure(
             gate,
             launcher,
             settings,
-            _Events(say, store, run_id),
+            events,
+            after_race=sweep if opts.concurrency else None,
             baselines=frozenset({GenCandidate(*REFERENCE).id}),
         ),
     )
     trials_s = time.perf_counter() - t_trials
     verdict = _tpot_verdict(candidates, settings)
+    concurrency_verdict = _concurrency_verdict(candidates, opts.concurrency, settings, sweep_rounds)
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": run_id,
@@ -323,21 +399,13 @@ def _measure(
             "perplexity": gate.reference_ppl,
         },
         "candidates": [_candidate_document(c) for c in candidates],
-        "verdict": {"tpot_batch_1": verdict, "tokens_per_s_concurrency": _no_concurrency()},
+        "verdict": {"tpot_batch_1": verdict, "tokens_per_s_concurrency": concurrency_verdict},
         "timing_s": {
             "reference": round(reference_s, 3),
             # the trials whole (loads and gate, warm-up, rounds), then each part
             "trials": round(trials_s, 3),
             **{k: round(v, 3) for k, v in outcome.phases.items()},
         },
-    }
-
-
-def _no_concurrency() -> dict[str, Any]:
-    return {
-        "objective": "tokens_per_s",
-        "winner": None,
-        "reason": "the concurrency sweep (1, 2, 4, 8 requests at once) is not measured yet",
     }
 
 
@@ -391,12 +459,108 @@ def _candidate_document(c: GenCandidate) -> dict[str, Any]:
         doc["ttft_ms"] = _percentiles_ms(np.asarray(c.ttft_ns, dtype=np.int64), slots)
         tokens = np.asarray(c.tokens, dtype=np.int64).sum(axis=1)
         rate = stats.throughput(tokens, np.asarray(c.block_ns), 1, slots)
-        doc["tokens_per_s"] = {
-            "value": round(rate.value, 3),
-            "ci95": [round(rate.lo, 3), round(rate.hi, 3)],
-            "at": "batch 1, one request at a time",
-        }
+        doc["tokens_per_s"] = {**_rate(rate), "at": "batch 1, one request at a time"}
+        doc["concurrency"] = {"1": _level_document(_one_at_a_time(c))}
+    for level, rounds in sorted(c.concurrency.items()):
+        doc.setdefault("concurrency", {})[str(level)] = _level_document(rounds)
+    if c.concurrency_lost:
+        doc["concurrency_lost"] = c.concurrency_lost
     return doc
+
+
+def _rate(rate: stats.Interval) -> dict[str, Any]:
+    return {"value": round(rate.value, 3), "ci95": [round(rate.lo, 3), round(rate.hi, 3)]}
+
+
+def _one_at_a_time(c: GenCandidate) -> list[ConcurrentRound]:
+    """The TPOT rounds as the sweep's rounds at concurrency 1 (one request at a time)."""
+    return [
+        ConcurrentRound(ttft, tokens, block)
+        for ttft, tokens, block in zip(c.ttft_ns, c.tokens, c.block_ns, strict=True)
+    ]
+
+
+def _tokens_per_s(rounds: list[ConcurrentRound]) -> stats.Interval:
+    tokens = np.asarray([sum(r.tokens) for r in rounds], dtype=np.int64)
+    return stats.throughput(tokens, np.asarray([r.block_ns for r in rounds]), 1)
+
+
+def _level_document(rounds: list[ConcurrentRound]) -> dict[str, Any]:
+    """One concurrency's figures: tokens/s over the rounds' wall time (bootstrap CI
+    over rounds) and each request's time to first token, queueing included."""
+    rate = _tokens_per_s(rounds)
+    requests = min(len(r.ttft_ns) for r in rounds)
+    ttft = np.asarray([r.ttft_ns[:requests] for r in rounds], dtype=np.int64)
+    return {
+        "tokens_per_s": _rate(rate),
+        "ttft_ms": _percentiles_ms(ttft, None),
+        "rounds": len(rounds),
+        "requests": int(ttft.size),
+    }
+
+
+def _concurrency_verdict(
+    candidates: list[GenCandidate],
+    levels: tuple[int, ...],
+    s: TrialSettings,
+    rounds: int,
+) -> dict[str, Any]:
+    """Tokens/s with several requests at once, at each concurrency of the sweep by the
+    same judge as every verdict (the ratio of tokens over wall time, rounds paired);
+    the headline is the highest concurrency's."""
+    if not levels:
+        return {
+            "objective": "tokens_per_s",
+            "winner": None,
+            "reason": "the concurrency sweep was not asked for",
+            "per_concurrency": {},
+        }
+    per: dict[str, dict[str, Any]] = {}
+    baseline = GenCandidate(*REFERENCE).id
+    for level in levels:
+        measured = []
+        for c in candidates:
+            got = c.concurrency.get(level, [])
+            if c.status != "ok" or len(got) < rounds:
+                continue
+            requests = min(len(r.ttft_ns) for r in got)
+            measured.append(
+                Measured(
+                    c.id,
+                    np.asarray([r.ttft_ns[:requests] for r in got], dtype=np.int64),
+                    np.asarray([r.block_ns for r in got], dtype=np.int64),
+                    1,
+                    units=np.asarray([sum(r.tokens) for r in got], dtype=np.int64),
+                )
+            )
+        measured_ids = {m.id for m in measured}
+        not_ok = {
+            c.id: f"{c.status}: {c.reason}" if c.status != "ok" else c.concurrency_lost
+            for c in candidates
+            if c.id not in measured_ids
+        }
+        v = decide(
+            level,
+            "throughput",
+            measured,
+            baseline,
+            not_ok,
+            margin=s.margin,
+            min_rounds=rounds,
+        ).to_dict()
+        per[str(level)] = {
+            "objective": f"tokens/s with {level} requests submitted together",
+            "winner": v["winner"],
+            "standing": v["standing"],
+            "baseline": v["baseline"],
+            "ratio": v["speedup"],
+            "ranking": v["ranking"],
+            "ties": v["ties"],
+            "headline": v["headline"],
+            "reason": f"{level} requests at once: " + " ".join([v["headline"], *v["points"]]),
+        }
+    top = per[str(max(levels))]
+    return {**top, "at_concurrency": max(levels), "per_concurrency": per}
 
 
 def _tpot_verdict(candidates: list[GenCandidate], s: TrialSettings) -> dict[str, Any]:

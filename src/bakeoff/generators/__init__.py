@@ -4,8 +4,10 @@ A generative runtime loads a causal-LM folder (or what was built from it) and
 answers two questions, both in token ids so that every runtime is given the same
 prompt and judged on the same tokens: `generate` greedy output tokens for a prompt,
 calling `on_token` as each one arrives (the timestamps that time to first token and
-time per output token come from), and `nll`, the summed negative log-likelihood of a
-text's tokens (perplexity). Heavy imports happen inside each module's `load`.
+time per output token come from), `generate_batch` the same for several prompts
+submitted at once, through the runtime's own batching (the concurrency sweep), and
+`nll`, the summed negative log-likelihood of a text's tokens (perplexity). Heavy
+imports happen inside each module's `load`.
 
 `RUNTIMES` is the registry; `availability` says whether a runtime can be used here,
 with the command that installs it, without importing it.
@@ -16,18 +18,42 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 OnToken = Callable[[int], None]
 
 
+@dataclass(frozen=True)
+class Batch:
+    """A batch of requests submitted at once, answered: each request's greedy tokens
+    (its end-of-text not included) and when its first token came, in ns after the
+    batch was submitted (a request that wrote none: when its answer came)."""
+
+    tokens: list[list[int]]
+    first_token_ns: list[int]
+
+    def __post_init__(self) -> None:
+        if len(self.tokens) != len(self.first_token_ns):
+            raise ValueError("a batch answer needs one first-token time per request")
+
+
 class Generator(Protocol):
     runtime: str
+    # What the runtime applied (threads, precision hints, the batching it does), for
+    # the candidate's settings.
+    settings: dict[str, Any]
 
     def generate(self, prompt: Sequence[int], max_new_tokens: int, on_token: OnToken) -> list[int]:
         """Greedy output tokens after `prompt` (at most `max_new_tokens`; fewer when
         the model writes its end-of-text, which is not included)."""
+        ...
+
+    def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> Batch:
+        """Greedy output tokens for every prompt, submitted together: the runtime
+        batches them its own way (padded static batches, or one after another where
+        it has no batching; `settings["batching"]` says which)."""
         ...
 
     def nll(self, tokens: Sequence[int]) -> tuple[float, int]:
@@ -36,26 +62,50 @@ class Generator(Protocol):
         ...
 
 
+def until_end(tokens: Sequence[int], eos: set[int]) -> list[int]:
+    """The tokens before the first end-of-text."""
+    for i, token in enumerate(tokens):
+        if token in eos:
+            return [int(t) for t in tokens[:i]]
+    return [int(t) for t in tokens]
+
+
+def summed_nll(logits: Any, targets: Sequence[int]) -> float:
+    """The summed negative log-likelihood (nats) of `targets` under `logits`, one row
+    of logits per target, in float64."""
+    import numpy as np
+
+    rows = np.asarray(logits, dtype=np.float64)
+    top = rows.max(axis=1, keepdims=True)
+    log_z = top[:, 0] + np.log(np.exp(rows - top).sum(axis=1))
+    picked = rows[np.arange(len(targets)), np.asarray(targets)]
+    return float((log_z - picked).sum())
+
+
+def eos_ids(value: int | Sequence[int] | None) -> set[int]:
+    """A config's end-of-text id(s) as a set."""
+    if value is None:
+        return set()
+    return {int(value)} if isinstance(value, int) else {int(v) for v in value}
+
+
 # runtime -> (module, the packages it imports, the extra that installs them; "" for
 # bakeoff's own dependencies)
 RUNTIMES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "torch": ("bakeoff.generators.torch_generate", ("torch", "transformers"), ""),
     "torch-compile": ("bakeoff.generators.torch_generate", ("torch", "transformers"), ""),
+    "onnxruntime-genai": (
+        "bakeoff.generators.onnxruntime_genai_generate",
+        ("onnxruntime_genai",),
+        "genai",
+    ),
+    "openvino-genai": ("bakeoff.generators.openvino_genai_generate", ("openvino_genai",), "genai"),
     "llama-cpp": ("bakeoff.generators.llama_cpp_generate", ("llama_cpp", "gguf"), "llama-cpp"),
 }
 
 
 # Runtimes a generative bake-off names that bakeoff does not drive yet, and why.
 NOT_YET: dict[str, str] = {
-    "onnxruntime-genai": (
-        "bakeoff does not drive ONNX Runtime GenAI yet; note that its model builder "
-        "(0.18) takes Llama, Mistral, Phi, Qwen, Gemma and similar architectures, not GPT-2"
-    ),
-    "openvino-genai": (
-        "bakeoff does not drive OpenVINO GenAI yet: its models come from optimum-intel's "
-        "export, and optimum-intel 2.2 does not install beside torch 2.13.0 (it requires "
-        "torch 2.14.1 and the CUDA libraries)"
-    ),
     "vllm": "bakeoff does not drive vLLM yet; it also needs an NVIDIA GPU",
 }
 

@@ -11,13 +11,12 @@ context is set up as a deployment would set it up.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from bakeoff.generators import OnToken
+from bakeoff.generators import Batch, OnToken, summed_nll
 
 
 def _open(path: Path, threads: int, logits_all: bool) -> Any:
@@ -56,6 +55,13 @@ class LlamaCppGenerator:
         self.max_positions = _context_length(path)
         self.eos = self.llm.token_eos()
         self._scorer: Any = None
+        self.settings: dict[str, Any] = {
+            "threads": threads,
+            "context": self.llm.n_ctx(),
+            # llama-cpp-python's Llama decodes one sequence at a time (llama.cpp's
+            # server batches; its Python binding does not).
+            "batching": "none: requests submitted together are answered one after another",
+        }
 
     def generate(self, prompt: Sequence[int], max_new_tokens: int, on_token: OnToken) -> list[int]:
         if len(prompt) + max_new_tokens > self.max_positions:
@@ -76,6 +82,20 @@ class LlamaCppGenerator:
                 break
         return out
 
+    def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> Batch:
+        start = time.perf_counter_ns()
+        tokens: list[list[int]] = []
+        first: list[int] = []
+        for prompt in prompts:  # queued: each waits for those before it
+            stamps: list[int] = []
+
+            def stamp(_token: int, stamps: list[int] = stamps) -> None:
+                stamps.append(time.perf_counter_ns())
+
+            tokens.append(self.generate(prompt, max_new_tokens, stamp))
+            first.append((stamps[0] if stamps else time.perf_counter_ns()) - start)
+        return Batch(tokens, first)
+
     def nll(self, tokens: Sequence[int]) -> tuple[float, int]:
         if len(tokens) < 2:
             return 0.0, 0
@@ -84,11 +104,7 @@ class LlamaCppGenerator:
         scorer = self._scorer
         scorer.reset()
         scorer.eval(list(tokens))
-        logits = np.asarray(scorer.scores[: len(tokens) - 1], dtype=np.float64)
-        top = logits.max(axis=1, keepdims=True)
-        log_z = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
-        picked = logits[np.arange(len(tokens) - 1), np.asarray(tokens[1:])]
-        return float((log_z - picked).sum()), len(tokens) - 1
+        return summed_nll(scorer.scores[: len(tokens) - 1], tokens[1:]), len(tokens) - 1
 
 
 def load(runtime: str, path: Path, threads: int) -> LlamaCppGenerator:

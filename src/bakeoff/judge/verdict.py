@@ -37,9 +37,14 @@ class Measured:
     block_ns: np.ndarray  # shape (rounds,): wall time of each round's timed block
     batch_size: int
     slots: np.ndarray | None = None  # shape (rounds,): which worker process ran each round
+    # shape (rounds,): the work each round's block did, where it is not its calls
+    # (a generative round's output tokens); throughput counts it instead.
+    units: np.ndarray | None = None
 
     @property
     def calls(self) -> np.ndarray:
+        if self.units is not None:
+            return self.units
         return np.full(len(self.block_ns), self.samples_ns.shape[1])
 
 

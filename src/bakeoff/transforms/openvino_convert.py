@@ -349,22 +349,31 @@ def nncf_int8_accuracy_aware(
 
 
 def nncf_int4_weights(ir_path: str, out_dir: Path) -> dict[str, Any]:
-    """INT4 weight-only compression (activations stay floating point).
+    """INT4 weight-only compression (activations stay floating point) of an IR file."""
+    import openvino as ov
+
+    compressed, settings = compress_int4(ov.Core().read_model(ir_path))
+    path = out_dir / "model.xml"
+    ov.save_model(compressed, str(path), compress_to_fp16=False)
+    return {"path": str(path), "quantization": settings}
+
+
+def compress_int4(model: Any) -> tuple[Any, dict[str, Any]]:
+    """NNCF's INT4 weight compression of an OpenVINO model: (the compressed model,
+    the settings applied).
 
     Layers whose input size is not a multiple of the group size make NNCF stop;
-    then the build retries with NNCF's ADJUST fallback (the largest power-of-two
-    group that divides the layer, at least 32, else the INT8 backup) and records
-    the fallback and the groups applied. A model with no layer left in INT4 is a
-    failed build, not an INT8 model under an INT4 label.
+    then it is retried with NNCF's ADJUST fallback (the largest power-of-two
+    group that divides the layer, at least 32, else the INT8 backup) and the
+    fallback and the groups applied are recorded. A model with no layer left in
+    INT4 is a failed build, not an INT8 model under an INT4 label.
     """
     import nncf
-    import openvino as ov
     from nncf.quantization.advanced_parameters import (
         AdvancedCompressionParameters,
         GroupSizeFallbackMode,
     )
 
-    model = ov.Core().read_model(ir_path)
     mode = nncf.CompressWeightsMode(INT4_MODE)
     fallback: str | None = None
     try:
@@ -398,8 +407,6 @@ def nncf_int4_weights(ir_path: str, out_dir: Path) -> dict[str, Any]:
             f"NNCF does for the first and last layers and for layers too small to group"
             f"{'; ' + fallback if fallback else ''}): INT4 weight-only does not apply here"
         )
-    path = out_dir / "model.xml"
-    ov.save_model(compressed, str(path), compress_to_fp16=False)
     settings = {
         "tool": "nncf.compress_weights",
         "mode": INT4_MODE,
@@ -412,7 +419,7 @@ def nncf_int4_weights(ir_path: str, out_dir: Path) -> dict[str, Any]:
         "int8_weights": len(weights) - len(int4),
         "int4_group_sizes": sorted({v["group_size"] for v in int4.values()}),
     }
-    return {"path": str(path), "quantization": settings}
+    return compressed, settings
 
 
 def compressed_weights(model: Any) -> dict[str, dict[str, int]]:

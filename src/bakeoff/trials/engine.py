@@ -89,6 +89,15 @@ class AfterRounds(Protocol[E_contra]):
         ...
 
 
+class AfterRace(Protocol[E_contra]):
+    def __call__(self, lanes: Sequence[tuple[E_contra, Worker]], /) -> set[str]:
+        """Run once, after the rounds and the `AfterRounds` hooks, on every candidate
+        that entered the rounds and did not fail, the raced-out ones included (each
+        with its measuring worker): a measurement across all of them that the race
+        did not decide. Returns the ids whose workers were lost (the rounds stand)."""
+        ...
+
+
 # What the engine adds to a candidate's settings at warm-up (and a resumed run reuses).
 MEASURING_SETTINGS = ("calls_per_round", "settle_calls")
 
@@ -154,6 +163,9 @@ class Engine(Generic[E]):
     settings: TrialSettings
     events: Events
     after_rounds: Sequence[AfterRounds[E]] = field(default_factory=tuple)
+    # With it, a raced-out candidate's workers wait idle (blocked on their sockets,
+    # so they take nothing from the rounds) until it has run, instead of exiting.
+    after_race: AfterRace[E] | None = None
     # Entrants whose loads take longest: when loads run side by side they start first.
     load_first: frozenset[str] = frozenset()
     # Entrants raced out no sooner than the minimum rounds: the baseline (and
@@ -177,6 +189,7 @@ def run_trials(
         return Outcome(phases, None)
     s, events = engine.settings, engine.events
     lanes: dict[str, Lane[E]] = {}
+    parked: dict[str, Lane[E]] = {}  # raced out, kept for `after_race`
     rounds_cpu: list[dict[str, float]] = []  # what other processes used, round by round
     try:
         t_phase = time.perf_counter()
@@ -188,13 +201,25 @@ def run_trials(
                 lanes.pop(cid).processes.close()
         phases["warmup"] = time.perf_counter() - t_phase
         t_phase = time.perf_counter()
-        stop_reason = _rounds(lanes, entrants[0].batch_size, engine, rounds_cpu)
+        stop_reason = _rounds(lanes, entrants[0].batch_size, engine, rounds_cpu, parked)
         for hook in engine.after_rounds:
             for cid in sorted(lanes):
                 lane = lanes[cid]
                 if not hook(lane.entrant, lane.processes.first):
                     lanes.pop(cid).processes.close()
                     lane.entrant.set_status("ok")  # the rounds stand; only the scenario is lost
+        if engine.after_race is not None:
+            everyone = {**parked, **lanes}
+            lost = engine.after_race(
+                [(everyone[cid].entrant, everyone[cid].processes.first) for cid in sorted(everyone)]
+            )
+            for cid in lost:
+                lane = lanes.pop(cid) if cid in lanes else parked.pop(cid)
+                lane.processes.close()
+                lane.entrant.set_status("ok")  # the rounds stand
+        for cid in list(parked):
+            lane = parked.pop(cid)
+            _exit(lane.entrant, lane.processes.running, s)
         for cid in list(lanes):
             lane = lanes.pop(cid)
             why = f"; {lane.short_of}" if lane.short_of else ""
@@ -202,7 +227,7 @@ def run_trials(
             _exit(lane.entrant, lane.processes.running, s)
         phases["rounds"] = time.perf_counter() - t_phase
     finally:
-        for lane in lanes.values():
+        for lane in [*lanes.values(), *parked.values()]:
             lane.processes.close()
     machine = machine_use(rounds_cpu, s.threads)
     for c in entrants:
@@ -379,6 +404,7 @@ def _rounds(
     batch_size: int,
     engine: Engine[E],
     rounds_cpu: list[dict[str, float]],
+    parked: dict[str, Lane[E]],
 ) -> str:
     """Round after round until the race, the CIs or the budget end it: why it ended."""
     s = engine.settings
@@ -399,10 +425,10 @@ def _rounds(
             break
         if r + 1 < s.min_rounds:
             if s.racing and len(lanes) > 2:
-                _race_early(r, lanes, entered, engine)
+                _race_early(r, lanes, entered, engine, parked)
             continue
         if s.racing and len(lanes) >= 2:
-            done = _race(r, lanes, entered, engine)
+            done = _race(r, lanes, entered, engine, parked)
             if done:
                 return done
         elif s.racing:
@@ -440,7 +466,24 @@ def _one_round(r: int, lanes: dict[str, Lane[E]], s: TrialSettings, events: Even
     return measured
 
 
-def _race(r: int, lanes: dict[str, Lane[E]], entered: int, engine: Engine[E]) -> str | None:
+def _retire(lane: Lane[E], why: str, engine: Engine[E], parked: dict[str, Lane[E]]) -> None:
+    """A candidate raced out: its workers exit, or wait for `after_race`."""
+    c = lane.entrant
+    c.stopped = why
+    if engine.after_race is not None:
+        parked[c.id] = lane
+    else:
+        _exit(c, lane.processes.running, engine.settings)
+    engine.events.note(f"{c.id}: {why}", c)
+
+
+def _race(
+    r: int,
+    lanes: dict[str, Lane[E]],
+    entered: int,
+    engine: Engine[E],
+    parked: dict[str, Lane[E]],
+) -> str | None:
     """After round r: stop who cannot win, start more processes for close calls.
     Returns why the group is done, or None."""
     s = engine.settings
@@ -457,10 +500,7 @@ def _race(r: int, lanes: dict[str, Lane[E]], entered: int, engine: Engine[E]) ->
     beyond, maybe = constraint_standing(active, s.constraints)
     raced, done, grow = check_stop(active, s, multi, beyond, maybe, room, compared=entered)
     for cid, why in raced.items():
-        lane = lanes.pop(cid)
-        lane.entrant.stopped = why
-        _exit(lane.entrant, lane.processes.running, s)
-        engine.events.note(f"{cid}: {why}", lane.entrant)
+        _retire(lanes.pop(cid), why, engine, parked)
     if done:
         return done
     for cid in sorted(lanes):
@@ -474,15 +514,18 @@ def _race(r: int, lanes: dict[str, Lane[E]], entered: int, engine: Engine[E]) ->
     return None
 
 
-def _race_early(r: int, lanes: dict[str, Lane[E]], entered: int, engine: Engine[E]) -> None:
+def _race_early(
+    r: int,
+    lanes: dict[str, Lane[E]],
+    entered: int,
+    engine: Engine[E],
+    parked: dict[str, Lane[E]],
+) -> None:
     """Before the minimum rounds: stop who trails the leader grossly in every round."""
     active = [lane.entrant for lane in lanes.values()]
     gone = gross_losers(active, engine.settings, engine.baselines, entered)
     for cid, why in gone.items():
-        lane = lanes.pop(cid)
-        lane.entrant.stopped = why
-        _exit(lane.entrant, lane.processes.running, engine.settings)
-        engine.events.note(f"{cid}: {why}", lane.entrant)
+        _retire(lanes.pop(cid), why, engine, parked)
 
 
 def _another_process(lane: Lane[E], engine: Engine[E], next_round: int) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 from bakeoff import generators
 from bakeoff.trials.jobs import (
     Command,
+    Concurrent,
     Exit,
     GenerateJob,
     GenerateSpec,
@@ -34,14 +35,18 @@ from bakeoff.trials.jobs import (
 from bakeoff.trials.memory import PeakMemory
 
 
-def model_file(spec: GenerateSpec) -> tuple[Path, float]:
-    """The file (or folder) the runtime loads, built first where it needs one, and the
-    seconds the build took here (0 when another worker of the run built it)."""
+def model_file(spec: GenerateSpec) -> tuple[Path, float, dict[str, Any]]:
+    """The file (or folder) the runtime loads, built first where it needs one, the
+    seconds the build took here (0 when another worker of the run built it) and
+    what the build applied (a quantizer's settings)."""
+    started = time.perf_counter()
+    if spec.runtime in ("onnxruntime-genai", "openvino-genai"):
+        built = _genai_folder(spec)
+        return Path(built["path"]), time.perf_counter() - started, built.get("settings", {})
     if spec.runtime != "llama-cpp":
-        return Path(spec.folder), 0.0
+        return Path(spec.folder), 0.0, {}
     from bakeoff.transforms import gguf_export
 
-    started = time.perf_counter()
     out_dir = Path(spec.artifacts_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"model-{spec.precision}.gguf"
@@ -55,7 +60,29 @@ def model_file(spec: GenerateSpec) -> tuple[Path, float]:
                 target,
                 lambda tmp: gguf_export.quantize(base, tmp, spec.precision, spec.threads),
             )
-    return target, time.perf_counter() - started
+    return target, time.perf_counter() - started, {}
+
+
+def _genai_folder(spec: GenerateSpec) -> dict[str, Any]:
+    """ONNX Runtime GenAI's or OpenVINO GenAI's model folder, built through the run's
+    build steps: one ONNX export of the decoder feeds both runtimes (each step is
+    built once per run, under a lock, and a failed one fails its dependents at once
+    with the same reason)."""
+    from bakeoff.transforms import cached_step, genai_export
+
+    steps = str(Path(spec.artifacts_dir).parent)
+    folder = Path(spec.folder)
+    export = cached_step(steps, "decoder-onnx", lambda d: genai_export.decoder_onnx(folder, d))
+    name = f"{spec.runtime}-{spec.precision}"
+    if spec.runtime == "onnxruntime-genai":
+        return cached_step(
+            steps,
+            name,
+            lambda d: genai_export.ort_genai_folder(export, spec.precision, spec.threads, d),
+        )
+    return cached_step(
+        steps, name, lambda d: genai_export.openvino_genai_folder(export, folder, spec.precision, d)
+    )
 
 
 def _atomic(target: Path, write: Callable[[Path], Any]) -> None:
@@ -81,7 +108,7 @@ class Generating:
         self.gen.generate(prompt, self.spec.max_new_tokens, lambda _t: stamps.append(clock()))
         return start, stamps
 
-    def requests(self, n: int) -> tuple[Timed, int]:
+    def requests(self, n: int) -> Timed:
         tpot: list[int] = []
         ttft: list[int] = []
         tokens: list[int] = []
@@ -102,9 +129,8 @@ class Generating:
             # it can be, rather than a gap in the samples.
             per = (stamps[-1] - stamps[0]) // (len(stamps) - 1) if len(stamps) > 1 else ttft[-1]
             tpot.append(per)
-        block = self.clock() - block_start
         extra = {"ttft_ns": ttft, "tokens": tokens, "total_ns": total}
-        return Timed(tpot, block, extra), block
+        return Timed(tpot, self.clock() - block_start, extra)
 
     def warm_up(self, cmd: Warmup) -> dict[str, Any]:
         """Requests until the warm-up's time and count are done; replies with each
@@ -116,7 +142,7 @@ class Generating:
         # (torch.compile) has done so before anything is kept.
         least = max(cmd.min_calls, len(self.prompts))
         while not lat or len(lat) < least or self.clock() < deadline:
-            lat.append(self.requests(1)[1])
+            lat.append(self.requests(1).block_ns)
             if len(lat) >= max(cmd.max_calls, least):
                 break
         return {"latency_ns": lat}
@@ -124,8 +150,28 @@ class Generating:
     def measure(self, cmd: Measure) -> dict[str, Any]:
         if cmd.settle:
             self.requests(cmd.settle)
-        timed, _ = self.requests(cmd.calls)
-        return timed.to_json()
+        return self.requests(cmd.calls).to_json()
+
+    def concurrent(self, cmd: Concurrent) -> dict[str, Any]:
+        """Whole passes over the prompts in order, `concurrency` submitted together at a
+        time (the last batch of a pass may be smaller)."""
+        if cmd.concurrency < 1 or cmd.passes < 1:
+            raise JobError(f"concurrency and passes must be at least 1, not {cmd}")
+        ttft: list[int] = []
+        tokens: list[int] = []
+        batch_ns: list[int] = []
+        block_start = self.clock()
+        for _ in range(cmd.passes):
+            for at in range(0, len(self.prompts), cmd.concurrency):
+                started = self.clock()
+                batch = self.gen.generate_batch(
+                    self.prompts[at : at + cmd.concurrency], self.spec.max_new_tokens
+                )
+                batch_ns.append(self.clock() - started)
+                ttft.extend(batch.first_token_ns)
+                tokens.extend(len(t) for t in batch.tokens)
+        extra = {"tokens": tokens, "batch_ns": batch_ns}
+        return Timed(ttft, self.clock() - block_start, extra).to_json()
 
     def answer(self, cmd: Command) -> dict[str, Any]:
         match cmd:
@@ -133,11 +179,14 @@ class Generating:
                 return self.warm_up(cmd)
             case Measure():
                 return self.measure(cmd)
+            case Concurrent():
+                return self.concurrent(cmd)
             case Peak() | Exit():
                 return {"peak_rss_mb": self.memory.mb()}
             case _:
                 raise JobError(
-                    f"a generation worker answers warmup, measure, peak and exit, not {cmd.kind!r}"
+                    "a generation worker answers warmup, measure, concurrent, peak and exit, "
+                    f"not {cmd.kind!r}"
                 )
 
 
@@ -158,7 +207,7 @@ def start_generating(job: GenerateJob, started: float) -> tuple[dict[str, Any], 
     message, and what answers the engine's commands after it."""
     spec = job.generate
     inputs = json.loads(Path(spec.inputs_path).read_text())
-    path, build_s = model_file(spec)
+    path, build_s, built = model_file(spec)  # a StepFailed is the worker's reason
     gen = generators.load(spec.runtime, path, spec.threads)
     # Process start (imports included) to loaded, the build apart: a deployment
     # ships the built file.
@@ -175,7 +224,7 @@ def start_generating(job: GenerateJob, started: float) -> tuple[dict[str, Any], 
         "event": "ready",
         "load_s": load_s,
         "first_call_s": first_request_s,
-        "settings": {"threads": spec.threads, "runtime": spec.runtime},
+        "settings": {"runtime": spec.runtime, **gen.settings, **built},
         "model_bytes": size,
         "pid": os.getpid(),
         "worker": {
@@ -188,6 +237,11 @@ def start_generating(job: GenerateJob, started: float) -> tuple[dict[str, Any], 
     return ready, generating
 
 
+# The files of a model folder that hold the model: Hugging Face weights, ONNX and its
+# external data, an OpenVINO IR (the tokenizer and configurations are small).
+MODEL_SUFFIXES = (".safetensors", ".onnx", ".data", ".xml", ".bin")
+
+
 def _folder_bytes(folder: Path) -> int:
-    """A model folder's weights (what a deployment ships; the tokenizer is small)."""
-    return sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+    """A model folder's model files (what a deployment ships)."""
+    return sum(f.stat().st_size for f in folder.iterdir() if f.suffix in MODEL_SUFFIXES)

@@ -314,6 +314,19 @@ class Rebatch(_Command):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Concurrent(_Command):
+    """Generation under concurrency: `passes` passes over the prompts, `concurrency`
+    requests submitted together at a time, through the runtime's own batching; reply:
+    `Timed` with each request's time to first token (ns after its batch was
+    submitted), the passes' wall time, and `extra` tokens per request (and `batch_ns`,
+    each batch's wall time)."""
+
+    kind: ClassVar[str] = "concurrent"
+    concurrency: int
+    passes: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
 class Peak(_Command):
     """Reply with the peak resident memory at the current batch size, and go on."""
 
@@ -330,14 +343,14 @@ class Exit(_Command):
 Job = BuildJob | ReferenceJob | ColdStartJob | LoadJob | TrainJob | TargetJob | GenerateJob
 # The jobs of workers the trial engine times in rounds.
 MeasuredJob = LoadJob | TrainJob | GenerateJob
-Command = Warmup | Measure | Server | Offline | Rebatch | Peak | Exit
+Command = Warmup | Measure | Server | Offline | Rebatch | Concurrent | Peak | Exit
 
 JOBS: dict[str, type[Job]] = {
     c.kind: c
     for c in (BuildJob, ReferenceJob, ColdStartJob, LoadJob, TrainJob, TargetJob, GenerateJob)
 }
 COMMANDS: dict[str, type[Command]] = {
-    c.kind: c for c in (Warmup, Measure, Server, Offline, Rebatch, Peak, Exit)
+    c.kind: c for c in (Warmup, Measure, Server, Offline, Rebatch, Concurrent, Peak, Exit)
 }
 
 

@@ -41,6 +41,7 @@ from bakeoff.trials.jobs import (
     BuildJob,
     ColdStartJob,
     Command,
+    Concurrent,
     Exit,
     GenerateJob,
     JobBase,
@@ -421,6 +422,8 @@ class Serving:
                 return self.rebatch(cmd)
             case Peak() | Exit():
                 return {"peak_rss_mb": self.memory.mb()}
+            case Concurrent():
+                raise JobError("an inference worker does not generate: 'concurrent' is refused")
             case _:
                 assert_never(cmd)
 
