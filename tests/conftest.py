@@ -9,6 +9,8 @@ locations point into a session temp dir, and workers inherit the same environmen
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +49,39 @@ GEMM_PEAK = "BAKEOFF_GEMM_PEAK"
 def gemm_peak(monkeypatch: pytest.MonkeyPatch) -> None:
     """The GEMM peak measured, as outside the test suite."""
     monkeypatch.delenv(GEMM_PEAK, raising=False)
+
+
+@pytest.fixture(scope="session")
+def triton_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv with only tritonclient (http, and grpc for Triton's model-config schema,
+    `tritonclient.grpc.model_config_pb2`) and numpy: its ml-dtypes pin clashes with the
+    frameworks'. Made once per test session (per xdist worker) from the same package
+    index; our own pip fills it (`--python`): no pip of its own to install, nothing
+    byte-compiled that the client never imports."""
+    venv = tmp_path_factory.mktemp("tritonclient-venv")
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
+    )
+    python = venv / "bin" / "python"
+    pip = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--quiet",
+            "--no-compile",
+            "tritonclient[http,grpc]==2.73.0",
+            "numpy==2.4.6",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    return python
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from bakeoff import api, export
-from bakeoff.serve import auto
+from bakeoff.export import auto
 from tiny_mlp import write_tiny_workload
 
 TESTS = Path(__file__).parent
@@ -226,38 +226,6 @@ def _drive_with_tritonclient(
     assert facts["model"]["name"] == name and facts["model"]["versions"] == ["1"]
     assert "unknown model 'no-such-model'" in facts["unknown_model"]
     return facts
-
-
-@pytest.fixture(scope="module")
-def triton_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A venv with only tritonclient[http] and numpy (its ml-dtypes pin clashes with
-    the frameworks'), made once for this module from the same package index. Our own
-    pip fills it (`--python`): no pip of its own to install, nothing byte-compiled
-    that the client never imports; half the minute it took."""
-    venv = tmp_path_factory.mktemp("tritonclient-venv")
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
-    )
-    python = venv / "bin" / "python"
-    pip = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(python),
-            "install",
-            "--quiet",
-            "--no-compile",
-            "tritonclient[http]==2.73.0",
-            "numpy==2.4.6",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert pip.returncode == 0, pip.stderr[-3000:]
-    return python
 
 
 def test_tritonclient_reads_metadata_and_infers_with_every_json_binary_combination(

@@ -80,7 +80,8 @@ def serve_cmd(
     missing = [m for m in _NEEDS if importlib.util.find_spec(m) is None]
     if missing:
         raise UserError(f"bakeoff serve needs {', '.join(missing)}: pip install 'bakeoff[serve]'")
-    from bakeoff.serve import ExportedModel, ServeSettings, auto, serve, server, source
+    from bakeoff.export import auto
+    from bakeoff.serve import ExportedModel, ServeSettings, serve, server, source
 
     server.check_exposure(host, token)  # before anything is exported or loaded
     batch = _auto_or_int(max_batch_size, "--max-batch-size")

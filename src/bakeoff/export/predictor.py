@@ -139,7 +139,12 @@ def _load_torch(folder: Path, manifest: dict[str, Any]) -> Run:
 
     cfg = manifest["load"]
     torch.set_num_threads(int(cfg["threads"]))
-    module: Any = torch.export.load(str(folder / manifest["file"])).module()
+    path = folder / manifest["file"]
+    module: Any = (
+        torch.jit.load(str(path))  # TorchScript, as a Triton model repository holds it
+        if path.suffix == ".pt"
+        else torch.export.load(str(path)).module()
+    )
     if cfg.get("compile"):
         c = cfg["compile"]
         module = torch.compile(module, backend=c["backend"], mode=c["mode"], dynamic=c["dynamic"])

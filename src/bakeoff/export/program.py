@@ -14,6 +14,7 @@ import numpy as np
 from bakeoff.batching import Layout
 from bakeoff.errors import UserError
 from bakeoff.paths import RunFolder
+from bakeoff.source import ModelSource
 
 
 def torch_program(
@@ -36,8 +37,8 @@ def torch_program(
         )
     import torch
 
-    model, verified = _measured_model(record, cand, run, examples, threads)
-    wrapped = _as_measured(model, cand["precision"])
+    model, verified = measured_model(record, cand, run, examples, threads)
+    wrapped = as_measured(model, cand["precision"])
     program, args, dynamic = _export_program(wrapped, cand, examples, layout)
     _check_same(wrapped, program, args, cand)
     torch.export.save(program, str(dest / "model.pt2"))
@@ -49,7 +50,7 @@ def torch_program(
     }
 
 
-def _measured_model(
+def measured_model(
     record: dict[str, Any],
     cand: dict[str, Any],
     run: RunFolder,
@@ -58,8 +59,19 @@ def _measured_model(
 ) -> tuple[Any, bool]:
     """The candidate's model as the torch backend builds it, and whether the workload's
     model files were checked to hash as they did when the run measured them."""
-    from bakeoff import cache
     from bakeoff.backends import LoadContext, Variant, torch_eager
+
+    source, verified = measured_source(record, run)
+    variant = Variant(cand["runtime"], cand["precision"], cand["method"])
+    ctx = LoadContext(source, threads, int(cand["batch_size"]), tuple(examples))
+    model, _ = torch_eager.load_model(variant, ctx)
+    return model, verified
+
+
+def measured_source(record: dict[str, Any], run: RunFolder) -> tuple[ModelSource, bool]:
+    """The workload's model source, and whether its files were checked
+    to hash as they did when the run measured them (False where the run kept no key)."""
+    from bakeoff import cache
     from bakeoff.loader import load_workload
 
     ref = record["settings"].get("workload_ref")
@@ -76,13 +88,10 @@ def _measured_model(
                 "differently): the export would not be the model that was measured; run again"
             )
         verified = True
-    variant = Variant(cand["runtime"], cand["precision"], cand["method"])
-    ctx = LoadContext(source, threads, int(cand["batch_size"]), tuple(examples))
-    model, _ = torch_eager.load_model(variant, ctx)
-    return model, verified
+    return source, verified
 
 
-def _as_measured(model: Any, precision: str) -> Any:
+def as_measured(model: Any, precision: str) -> Any:
     """The model as a module called the way it was measured (under CPU autocast for
     BF16/FP16, as torch_eager.with_autocast calls it), in eval mode."""
     import torch

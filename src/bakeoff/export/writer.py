@@ -16,13 +16,15 @@ import numpy as np
 from bakeoff.batching import Layout, read_split, split_names
 from bakeoff.cache import sha256_file
 from bakeoff.errors import UserError
+from bakeoff.export import tfserving, triton
 from bakeoff.export.predictor import FORMAT, MANIFEST
-from bakeoff.export.program import torch_program
+from bakeoff.export.program import measured_source, torch_program
 from bakeoff.paths import RunFolder
 from bakeoff.store import refuse_generative
 from bakeoff.workload.data import TOKENIZER_FILES
 
 EXPORTABLE = ("onnxruntime", "openvino", "torch", "torch-compile", "litert")
+FORMATS = ("plain", "triton", "tfserving")
 # The package whose version the run recorded, per runtime.
 _PACKAGE = {
     "onnxruntime": "onnxruntime",
@@ -30,6 +32,10 @@ _PACKAGE = {
     "torch": "torch",
     "torch-compile": "torch",
     "litert": "ai-edge-litert",
+    "keras-jax": "keras",
+    "keras-tensorflow": "keras",
+    "keras-torch": "keras",
+    "tensorflow": "tensorflow-cpu",
 }
 # The exported name of a runtime's model file (its side files keep theirs).
 _MAIN_FILE = {"onnxruntime": "model.onnx", "openvino": "model.xml", "litert": "model.tflite"}
@@ -40,26 +46,30 @@ def export(
     out: str | Path,
     candidate_id: str | None = None,
     store: str | Path | None = None,
+    format: str = "plain",
 ) -> dict[str, Any]:
     """Write candidate `candidate_id` of run `run_id` (default: the winner of the run's
-    first verdict) to the folder `out`; return its manifest."""
+    first verdict) under `out` in `format`: "plain" (the folder `out`), "triton" or
+    "tfserving" (the model `out`/<name>/ of a model repository); return its manifest."""
     from bakeoff import api
     from bakeoff.paths import DEFAULT_STORE
 
+    if format not in FORMATS:
+        raise UserError(f"--format {format!r}: expected one of {', '.join(FORMATS)}")
     store_path = Path(store if store is not None else DEFAULT_STORE)
     record = api.show_run(run_id, store_path)
     refuse_generative(record, "bakeoff export")
     run_id = record["run_id"]
     cand = _choose(record, candidate_id)
     out_dir = Path(out)
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise UserError(f"--out {out_dir}: exists and is not an empty folder")
-    runtime = cand["runtime"]
-    if runtime not in EXPORTABLE:
-        raise UserError(
-            f"candidate {cand['id']}: bakeoff export writes {', '.join(EXPORTABLE)} "
-            f"candidates, not {runtime}"
-        )
+    _refuse_runtime(cand, format)
+    workload = ((record["document"] or {}).get("workload") or {}).get("name", record["workload"])
+    # plain: the folder itself; a model repository: the model's folder in it, beside
+    # the models it may hold already
+    target = out_dir if format == "plain" else out_dir / triton.model_name(str(workload))
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        what = "" if target == out_dir else f" holds {target.name}/ already, and it"
+        raise UserError(f"--out {out_dir}:{what} exists and is not an empty folder")
     run = RunFolder.of(store_path, run_id)
     data_path = run.data
     if not data_path.exists():
@@ -68,16 +78,18 @@ def export(
         names = split_names(z.files, "quality")
     examples, layout = read_split(data_path, "quality", names)
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.export-{secrets.token_hex(3)}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.export-{secrets.token_hex(3)}"
     tmp.mkdir()
     try:
-        if runtime in ("torch", "torch-compile"):
-            threads = _threads(record, cand)
-            artifact = torch_program(record, cand, run, examples, layout, threads, tmp)
+        text = None
+        if format == "triton":
+            artifact, described = _triton(record, cand, run, examples, layout, target.name, tmp)
+        elif format == "tfserving":
+            artifact, described = _tfserving(record, cand, run, examples, target.name, tmp)
         else:
-            artifact = _copy_artifact(cand, run, tmp)
-        text = _copy_tokenizer(record, tmp)
+            artifact, described = _plain(record, cand, run, examples, layout, tmp), None
+            text = _copy_tokenizer(record, tmp)
         files = {
             p.relative_to(tmp).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
             for p in sorted(tmp.rglob("*"))
@@ -88,14 +100,180 @@ def export(
         manifest["text"] = text
         candidates = (record["document"] or {}).get("candidates", [])
         manifest["measured_by_batch_size"] = variant_measurements(candidates, cand)
+        if described is not None:
+            if _tokenized(record):
+                described["notes"].append(
+                    "the run tokenized text for this model; the server takes token ids (its "
+                    "tokenizer is not part of the repository; the plain format copies it)"
+                )
+            manifest["layout"] = described
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
-        if out_dir.exists():
-            out_dir.rmdir()  # empty, checked above
-        os.rename(tmp, out_dir)  # whole or absent: never half an export under `out`
+        if target.exists():
+            target.rmdir()  # empty, checked above
+        os.rename(tmp, target)  # whole or absent: never half an export under `out`
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return manifest
+
+
+def _refuse_runtime(cand: dict[str, Any], format: str) -> None:
+    if format == "triton":
+        triton.refuse_runtime(cand)
+    elif format == "tfserving":
+        tfserving.refuse_runtime(cand)
+    elif cand["runtime"] not in EXPORTABLE:
+        tf = cand["runtime"] in tfserving.RUNTIMES
+        raise UserError(
+            f"candidate {cand['id']}: bakeoff export writes {', '.join(EXPORTABLE)} "
+            f"candidates, not {cand['runtime']}"
+            + (" (--format tfserving writes it as a SavedModel)" if tf else "")
+        )
+
+
+def _plain(
+    record: dict[str, Any],
+    cand: dict[str, Any],
+    run: RunFolder,
+    examples: dict[str, np.ndarray],
+    layout: Layout,
+    dest: Path,
+) -> dict[str, Any]:
+    """The plain export's model file(s) in `dest`."""
+    if cand["runtime"] in ("torch", "torch-compile"):
+        threads = _threads(record, cand)
+        return torch_program(record, cand, run, examples, layout, threads, dest)
+    return _copy_artifact(cand, run, dest)
+
+
+def _triton(
+    record: dict[str, Any],
+    cand: dict[str, Any],
+    run: RunFolder,
+    examples: dict[str, np.ndarray],
+    layout: Layout,
+    name: str,
+    dest: Path,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The model's folder of a Triton model repository in `dest`: the model file in
+    its version folder, config.pbtxt beside it."""
+    backend = triton.BACKENDS[cand["runtime"]]
+    version = dest / triton.VERSION
+    version.mkdir()
+    threads = _threads(record, cand)
+    doc = record["document"] or {}
+    variable_axes = dict((doc.get("workload") or {}).get("variable_axes") or {})
+    # Triton batches on the first axis of every input: a constant, or a batch on
+    # another axis, leaves the batching to the client.
+    off_axis = [n for n in examples if layout.axis(n) != 0]
+    not_batchable = (
+        f"input(s) {', '.join(off_axis)} have no batch on their first axis (a constant, or "
+        "a batch on another axis)"
+        if off_axis
+        else None
+    )
+    if backend == "pytorch":
+        artifact = triton.torchscript(record, cand, run, examples, layout, threads, version)
+        inputs = triton.example_tensors(examples, layout, variable_axes)
+        shape = tuple(artifact.pop("output_shape"))  # at the measured batch size
+        if artifact["dynamic_batch"]:
+            shape = (-1, *shape[1:])
+        else:
+            not_batchable = not_batchable or "the TorchScript trace fixed the batch size"
+        outputs = [triton.Tensor("output__0", "TYPE_FP32", shape)]
+    else:
+        artifact = _copy_artifact(cand, run, version)
+        inputs, outputs = triton.model_tensors(backend, version / artifact["file"])
+    cpu_flags = list(((record["environment"] or {}).get("cpu") or {}).get("flags") or [])
+    header = [
+        f"bakeoff export --format triton: candidate {cand['id']} of run {record['run_id']} "
+        f"({cand['runtime']}, {cand['precision']}), measured with {threads} thread(s)",
+    ]
+    candidates = doc.get("candidates", [])
+    config = triton.config(
+        name=name,
+        backend=backend,
+        inputs=inputs,
+        outputs=outputs,
+        not_batchable=not_batchable,
+        cand=cand,
+        load_config=_load_config(cand, threads),
+        measured=variant_measurements(candidates, cand),
+        cpu_flags=cpu_flags,
+        header=header,
+    )
+    (dest / triton.CONFIG).write_text(config.text)
+    artifact["file"] = f"{triton.VERSION}/{artifact['file']}"
+    described = {
+        "format": "triton",
+        "model_name": name,
+        "backend": backend,
+        "config": triton.CONFIG,
+        "version": triton.VERSION,
+        "inputs": [_tensor_info(t) for t in inputs],
+        "outputs": [_tensor_info(t) for t in outputs],
+        "max_batch_size": config.max_batch_size,
+        "dynamic_batching": config.dynamic_batching,
+        "instances": config.instances,
+        "parameters": config.parameters,
+        "why": config.why,
+        "notes": config.notes,
+    }
+    return artifact, described
+
+
+def _tensor_info(t: triton.Tensor) -> dict[str, Any]:
+    return {"name": t.name, "data_type": t.data_type, "shape": list(t.shape)}
+
+
+def _tfserving(
+    record: dict[str, Any],
+    cand: dict[str, Any],
+    run: RunFolder,
+    examples: dict[str, np.ndarray],
+    name: str,
+    dest: Path,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The model's folder for TF Serving in `dest`: the SavedModel as version 1."""
+    source, verified = measured_source(record, run)
+    artifact = {} if source.kind == "savedmodel" else _artifact_of(cand, run)
+    doc = record["document"] or {}
+    variable_axes = dict((doc.get("workload") or {}).get("variable_axes") or {})
+    saved = tfserving.savedmodel(
+        record,
+        cand,
+        source,
+        artifact,
+        run.data,
+        list(examples),
+        variable_axes,
+        dest / tfserving.VERSION,
+    )
+    load_config = _load_config(cand, _threads(record, cand))
+    notes = []
+    if cand["runtime"] in ("keras-jax", "keras-torch"):
+        notes.append(
+            f"measured on {cand['runtime']}; the SavedModel runs the same model and weights "
+            "on TensorFlow, which this candidate's figures do not measure"
+        )
+    described = {
+        "format": "tfserving",
+        "model_name": name,
+        **saved,
+        "version": tfserving.VERSION,
+        "server_flags": [
+            f"--tensorflow_intra_op_parallelism={load_config['threads']}",
+            f"--tensorflow_inter_op_parallelism={load_config['inter_op_threads']}",
+        ],
+        "notes": notes,
+    }
+    artifact = {
+        "file": tfserving.VERSION,
+        "exporter": saved.get("exporter"),
+        "dynamic_batch": True,
+        "model_verified_against_run": verified,
+    }
+    return artifact, described
 
 
 def _choose(record: dict[str, Any], candidate_id: str | None) -> dict[str, Any]:
@@ -215,13 +393,18 @@ _TOKENIZER_FILES = (
 TOKENIZER_DIR = "tokenizer"
 
 
+def _tokenized(record: dict[str, Any]) -> bool:
+    text = ((record["document"] or {}).get("workload") or {}).get("text")
+    return bool(text and text.get("tokenizer"))
+
+
 def _copy_tokenizer(record: dict[str, Any], dest: Path) -> dict[str, Any] | None:
     """The model folder's tokenizer, when the run tokenized text with it, so the export
     takes text again (`bakeoff serve` accepts BYTES inputs); None otherwise, or when
     the folder is gone (the export still takes token ids)."""
-    text = ((record["document"] or {}).get("workload") or {}).get("text")
-    if not text or not text.get("tokenizer"):
+    if not _tokenized(record):
         return None
+    text = record["document"]["workload"]["text"]
     folder = Path(text["tokenizer"])
     found = [folder / n for n in _TOKENIZER_FILES if (folder / n).is_file()]
     if not any(f.name != "config.json" for f in found):
@@ -307,6 +490,8 @@ def _load_config(cand: dict[str, Any], threads: int) -> dict[str, Any]:
         return config
     if runtime == "litert":
         return {"num_threads": threads}
+    if runtime in tfserving.RUNTIMES:  # TF Serving's flags (the manifest's layout says them)
+        return {"threads": threads, "inter_op_threads": int(s.get("inter_op_threads", 1))}
     compiled = None
     if runtime == "torch-compile":
         compiled = {

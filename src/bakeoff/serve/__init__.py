@@ -6,7 +6,8 @@ The parts, in the order a request meets them:
 - `protocol`: the JSON and binary (Triton extension) tensor codec;
 - `batcher`: requests merged up to a number of rows, run on N instances;
 - `model`: what is served (an export folder, loaded by `bakeoff.export.load`);
-- `auto` and `source`: settings and the candidate chosen from the run's measurements;
+- `source`: the candidate chosen from the run's measurements (the batching and
+  instances: `bakeoff.export.auto`, which the Triton export shares);
 - `metrics`: Prometheus counters and histograms.
 
 FastAPI, uvicorn and prometheus-client come with `pip install bakeoff[serve]`.

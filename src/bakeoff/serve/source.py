@@ -9,8 +9,8 @@ from typing import Any
 
 from bakeoff.errors import UserError
 from bakeoff.export import variant_measurements
+from bakeoff.export.auto import best_batch
 from bakeoff.paths import RunFolder
-from bakeoff.serve.auto import best_batch
 from bakeoff.store import refuse_generative
 
 

@@ -1,4 +1,6 @@
-"""`auto` batching and instances, from what the run measured of the served variant.
+"""`auto` batching and instances, from what the run measured of a variant: what
+`bakeoff serve` runs with, and what `bakeoff export --format triton` writes into
+config.pbtxt (pure: no server, no runtime).
 
 - Batch size: the one with the best throughput whose p99 meets --latency-bound-ms
   (when given). Batching stays off when it does not pay: when no larger batch gave
