@@ -64,6 +64,7 @@ GRID: tuple[tuple[str, str], ...] = (
     ("llama-cpp", "f16"),
     ("llama-cpp", "q8_0"),
     ("llama-cpp", "q4_k_m"),
+    ("vllm", "fp16"),  # listed with why it is unavailable (generators.NOT_YET)
 )
 GGUF_ARCHITECTURES = ("GPT2LMHeadModel",)
 # Requests submitted together in the sweep; one at a time is the TPOT rounds' own.

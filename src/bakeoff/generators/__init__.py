@@ -106,7 +106,7 @@ RUNTIMES: dict[str, tuple[str, tuple[str, ...], str]] = {
 
 # Runtimes a generative bake-off names that bakeoff does not drive yet, and why.
 NOT_YET: dict[str, str] = {
-    "vllm": "bakeoff does not drive vLLM yet; it also needs an NVIDIA GPU",
+    "vllm": "vLLM runs on an NVIDIA GPU only, and bakeoff does not drive it yet",
 }
 
 
