@@ -58,10 +58,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
             "3",
             "--runtimes",
             # torch-compile's compile would double this fixture's time: its greedy
-            # text is checked in test_generation.py instead, as is OpenVINO GenAI's INT8
+            # text is checked in test_generation.py instead, as are the GenAI runtimes'
+            # INT8 and INT4 folders
             "torch,onnxruntime-genai,openvino-genai,llama-cpp",
             "--precisions",
-            "fp32,int4,f16",
+            "fp32,f16",
             "--concurrency",
             "2,4",
             "--json",
@@ -96,17 +97,13 @@ def test_every_candidate_is_ok_rejected_or_unavailable_with_why(run: tuple[dict,
     assert set(by) == {
         "torch-fp32",
         "onnxruntime-genai-fp32",
-        "onnxruntime-genai-int4",
         "openvino-genai-fp32",
-        "openvino-genai-int4",
         "llama-cpp-f16",
     }
     for cid in ("onnxruntime-genai-fp32", "openvino-genai-fp32"):
         assert by[cid]["status"] == "ok", by[cid]["reason"]
         assert by[cid]["quality"]["token_agreement"] == 1.0  # FP32 writes torch's text
-    for cid in ("onnxruntime-genai-int4", "openvino-genai-int4"):
-        assert by[cid]["status"] in ("ok", "rejected")  # a random model may not survive
-        assert by[cid]["settings"]["quantization"]["tool"]
+        assert by[cid]["model_size_mb"] > 0 and by[cid]["cold_start_s"]["build"] >= 0
     llama_why = generators.availability("llama-cpp")
     if llama_why:  # make test does not install llama-cpp-python (minutes to build)
         assert by["llama-cpp-f16"]["status"] == "unavailable"

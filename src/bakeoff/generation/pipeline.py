@@ -120,21 +120,30 @@ class _Events:
             entrant.tokens.append(list(extra["tokens"]))
 
 
+# Rounds of the sweep at each concurrency: at least this many (a CI over rounds needs
+# a few), and more up to `ConcurrencySweep.rounds` while its share of the budget lasts.
+MIN_SWEEP_ROUNDS = 3
+
+
 class ConcurrencySweep:
     """The engine's `after_race`: tokens/s and TTFT with several requests submitted
     together, at each concurrency in turn, every candidate in randomized order round
-    by round (as the TPOT rounds are), after one untimed pass each."""
+    by round (as the TPOT rounds are), after one untimed pass each. Each concurrency
+    gets MIN_SWEEP_ROUNDS rounds, then more up to `rounds` while its share of
+    `budget_s` lasts (a large model's passes are long)."""
 
     def __init__(
         self,
         levels: tuple[int, ...],
         rounds: int,
+        budget_s: float,
         timeout_s: float,
         seed: int,
         events: _Events,
     ) -> None:
         self.levels, self.rounds, self.timeout_s = levels, rounds, timeout_s
-        self.seed, self.events = seed, events
+        self.budget_s, self.seed, self.events = budget_s, seed, events
+        self.rounds_done: dict[int, int] = {}
 
     def _ask(self, c: GenCandidate, worker: Worker, level: int, lost: set[str]) -> Timed | None:
         try:
@@ -154,7 +163,12 @@ class ConcurrencySweep:
             for c, worker in lanes:
                 if c.id not in lost:
                     self._ask(c, worker, level, lost)
+            started = time.perf_counter()
+            share = self.budget_s / len(self.levels)
             for r in range(self.rounds):
+                spent = time.perf_counter() - started
+                if r >= MIN_SWEEP_ROUNDS and spent + spent / r > share:
+                    break
                 order = [lane for lane in lanes if lane[0].id not in lost]
                 np.random.default_rng([self.seed, level, r]).shuffle(order)
                 for c, worker in order:
@@ -174,7 +188,12 @@ class ConcurrencySweep:
                         timed.block_ns,
                         0,
                     )
-                self.events.note(f"concurrency {level}: round {r + 1} of {self.rounds} done", None)
+                self.rounds_done[level] = r + 1
+                self.events.note(
+                    f"concurrency {level}: round {r + 1} done ({MIN_SWEEP_ROUNDS} to "
+                    f"{self.rounds} rounds, budget {share:.0f} s)",
+                    None,
+                )
         return lost
 
 
@@ -360,9 +379,13 @@ def _measure(
     say(f"measuring time per output token: {len(pending)} candidates in interleaved rounds")
     t_trials = time.perf_counter()
     events = _Events(say, store, run_id)
-    sweep_rounds = 3 if opts.quick else 5
     sweep = ConcurrencySweep(
-        opts.concurrency, sweep_rounds, opts.trial_timeout_s, settings.seed, events
+        opts.concurrency,
+        MIN_SWEEP_ROUNDS if opts.quick else 6,
+        settings.budget_s,
+        opts.trial_timeout_s,
+        settings.seed,
+        events,
     )
     outcome = run_trials(
         pending,
@@ -378,7 +401,9 @@ def _measure(
     )
     trials_s = time.perf_counter() - t_trials
     verdict = _tpot_verdict(candidates, settings)
-    concurrency_verdict = _concurrency_verdict(candidates, opts.concurrency, settings, sweep_rounds)
+    concurrency_verdict = _concurrency_verdict(
+        candidates, sweep.rounds_done, settings, asked=bool(opts.concurrency)
+    )
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": run_id,
@@ -501,24 +526,24 @@ def _level_document(rounds: list[ConcurrentRound]) -> dict[str, Any]:
 
 
 def _concurrency_verdict(
-    candidates: list[GenCandidate],
-    levels: tuple[int, ...],
-    s: TrialSettings,
-    rounds: int,
+    candidates: list[GenCandidate], rounds_done: dict[int, int], s: TrialSettings, asked: bool
 ) -> dict[str, Any]:
     """Tokens/s with several requests at once, at each concurrency of the sweep by the
     same judge as every verdict (the ratio of tokens over wall time, rounds paired);
-    the headline is the highest concurrency's."""
-    if not levels:
+    the headline is the highest concurrency's. A candidate whose worker was lost
+    during a concurrency's rounds is left out of it, with why."""
+    if not rounds_done:
         return {
             "objective": "tokens_per_s",
             "winner": None,
-            "reason": "the concurrency sweep was not asked for",
+            "reason": "no candidate passed the gate to be swept"
+            if asked
+            else "the concurrency sweep was not asked for (--concurrency 0)",
             "per_concurrency": {},
         }
     per: dict[str, dict[str, Any]] = {}
     baseline = GenCandidate(*REFERENCE).id
-    for level in levels:
+    for level, rounds in sorted(rounds_done.items()):
         measured = []
         for c in candidates:
             got = c.concurrency.get(level, [])
@@ -560,8 +585,8 @@ def _concurrency_verdict(
             "headline": v["headline"],
             "reason": f"{level} requests at once: " + " ".join([v["headline"], *v["points"]]),
         }
-    top = per[str(max(levels))]
-    return {**top, "at_concurrency": max(levels), "per_concurrency": per}
+    top = max(rounds_done)
+    return {**per[str(top)], "at_concurrency": top, "per_concurrency": per}
 
 
 def _tpot_verdict(candidates: list[GenCandidate], s: TrialSettings) -> dict[str, Any]:
