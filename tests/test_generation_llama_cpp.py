@@ -78,3 +78,18 @@ def test_a_prompt_past_the_models_positions_is_a_clear_error(folder: Path, tmp_p
     llama = generators.load("llama-cpp", gguf_export.write_gguf(folder, tmp_path / "m.gguf"), 1)
     with pytest.raises(ValueError, match="exceeds the model's 128 positions"):
         llama.generate([1] * 120, 16, lambda _t: None)
+
+
+def test_requests_submitted_together_queue_one_after_another(
+    folder: Path, reference: tuple[generators.Generator, list[list[int]]], tmp_path: Path
+) -> None:
+    """llama-cpp-python's Llama has no batching: a batch is answered request by request,
+    each one's first token later than the one before it (it waited)."""
+    _, ref = reference
+    llama = generators.load(
+        "llama-cpp", gguf_export.write_gguf(folder, tmp_path / "b.gguf", "f32"), 1
+    )
+    batch = llama.generate_batch(PROMPTS, 16)
+    assert batch.tokens == ref
+    assert batch.first_token_ns == sorted(batch.first_token_ns) and batch.first_token_ns[0] > 0
+    assert "one after another" in llama.settings["batching"]

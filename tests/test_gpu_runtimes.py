@@ -111,6 +111,22 @@ def test_env_lists_every_runtime_without_importing_frameworks() -> None:
     assert {"jax", "jaxlib", "keras", "apache-tvm", "ai-edge-litert"} <= set(packages)
 
 
+def test_every_gpu_runner_takes_the_settings_the_worker_adds() -> None:
+    """The worker adds its import seconds to a runner's settings after the load; a GPU
+    runner reads its memory peak live through a property, which needs a setter too
+    (the first run on a GPU machine found torch-cuda's missing)."""
+    from bakeoff.backends import gpu, jax_cuda, onnxruntime_cuda, tensorrt_engine
+
+    for runner in (
+        gpu.TorchCudaRunner,
+        onnxruntime_cuda.OrtGpuRunner,
+        tensorrt_engine.TrtRunner,
+        jax_cuda.JaxCudaRunner,
+    ):
+        settings = runner.__dict__.get("settings")
+        assert isinstance(settings, property) and settings.fset is not None, runner.__name__
+
+
 # ---------------------------------------------------------------- on a GPU only
 
 TORCH_MODEL = textwrap.dedent(

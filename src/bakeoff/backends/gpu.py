@@ -153,6 +153,11 @@ class TorchCudaRunner:
         peak = torch.cuda.max_memory_allocated(self.device)
         return {**self._settings, "device_memory_peak_mb": round(peak / 2**20, 1)}
 
+    @settings.setter
+    def settings(self, value: dict[str, Any]) -> None:
+        # The worker adds what it measured around the load (its imports' seconds).
+        self._settings = value
+
     def prepare(self, batch: dict[str, Any]) -> Any:
         import torch
 

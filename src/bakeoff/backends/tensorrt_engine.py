@@ -58,6 +58,11 @@ class TrtRunner:
     def settings(self) -> dict[str, Any]:
         return {**self._settings, "device_memory_mb": gpu.process_gpu_memory_mb()}
 
+    @settings.setter
+    def settings(self, value: dict[str, Any]) -> None:
+        # The worker adds what it measured around the load (its imports' seconds).
+        self._settings = value
+
     def prepare(self, batch: dict[str, np.ndarray]) -> list[Any]:
         import torch
 
