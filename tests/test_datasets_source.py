@@ -17,21 +17,8 @@ from bakeoff import api
 from bakeoff.errors import UserError
 from bakeoff.loader import load_workload
 from bakeoff.workload import parse_spec
+from test_model_sources import SENTENCES
 
-SENTENCES = [
-    "The cat sat on the mat.",
-    "A quick brown fox jumps over the lazy dog.",
-    "Benchmarks should compare like with like.",
-    "Rain is expected in the afternoon.",
-    "The meeting moved to Thursday.",
-    "She plays the violin every evening.",
-    "Quantization can change a model's answers.",
-    "The train to the airport leaves at nine.",
-    "He forgot his umbrella again.",
-    "This soup needs more salt.",
-    "The library opens at ten on Sundays.",
-    "Stars are best seen far from city lights.",
-]
 LABELS = [i % 2 for i in range(len(SENTENCES))]
 # MiniLM's tokenizer, copied beside the tiny model
 TOKENIZER_FILES = (

@@ -574,17 +574,11 @@ def _concurrency_verdict(
             margin=s.margin,
             min_rounds=rounds,
         ).to_dict()
-        per[str(level)] = {
-            "objective": f"tokens/s with {level} requests submitted together",
-            "winner": v["winner"],
-            "standing": v["standing"],
-            "baseline": v["baseline"],
-            "ratio": v["speedup"],
-            "ranking": v["ranking"],
-            "ties": v["ties"],
-            "headline": v["headline"],
-            "reason": f"{level} requests at once: " + " ".join([v["headline"], *v["points"]]),
-        }
+        per[str(level)] = _summary(
+            v,
+            f"tokens/s with {level} requests submitted together",
+            f"{level} requests at once: " + " ".join([v["headline"], *v["points"]]),
+        )
     top = max(rounds_done)
     return {**per[str(top)], "at_concurrency": top, "per_concurrency": per}
 
@@ -605,14 +599,19 @@ def _tpot_verdict(candidates: list[GenCandidate], s: TrialSettings) -> dict[str,
         margin=s.margin,
         min_rounds=s.min_rounds,
     ).to_dict()
+    return _summary(v, "tpot_ms p50 at batch 1", v["reason"])
+
+
+def _summary(v: dict[str, Any], objective: str, reason: str) -> dict[str, Any]:
+    """A verdict's fields as a generative run's document gives them."""
     return {
-        "objective": "tpot_ms p50 at batch 1",
+        "objective": objective,
         "winner": v["winner"],
         "standing": v["standing"],
         "baseline": v["baseline"],
         "ratio": v["speedup"],
         "ranking": v["ranking"],
         "ties": v["ties"],
-        "reason": v["reason"],
+        "reason": reason,
         "headline": v["headline"],
     }
