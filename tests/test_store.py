@@ -235,3 +235,47 @@ def test_two_connections_see_each_others_writes(store_path: Path) -> None:
     finally:
         writer.close()
         reader.close()
+
+
+def test_a_run_carried_to_another_store_keeps_its_rows_and_gains_its_node(
+    store: Store, tmp_path: Path
+) -> None:
+    """What a cluster node's run becomes in the store of the machine that started it."""
+    store.start_run("r1", "w", {"cpu": "x"}, {"quick": True})
+    store.put_candidate("r1", {"id": "c", "status": "ok"})
+    store.add_trial("r1", "c", 0, "measure", [5, 6, 7], 18, 1)
+    store.finish_run("r1", "done", {"run_id": "r1", "environment": {"cpu": "x"}})
+    rows = store.export_run("r1")
+    with Store(tmp_path / "other.db") as other:
+        assert other.import_run(rows, {"node": {"id": "n1", "type": "local"}}) == "r1"
+        record = other.run("r1")
+        assert record["environment"] == {"cpu": "x", "node": {"id": "n1", "type": "local"}}
+        assert record["document"]["environment"]["node"]["id"] == "n1"
+        assert [c["id"] for c in record["candidates"]] == ["c"]
+        assert other.rounds("r1", "c") == [(0, [5, 6, 7], 18, 1)]
+        with pytest.raises(UserError, match=r"run r1 is in .* already"):
+            other.import_run(rows, {})
+    with pytest.raises(UserError, match="no run 'nope'"):
+        store.export_run("nope")
+
+
+def test_a_sweeps_attempts_are_kept_as_they_start_and_end(store: Store) -> None:
+    store.start_sweep("s1", ["a.toml", "b.toml"], {"cluster": "local:2"})
+    attempt = {
+        "workload": "a.toml", "attempt": 1, "run_id": None, "node_id": "n1",
+        "node_type": "local", "status": "running", "reason": "",
+    }  # fmt: skip
+    store.put_sweep_attempt("s1", attempt)
+    store.put_sweep_attempt("s1", {**attempt, "status": "done", "run_id": "r1"})
+    store.put_sweep_attempt("s1", {**attempt, "workload": "b.toml", "status": "failed",
+                                   "reason": "node lost: gone"})  # fmt: skip
+    record = store.sweep("s1")
+    assert record["workloads"] == ["a.toml", "b.toml"] and record["status"] == "running"
+    assert [(a["workload"], a["status"], a["run_id"]) for a in record["attempts"]] == [
+        ("a.toml", "done", "r1"),
+        ("b.toml", "failed", None),
+    ]
+    store.set_sweep_status("s1", "done")
+    assert store.sweep("s1")["status"] == "done"
+    with pytest.raises(UserError, match="no sweep 'nope'"):
+        store.sweep("nope")

@@ -51,6 +51,25 @@ CREATE TABLE IF NOT EXISTS trials (
     process INTEGER NOT NULL DEFAULT 0  -- which of the candidate's worker processes
 );
 CREATE INDEX IF NOT EXISTS trials_by_candidate ON trials (run_id, candidate_id);
+CREATE TABLE IF NOT EXISTS sweeps (
+    sweep_id TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    workloads TEXT NOT NULL,         -- JSON list, in the order given
+    settings TEXT NOT NULL,          -- JSON: quick, budget, cluster, ...
+    status TEXT NOT NULL             -- running | done | interrupted
+);
+CREATE TABLE IF NOT EXISTS sweep_runs (
+    sweep_id TEXT NOT NULL REFERENCES sweeps(sweep_id),
+    workload TEXT NOT NULL,
+    attempt INTEGER NOT NULL,        -- 1, then 2 where a lost node's workload was requeued
+    run_id TEXT,                     -- the ordinary run in this store, once it came back
+    node_id TEXT NOT NULL,
+    node_type TEXT NOT NULL,
+    status TEXT NOT NULL,            -- running | done | failed
+    reason TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (sweep_id, workload, attempt)
+);
 """
 
 
@@ -61,6 +80,18 @@ def refuse_generative(record: dict[str, Any], command: str) -> None:
             f"run {record['run_id']} is a text-generation run: `bakeoff show "
             f"{record['run_id']}` shows it ({command}: not for generative runs yet)"
         )
+
+
+_SWEEP_RUN_FIELDS = (
+    "sweep_id",
+    "workload",
+    "attempt",
+    "run_id",
+    "node_id",
+    "node_type",
+    "status",
+    "reason",
+)
 
 
 class Store:
@@ -253,6 +284,93 @@ class Store:
         return [
             (r, np.frombuffer(b, dtype="<i8").tolist(), int(bn), int(p)) for r, b, bn, p in rows
         ]
+
+    # ------------------------------------------------------------ carrying runs
+
+    def export_run(self, run_id: str) -> dict[str, Any]:
+        """A run's rows as plain data, to carry it into another store (a cluster node's
+        run into the store of the machine that started it)."""
+        run = self.db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if run is None:
+            raise UserError(f"no run {run_id!r} in {self.path}")
+        return {
+            "run": list(run),
+            "candidates": [
+                list(r)
+                for r in self.db.execute("SELECT * FROM candidates WHERE run_id = ?", (run_id,))
+            ],
+            "trials": [
+                list(r) for r in self.db.execute("SELECT * FROM trials WHERE run_id = ?", (run_id,))
+            ],
+        }
+
+    def import_run(self, rows: dict[str, Any], environment: dict[str, Any]) -> str:
+        """A run `export_run` gave, whole, in one transaction, its environment (and its
+        document's) extended with `environment` (a cluster node's id and type). Its id
+        must be new here. Returns the run id."""
+        run = list(rows["run"])
+        run_id = str(run[0])
+        if self.db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone():
+            raise UserError(f"run {run_id} is in {self.path} already")
+        run[4] = json.dumps({**json.loads(run[4]), **environment})
+        if run[6]:
+            doc = json.loads(run[6])
+            doc["environment"] = {**doc.get("environment", {}), **environment}
+            run[6] = json.dumps(doc)
+        with self._tx():
+            self.db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)", run)
+            self.db.executemany("INSERT INTO candidates VALUES (?, ?, ?, ?, ?)", rows["candidates"])
+            self.db.executemany(
+                "INSERT INTO trials VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows["trials"]
+            )
+        return run_id
+
+    # ------------------------------------------------------------ sweeps
+
+    def start_sweep(self, sweep_id: str, workloads: list[str], settings: dict[str, Any]) -> None:
+        with self._tx():
+            self.db.execute(
+                "INSERT INTO sweeps VALUES (?, ?, ?, ?, 'running')",
+                (sweep_id, time.time(), json.dumps(workloads), json.dumps(settings)),
+            )
+
+    def set_sweep_status(self, sweep_id: str, status: str) -> None:
+        with self._tx():
+            self.db.execute("UPDATE sweeps SET status = ? WHERE sweep_id = ?", (status, sweep_id))
+
+    def sweep(self, sweep_id: str) -> dict[str, Any]:
+        row = self.db.execute(
+            "SELECT sweep_id, created_at, workloads, settings, status FROM sweeps "
+            "WHERE sweep_id = ?",
+            (sweep_id,),
+        ).fetchone()
+        if row is None:
+            raise UserError(f"no sweep {sweep_id!r} in {self.path}")
+        attempts = [
+            dict(zip(_SWEEP_RUN_FIELDS, r, strict=True))
+            for r in self.db.execute(
+                f"SELECT {', '.join(_SWEEP_RUN_FIELDS)} FROM sweep_runs WHERE sweep_id = ? "
+                "ORDER BY workload, attempt",
+                (sweep_id,),
+            )
+        ]
+        return {
+            "sweep_id": row[0],
+            "created_at": row[1],
+            "workloads": json.loads(row[2]),
+            "settings": json.loads(row[3]),
+            "status": row[4],
+            "attempts": attempts,
+        }
+
+    def put_sweep_attempt(self, sweep_id: str, attempt: dict[str, Any]) -> None:
+        """One attempt at one workload of a sweep (`_SWEEP_RUN_FIELDS`), new or updated."""
+        with self._tx():
+            self.db.execute(
+                f"INSERT OR REPLACE INTO sweep_runs ({', '.join(_SWEEP_RUN_FIELDS)}, "
+                f"updated_at) VALUES ({', '.join('?' * (len(_SWEEP_RUN_FIELDS) + 1))})",
+                (sweep_id, *(attempt[k] for k in _SWEEP_RUN_FIELDS[1:]), time.time()),
+            )
 
     def mark_running(self, run_id: str) -> None:
         with self._tx():

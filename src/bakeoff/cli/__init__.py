@@ -4,8 +4,9 @@ Exit codes: 0 a verdict named a winner (or the command did its job), 2 invalid
 input, 130 Ctrl-C, 143 SIGTERM, 1 no winner or anything else. User errors print
 a message, never a traceback.
 
-One module per command group (run, train, runs, cache, advise, env, export, serve); this one
-makes the app, registers their commands in the order --help lists them, and runs it.
+One module per command group (run, train, runs, cache, advise, env, export, serve, sweep);
+this one makes the app, registers their commands in the order --help lists them, and runs
+it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from bakeoff.cli import advise, cache, env, export, run, runs, serve, train
+from bakeoff.cli import advise, cache, env, export, run, runs, serve, sweep, train
 from bakeoff.cli.options import OptionalValueCommand
 from bakeoff.cli.output import err
 from bakeoff.errors import BakeoffError, UserError
@@ -41,6 +42,7 @@ app.command("serve")(serve.serve_cmd)
 app.command("advise")(advise.advise_cmd)
 app.command("report")(runs.report_cmd)
 app.command("compare")(runs.compare_cmd)
+app.command("sweep")(sweep.sweep_cmd)
 app.add_typer(cache.cache_app, name="cache")
 
 # Set when SIGTERM arrived, so the exit code can say so (Typer turns every

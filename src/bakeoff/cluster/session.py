@@ -1,0 +1,204 @@
+"""Which Ray cluster a run uses, and its nodes.
+
+`--cluster local:N` starts N simulated nodes on this machine through
+`ray.cluster_utils.Cluster` (for trying it out, and for tests): each gets an equal
+share of this machine's cores, named in a resource `bakeoff_cores:<first>-<last>`
+so that its runner pins itself there (Ray's CPU counts are bookkeeping, not
+isolation). `--cluster ADDRESS` (or the RAY_ADDRESS variable) joins a running
+cluster, where each node's runner takes all of that node's cores.
+
+A node's type is its Ray label `bakeoff_type`, or a custom resource named
+`bakeoff_type:<type>` (`ray start --resources '{"bakeoff_type:c7i-2xlarge": 1}'`);
+a node with neither is "unlabelled". Simulated nodes are "local".
+
+Ray keeps its sockets, logs and session files under the temp folder it is given
+(`--cluster-tmp`); a simulated cluster's go there, and so nothing is written
+under ~. The path is kept short: Unix socket paths over about 104 bytes fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bakeoff.errors import UserError
+
+INSTALL = "pip install 'bakeoff[cluster]'"
+NODE_RESOURCE = "bakeoff_node"
+TYPE_LABEL = "bakeoff_type"
+TYPE_PREFIX = "bakeoff_type:"
+CORES_PREFIX = "bakeoff_cores:"
+LOCAL_TYPE = "local"
+# Ray refuses an object store under 75 MiB; simulated nodes share this machine's memory.
+SIMULATED_OBJECT_STORE = 80 * 2**20
+# Ray's session folder adds about 64 characters to its temp folder before a socket name.
+MAX_TMP_CHARS = 40
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """`local:N` (simulated nodes here) or the address of a running cluster."""
+
+    nodes: int = 0
+    address: str | None = None
+
+    @property
+    def simulated(self) -> bool:
+        return self.address is None
+
+    def words(self) -> str:
+        return f"local:{self.nodes}" if self.simulated else str(self.address)
+
+
+def parse_cluster(value: str | None) -> ClusterSpec | None:
+    """`--cluster`'s value, or RAY_ADDRESS where it is not given; None: no cluster."""
+    value = value or os.environ.get("RAY_ADDRESS") or None
+    if value is None:
+        return None
+    if value.startswith("local:"):
+        count = value.removeprefix("local:")
+        if not count.isdigit() or int(count) < 1:
+            raise UserError(f"--cluster {value}: local:N takes a number of nodes, 1 or more")
+        return ClusterSpec(nodes=int(count))
+    return ClusterSpec(address=value)
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise UserError(f"--cluster needs Ray, which is not installed: {INSTALL}") from None
+    return ray
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node as bakeoff uses it: Ray's id, its type, and the cores its runner pins to
+    (None: all the node's own)."""
+
+    node_id: str
+    node_type: str
+    cpus: int
+    cores: tuple[int, ...] | None
+
+
+@dataclass
+class Session:
+    """A connected cluster: its bakeoff nodes, and the simulated cluster's handle (tests
+    remove a node through it)."""
+
+    spec: ClusterSpec
+    nodes: list[Node]
+    simulated: Any = None  # ray.cluster_utils.Cluster for local:N
+
+    def alive(self) -> set[str]:
+        """The ids of the nodes Ray reports alive now."""
+        ray = import_ray()
+        return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+
+
+def _core_shares(count: int) -> list[tuple[int, ...]]:
+    """This machine's cores in `count` equal shares (shared round-robin when there are
+    more nodes than cores)."""
+    cores = sorted(os.sched_getaffinity(0))
+    if count <= len(cores):
+        size = len(cores) // count
+        return [tuple(cores[i * size : (i + 1) * size]) for i in range(count)]
+    return [(cores[i % len(cores)],) for i in range(count)]
+
+
+def short_tmp(preferred: Path) -> Path:
+    """Ray's temp folder: `preferred` where its path is short enough for Ray's sockets,
+    else a short one under the system temp folder."""
+    preferred = preferred.resolve()
+    if len(str(preferred)) <= MAX_TMP_CHARS:
+        preferred.mkdir(parents=True, exist_ok=True)
+        return preferred
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="bakeoff-ray-"))
+
+
+def _node_facts(raw: dict[str, Any]) -> Node:
+    resources: dict[str, float] = raw.get("Resources", {})
+    labels: dict[str, str] = raw.get("Labels", {}) or {}
+    node_type = labels.get(TYPE_LABEL) or next(
+        (k.removeprefix(TYPE_PREFIX) for k in resources if k.startswith(TYPE_PREFIX)),
+        "unlabelled",
+    )
+    cores: tuple[int, ...] | None = None
+    for key in resources:
+        if key.startswith(CORES_PREFIX):
+            first, last = key.removeprefix(CORES_PREFIX).split("-")
+            cores = tuple(range(int(first), int(last) + 1))
+    return Node(raw["NodeID"], node_type, int(resources.get("CPU", 0)), cores)
+
+
+@contextlib.contextmanager
+def connect(spec: ClusterSpec, tmp: Path) -> Iterator[Session]:
+    """The cluster, started (local:N) or joined, for the length of the block."""
+    ray = import_ray()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # offline, and no files under ~
+    # Ray's default temp folder (where a simulated cluster's address file goes) too.
+    saved_tmp = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = str(tmp)
+    (tmp / "ray").mkdir(parents=True, exist_ok=True)
+    simulated = None
+    try:
+        if spec.simulated:
+            from ray.cluster_utils import Cluster
+
+            # The head holds Ray's control store only; the N nodes measure, and any
+            # of them can be removed (a lost node) without taking the cluster down.
+            head = {
+                "num_cpus": 0,
+                "object_store_memory": SIMULATED_OBJECT_STORE,
+                "include_dashboard": False,
+                "temp_dir": str(tmp),
+            }
+            simulated = Cluster(initialize_head=True, head_node_args=head)
+            for share in _core_shares(spec.nodes):
+                simulated.add_node(**_simulated_node(share))
+            simulated.wait_for_nodes()
+            ray.init(address=simulated.address, log_to_driver=False, logging_level="ERROR")
+        else:
+            try:
+                ray.init(address=spec.address, log_to_driver=False, logging_level="ERROR")
+            except ConnectionError as exc:
+                raise UserError(f"--cluster {spec.address}: no Ray cluster there ({exc})") from None
+        nodes = [
+            _node_facts(n)
+            for n in ray.nodes()
+            if n.get("Alive") and NODE_RESOURCE in n.get("Resources", {})
+        ]
+        if not nodes:
+            raise UserError(
+                f"--cluster {spec.words()}: no node offers the resource {NODE_RESOURCE!r}; "
+                f"start each node with `ray start ... --resources '{{\"{NODE_RESOURCE}\": 1}}'`"
+            )
+        yield Session(spec, nodes, simulated)
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        if simulated is not None:
+            simulated.shutdown()
+        if saved_tmp is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = saved_tmp
+
+
+def _simulated_node(cores: tuple[int, ...]) -> dict[str, Any]:
+    return {
+        "num_cpus": len(cores),
+        "resources": {
+            NODE_RESOURCE: 1,
+            f"{CORES_PREFIX}{cores[0]}-{cores[-1]}": 1,
+            f"{TYPE_PREFIX}{LOCAL_TYPE}": 1,
+        },
+        "object_store_memory": SIMULATED_OBJECT_STORE,
+    }

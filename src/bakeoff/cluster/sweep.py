@@ -1,0 +1,339 @@
+"""`bakeoff sweep WORKLOAD... --cluster ...`: whole bake-offs, one per workload,
+spread over a Ray cluster's nodes.
+
+Each node's `NodeRunner` takes the next workload as soon as it is idle; a finished
+run's rows come back into the local store as an ordinary run (`bakeoff show RUN_ID`
+works on it) whose environment carries `node` {id, type, fingerprint}. Every
+attempt is recorded in the store's `sweep_runs` as it starts and ends, so a
+killed sweep resumes (`--resume SWEEP_ID`) without running a finished workload
+again.
+
+A node that dies while it runs a workload (its runner's process or the node
+itself) fails that attempt with "node lost", and the workload goes back to the
+head of the queue for another node, up to MAX_ATTEMPTS attempts. The sweep never
+waits on a dead node: it waits for results `heartbeat_s` at a time, and between
+waits asks Ray which nodes are alive.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from bakeoff.cluster.runner import NodeRunner
+from bakeoff.cluster.session import (
+    NODE_RESOURCE,
+    Node,
+    Session,
+    connect,
+    import_ray,
+    parse_cluster,
+    short_tmp,
+)
+from bakeoff.errors import UserError
+from bakeoff.paths import DEFAULT_STORE
+from bakeoff.store import Store
+
+# The sweep's JSON document. Version 1: the first.
+SCHEMA_VERSION = 1
+MAX_ATTEMPTS = 3  # a workload whose node was lost is requeued at most this often
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    cluster: str | None = None  # local:N, an address; RAY_ADDRESS where None
+    cluster_tmp: Path | None = None  # Ray's files (default: beside the store, short)
+    store: Path = DEFAULT_STORE
+    quick: bool = False
+    budget_s: float | None = None
+    runtimes: list[str] | None = None
+    precisions: list[str] | None = None
+    resume: str | None = None  # the id of a sweep to finish
+    heartbeat_s: float = 2.0  # how often liveness is checked while runs are out
+
+
+class SweepEvents(Protocol):
+    def note(self, message: str) -> None: ...
+
+    def connected(self, session: Session) -> None:
+        """The cluster is up, with these nodes."""
+        ...
+
+    def assigned(self, workload: str, node: Node) -> None:
+        """`workload` has started on `node`."""
+        ...
+
+
+@dataclass
+class SweepResult:
+    sweep_id: str
+    document: dict[str, Any]
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if all(r["status"] == "done" for r in self.document["runs"]) else 1
+
+
+@dataclass
+class _Attempt:
+    workload: str
+    number: int
+    node: Node
+    started: float = field(default_factory=time.time)
+
+
+def _resolve(workloads: list[str]) -> list[str]:
+    """Built-ins as they are, files as absolute paths (a node must see the same path:
+    a shared file system, or the same checkout on every node)."""
+    out = []
+    for w in workloads:
+        if w.startswith("builtin:"):
+            out.append(w)
+            continue
+        path = Path(w)
+        if not path.is_file():
+            raise UserError(f"{w}: no such workload file")
+        out.append(str(path.resolve()))
+    if len(set(out)) != len(out):
+        raise UserError("bakeoff sweep: a workload is named twice")
+    return out
+
+
+def run_sweep(workloads: list[str], opts: SweepOptions, events: SweepEvents) -> SweepResult:
+    spec = parse_cluster(opts.cluster)
+    if spec is None:
+        raise UserError("bakeoff sweep needs --cluster (local:N, a Ray address, or RAY_ADDRESS)")
+    import_ray()  # before anything is recorded: without Ray, say how to install it
+    store_path = Path(opts.store).resolve()
+    with Store(store_path) as store:
+        if opts.resume:
+            record = store.sweep(opts.resume)
+            sweep_id, workloads = record["sweep_id"], record["workloads"]
+            settings = record["settings"]
+            store.set_sweep_status(sweep_id, "running")
+        else:
+            workloads = _resolve(workloads)
+            if not workloads:
+                raise UserError("bakeoff sweep: name at least one workload")
+            sweep_id = time.strftime("sweep-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+            settings = {
+                "cluster": spec.words(),
+                "quick": opts.quick,
+                "budget_s": opts.budget_s,
+                "runtimes": opts.runtimes,
+                "precisions": opts.precisions,
+            }
+            store.start_sweep(sweep_id, workloads, settings)
+        events.note(f"sweep {sweep_id}: {len(workloads)} workload(s) on {spec.words()}")
+        before = store.sweep(sweep_id)["attempts"]
+        done = {a["workload"] for a in before if a["status"] == "done"}
+        if done:
+            events.note(f"{len(done)} workload(s) finished before: not run again")
+        tmp = opts.cluster_tmp or short_tmp(store_path.parent / "ray")
+        try:
+            if len(done) < len(workloads):
+                with connect(spec, tmp) as session:
+                    events.connected(session)
+                    sweeper = _Sweeper(sweep_id, workloads, settings, store, session, events, opts)
+                    sweeper.start_runners(tmp / "nodes" if spec.simulated else None)
+                    sweeper.run()
+        except KeyboardInterrupt:
+            store.set_sweep_status(sweep_id, "interrupted")
+            events.note(f"interrupted: `bakeoff sweep --resume {sweep_id}` finishes it")
+            raise
+        record = store.sweep(sweep_id)
+        document = _document(record, store)
+        store.set_sweep_status(sweep_id, "done")
+        return SweepResult(sweep_id, document)
+
+
+class _Sweeper:
+    """The queue of workloads, the nodes' runners, and what comes back."""
+
+    def __init__(
+        self,
+        sweep_id: str,
+        workloads: list[str],
+        settings: dict[str, Any],
+        store: Store,
+        session: Session,
+        events: SweepEvents,
+        opts: SweepOptions,
+    ) -> None:
+        self.sweep_id, self.store, self.session, self.events = sweep_id, store, session, events
+        self.heartbeat_s = opts.heartbeat_s
+        self.options = {
+            k: settings[k] for k in ("quick", "budget_s", "runtimes", "precisions") if k in settings
+        }
+        before = store.sweep(sweep_id)["attempts"]
+        done = {a["workload"] for a in before if a["status"] == "done"}
+        self.tries = {w: sum(a["workload"] == w for a in before) for w in workloads}
+        self.pending = deque(w for w in workloads if w not in done)
+        self.ray = import_ray()
+        self.runners: dict[str, Any] = {}
+        self.idle: list[Node] = list(session.nodes)
+        self.out: dict[Any, _Attempt] = {}
+
+    def start_runners(self, scratch: Path | None) -> None:
+        """One runner per node, holding the whole node (`scratch`: a simulated node's
+        temp folder goes under it)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        remote = self.ray.remote(NodeRunner)
+        for node in self.session.nodes:
+            self.runners[node.node_id] = remote.options(
+                resources={NODE_RESOURCE: 1},
+                num_cpus=node.cpus,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
+                max_restarts=0,
+                max_task_retries=0,
+            ).remote(
+                list(node.cores) if node.cores else None,
+                str(scratch / node.node_id[:12]) if scratch else None,
+            )
+
+    def _record(
+        self, a: _Attempt, status: str, reason: str = "", run_id: str | None = None
+    ) -> None:
+        self.store.put_sweep_attempt(
+            self.sweep_id,
+            {
+                "workload": a.workload,
+                "attempt": a.number,
+                "run_id": run_id,
+                "node_id": a.node.node_id,
+                "node_type": a.node.node_type,
+                "status": status,
+                "reason": reason,
+            },
+        )
+
+    def run(self) -> None:
+        while self.pending or self.out:
+            self._assign()
+            if not self.out:  # work left, no node left to run it
+                for w in self.pending:
+                    self.events.note(f"{w}: not run: no node is left")
+                    self.store.put_sweep_attempt(
+                        self.sweep_id,
+                        {
+                            "workload": w,
+                            "attempt": self.tries[w] + 1,
+                            "run_id": None,
+                            "node_id": "-",
+                            "node_type": "-",
+                            "status": "failed",
+                            "reason": "no node left to run it (every node was lost)",
+                        },
+                    )
+                return
+            ready, _ = self.ray.wait(list(self.out), num_returns=1, timeout=self.heartbeat_s)
+            if ready:
+                self._collect(ready[0])
+            else:
+                self._check_nodes()
+
+    def _assign(self) -> None:
+        while self.pending and self.idle:
+            node, workload = self.idle.pop(0), self.pending.popleft()
+            self.tries[workload] += 1
+            attempt = _Attempt(workload, self.tries[workload], node)
+            ref = self.runners[node.node_id].run.remote(workload, self.options)
+            self.out[ref] = attempt
+            self._record(attempt, "running")
+            self.events.assigned(workload, node)
+
+    def _collect(self, ref: Any) -> None:
+        from ray import exceptions as rex
+
+        attempt = self.out.pop(ref)
+        try:
+            result = self.ray.get(ref)
+        except rex.RayTaskError as exc:  # the bake-off raised: the node is fine
+            cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+            reason = str(cause)
+            if not isinstance(cause, UserError):
+                reason = f"{type(cause).__name__}: {cause}"
+            self._record(attempt, "failed", reason)
+            self.events.note(f"{attempt.workload}: failed on {attempt.node.node_id[:8]}: {reason}")
+            self.idle.append(attempt.node)
+        except rex.RayError as exc:  # the runner's process or its node died
+            self._lost(attempt, f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+        else:
+            node = {
+                "id": attempt.node.node_id,
+                "type": attempt.node.node_type,
+                "fingerprint": result["fingerprint"],
+                "cores": result["cores"],
+                "ran": [result["started"], result["ended"]],  # wall clock, on the node
+            }
+            run_id = self.store.import_run(result["rows"], {"node": node})
+            self._record(attempt, "done", run_id=run_id)
+            self.events.note(
+                f"{attempt.workload}: run {run_id} done on node {attempt.node.node_id[:8]} "
+                f"({attempt.node.node_type}) in {result['ended'] - result['started']:.1f} s"
+            )
+            self.idle.append(attempt.node)
+
+    def _check_nodes(self) -> None:
+        """Between waits: a run on a node Ray no longer reports alive is lost now,
+        rather than whenever Ray notices the runner is gone."""
+        alive = self.session.alive()
+        for ref, attempt in list(self.out.items()):
+            if attempt.node.node_id not in alive:
+                del self.out[ref]
+                self._lost(attempt, "the node is no longer alive")
+
+    def _lost(self, attempt: _Attempt, why: str) -> None:
+        node_id = attempt.node.node_id
+        self.runners.pop(node_id, None)
+        self.idle = [n for n in self.idle if n.node_id != node_id]
+        self._record(attempt, "failed", f"node lost: {why}")
+        again = self.tries[attempt.workload] < MAX_ATTEMPTS
+        self.events.note(
+            f"{attempt.workload}: node {node_id[:8]} lost ({why})"
+            + ("; requeued" if again else f"; not requeued after {MAX_ATTEMPTS} attempts")
+        )
+        if again:
+            self.pending.appendleft(attempt.workload)
+
+
+def _document(record: dict[str, Any], store: Store) -> dict[str, Any]:
+    """The sweep as JSON: per workload, its last attempt, the run's winners by batch
+    size and their speedup over the baseline."""
+    last: dict[str, dict[str, Any]] = {}
+    for a in record["attempts"]:
+        last[a["workload"]] = a  # attempts come in order
+    runs = []
+    for w in record["workloads"]:
+        a = last.get(w)
+        entry: dict[str, Any] = {
+            "workload": w,
+            "run_id": a["run_id"] if a else None,
+            "node_id": a["node_id"] if a else None,
+            "node_type": a["node_type"] if a else None,
+            "status": a["status"] if a else "not run",
+            "reason": a["reason"] if a else "",
+            "attempts": sum(x["workload"] == w for x in record["attempts"]),
+            "winners": {},
+            "speedups": {},
+        }
+        if a and a["run_id"]:
+            doc = store.run(a["run_id"])["document"] or {}
+            workload = doc.get("workload", {})
+            entry["name"] = workload.get("name") if isinstance(workload, dict) else workload
+            for v in doc.get("verdicts", []):
+                entry["winners"][str(v["batch_size"])] = v["winner"]
+                if v.get("speedup"):
+                    entry["speedups"][str(v["batch_size"])] = v["speedup"]["value"]
+        runs.append(entry)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "sweep_id": record["sweep_id"],
+        "settings": record["settings"],
+        "runs": runs,
+    }

@@ -1,0 +1,232 @@
+"""`bakeoff sweep` on a real Ray cluster of simulated nodes (`--cluster local:2`):
+fake-backend workloads, so what is checked is the cluster's part: every workload's
+run in the local store tagged with its node, no two runs overlapping on one node,
+a node removed mid-run and its workload run again elsewhere, resume, nothing
+written outside the temp folder it is given (issue 23)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bakeoff import api
+from bakeoff.cli import app
+from bakeoff.cluster.session import Node, Session, parse_cluster
+from bakeoff.cluster.sweep import SweepOptions, run_sweep
+from bakeoff.errors import UserError
+from bakeoff.store import Store
+
+pytest.importorskip(
+    "ray", reason="the cluster extra is not installed: pip install 'bakeoff[cluster]'"
+)
+
+
+def _workload(folder: Path, name: str, options: str) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    np.savez(folder / "d.npz", input=np.random.default_rng(0).random((32, 8), dtype=np.float32))
+    path = folder / f"{name}.toml"
+    path.write_text(
+        f'name = "{name}"\n[model]\nkind = "fake"\noptions = {options}\n'
+        '[data]\npath = "d.npz"\n[search]\nprecisions = ["fp32", "int8"]\nbatch_sizes = [1]\n'
+    )
+    return str(path)
+
+
+class _RemoveSlowNode:
+    """The sweep's events; removes the node the slow workload first started on, a
+    moment after it started (as a cloud takes a node away)."""
+
+    def __init__(self) -> None:
+        self.session: Session | None = None
+        self.started: list[tuple[str, str]] = []
+        self.removed: str | None = None
+        self.notes: list[str] = []
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+    def connected(self, session: Session) -> None:
+        self.session = session
+
+    def assigned(self, workload: str, node: Node) -> None:
+        self.started.append((Path(workload).stem, node.node_id))
+        if Path(workload).stem == "slow" and self.removed is None:
+            self.removed = node.node_id
+            threading.Timer(3.0, self._remove, [node.node_id]).start()
+
+    def _remove(self, node_id: str) -> None:
+        assert self.session is not None and self.session.simulated is not None
+        for raylet in self.session.simulated.list_all_nodes():
+            if raylet.node_id == node_id:
+                self.session.simulated.remove_node(raylet)
+
+
+def _listing(folder: Path) -> set[str]:
+    return {str(p) for p in folder.rglob("*")} if folder.exists() else set()
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("sweep")
+    workloads = [
+        # about 8 s of rounds: its node is removed while it runs
+        _workload(root / "w", "slow", "{ latency_ms = 1.0, wall_ms = 4.0 }"),
+        _workload(root / "w", "fast", "{ latency_ms = { fp32 = 2.0, int8 = 1.0 } }"),
+        _workload(root / "w", "tied", "{ latency_ms = 1.5 }"),
+    ]
+    # Ray's sockets need a short path: the given temp folder sits in the system's.
+    ray_tmp = Path(tempfile.mkdtemp(prefix="bkr-", dir="/tmp"))
+    home = Path(os.environ["HOME"])
+    system_tmp = {p.name for p in Path("/tmp").iterdir()}
+    session_tmp = Path(tempfile.gettempdir())  # the system temp folder, as tests see it
+    tmp_before = _listing(session_tmp)
+    home_before = _listing(home) - tmp_before
+    # bakeoff's own variant cache too (BAKEOFF_CACHE_DIR), for this test only
+    saved_cache = os.environ["BAKEOFF_CACHE_DIR"]
+    os.environ["BAKEOFF_CACHE_DIR"] = str(ray_tmp / "bakeoff-cache")
+    events = _RemoveSlowNode()
+    started = time.perf_counter()
+    try:
+        result = _sweep(workloads, ray_tmp, root, events)
+    finally:
+        os.environ["BAKEOFF_CACHE_DIR"] = saved_cache
+    return {
+        "result": result,
+        "events": events,
+        "seconds": time.perf_counter() - started,
+        "store": root / "store" / "bakeoff.db",
+        "new_in_tmp": ({p.name for p in Path("/tmp").iterdir()} - system_tmp - {ray_tmp.name})
+        | (_listing(session_tmp) - tmp_before),
+        "new_in_home": _listing(home) - _listing(session_tmp) - home_before,
+        "ray_tmp": ray_tmp,
+        "workloads": workloads,
+    }
+
+
+def _sweep(workloads: list[str], ray_tmp: Path, root: Path, events: Any) -> Any:
+    return run_sweep(
+        workloads,
+        SweepOptions(
+            cluster="local:2",
+            cluster_tmp=ray_tmp,
+            store=root / "store" / "bakeoff.db",
+            quick=True,
+            budget_s=3,
+            heartbeat_s=1.0,
+        ),
+        events,
+    )
+
+
+def test_every_workload_comes_back_as_an_ordinary_run_tagged_with_its_node(
+    swept: dict[str, Any],
+) -> None:
+    doc = swept["result"].document
+    assert set(doc) >= {"schema_version", "sweep_id", "runs"}
+    assert [r["workload"] for r in doc["runs"]] == swept["workloads"]
+    for r in doc["runs"]:
+        assert r["status"] == "done", r
+        assert set(r) >= {"workload", "run_id", "node_id", "node_type", "status", "winners"}
+        assert r["node_type"] == "local" and r["winners"]["1"]
+        record = api.show_run(r["run_id"], swept["store"])  # an ordinary run in the store
+        node = record["environment"]["node"]
+        assert node["id"] == r["node_id"] and node["type"] == "local"
+        assert node["fingerprint"]["cpu"] and len(node["cores"]) == 1
+        assert record["document"]["environment"]["node"]["id"] == r["node_id"]
+    fast = next(r for r in doc["runs"] if r["workload"].endswith("fast.toml"))
+    assert fast["winners"]["1"] == "fake-int8-b1"
+    assert swept["result"].exit_code == 0
+
+
+def test_runs_on_one_node_never_overlap_in_time(swept: dict[str, Any]) -> None:
+    by_node: dict[str, list[tuple[float, float]]] = {}
+    for r in swept["result"].document["runs"]:
+        start, end = api.show_run(r["run_id"], swept["store"])["environment"]["node"]["ran"]
+        by_node.setdefault(r["node_id"], []).append((start, end))
+    for spans in by_node.values():
+        spans.sort()
+        for (_, end), (start, _) in itertools.pairwise(spans):
+            assert end <= start
+
+
+def test_a_removed_nodes_workload_is_requeued_and_completed_elsewhere(
+    swept: dict[str, Any],
+) -> None:
+    events = swept["events"]
+    slow = next(r for r in swept["result"].document["runs"] if r["workload"].endswith("slow.toml"))
+    assert events.removed is not None
+    assert slow["attempts"] == 2 and slow["node_id"] != events.removed
+    assert any("slow.toml: node" in n and "lost" in n and "requeued" in n for n in events.notes)
+    with Store(swept["store"]) as store:
+        attempts = store.sweep(swept["result"].sweep_id)["attempts"]
+    first = next(a for a in attempts if a["workload"].endswith("slow.toml") and a["attempt"] == 1)
+    assert first["status"] == "failed" and first["reason"].startswith("node lost")
+    assert swept["seconds"] < 300  # no hang on the dead node
+
+
+def test_nothing_is_written_outside_the_given_temp_folder(swept: dict[str, Any]) -> None:
+    """Not Ray's files, nor those of the bake-offs on the nodes: not even the node that
+    was removed mid-run (its scratch folder is inside the given one)."""
+    assert not swept["new_in_tmp"], sorted(swept["new_in_tmp"])[:5]
+    assert not swept["new_in_home"], sorted(swept["new_in_home"])[:5]
+    assert any(p.name.startswith("session_") for p in swept["ray_tmp"].iterdir())
+
+
+def test_a_finished_sweep_resumed_runs_nothing_again(swept: dict[str, Any]) -> None:
+    again = run_sweep(
+        [],
+        SweepOptions(cluster="local:2", store=swept["store"], resume=swept["result"].sweep_id),
+        swept["events"],
+    )
+    assert again.document["runs"] == swept["result"].document["runs"]
+    assert any("3 workload(s) finished before" in n for n in swept["events"].notes)
+
+
+def test_cluster_arguments_are_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert parse_cluster(None) is None
+    assert parse_cluster("local:3").nodes == 3  # type: ignore[union-attr]
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert parse_cluster(None).address == "10.0.0.1:6379"  # type: ignore[union-attr]
+    with pytest.raises(UserError, match="local:N takes a number of nodes"):
+        parse_cluster("local:x")
+    monkeypatch.delenv("RAY_ADDRESS")
+    got = CliRunner().invoke(app, ["sweep", "builtin:digits", "--store", str(tmp_path / "s.db")])
+    assert isinstance(got.exception, UserError) and "needs --cluster" in str(got.exception)
+    got = CliRunner().invoke(app, ["sweep", str(tmp_path / "nope.toml"), "--cluster", "local:1"])
+    assert isinstance(got.exception, UserError) and "no such workload file" in str(got.exception)
+
+
+def test_without_ray_the_cluster_flag_exits_2_with_the_install_command(tmp_path: Path) -> None:
+    """In a process where `import ray` fails (a package of that name that raises, first
+    on the path), as where the extra is not installed; the single-machine path there
+    imports no Ray at all."""
+    import subprocess
+    import sys
+
+    fake = tmp_path / "no-ray" / "ray"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError(\"No module named 'ray'\")\n")
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{fake.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    got = subprocess.run(
+        [sys.executable, "-m", "bakeoff.cli", "sweep", "builtin:digits", "--cluster", "local:1",
+         "--store", str(tmp_path / "s.db")],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert got.returncode == 2, got.stderr
+    assert "pip install 'bakeoff[cluster]'" in got.stderr
+    probe = "import sys, bakeoff.cli, bakeoff.api; print('ray' in sys.modules)"
+    quiet = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
+    assert quiet.stdout.strip() == "False", quiet.stderr
