@@ -7,6 +7,7 @@ written outside the temp folder it is given (issue 23)."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import tempfile
 import threading
@@ -119,8 +120,7 @@ def _sweep(workloads: list[str], ray_tmp: Path, root: Path, events: Any) -> Any:
             cluster="local:2",
             cluster_tmp=ray_tmp,
             store=root / "store" / "bakeoff.db",
-            quick=True,
-            budget_s=3,
+            run_options={"quick": True, "budget_s": 3},
             heartbeat_s=1.0,
         ),
         events,
@@ -197,8 +197,12 @@ def test_cluster_arguments_are_checked(tmp_path: Path, monkeypatch: pytest.Monke
     assert parse_cluster("local:3").nodes == 3  # type: ignore[union-attr]
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     assert parse_cluster(None).address == "10.0.0.1:6379"  # type: ignore[union-attr]
-    with pytest.raises(UserError, match="local:N takes a number of nodes"):
-        parse_cluster("local:x")
+    typed = parse_cluster("local:c7i=1,m7a=2")
+    assert typed is not None and typed.types == (("c7i", 1), ("m7a", 2)) and typed.nodes == 3
+    assert typed.words() == "local:c7i=1,m7a=2" and parse_cluster("local:2").words() == "local:2"  # type: ignore[union-attr]
+    for bad in ("local:x", "local:0", "local:c7i=0", "local:=2"):
+        with pytest.raises(UserError, match=r"local:N \(N simulated nodes\)"):
+            parse_cluster(bad)
     monkeypatch.delenv("RAY_ADDRESS")
     got = CliRunner().invoke(app, ["sweep", "builtin:digits", "--store", str(tmp_path / "s.db")])
     assert isinstance(got.exception, UserError) and "needs --cluster" in str(got.exception)
@@ -230,3 +234,57 @@ def test_without_ray_the_cluster_flag_exits_2_with_the_install_command(tmp_path:
     probe = "import sys, bakeoff.cli, bakeoff.api; print('ray' in sys.modules)"
     quiet = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
     assert quiet.stdout.strip() == "False", quiet.stderr
+
+
+def test_per_node_type_measures_on_each_type_and_names_the_cheapest(tmp_path: Path) -> None:
+    """Two machine types, priced: every ok candidate gets USD per million inferences at
+    its measured throughput, and objective = "cost" names the lowest."""
+    path = Path(_workload(tmp_path / "w", "priced", "{ latency_ms = { fp32 = 2.0, int8 = 1.0 } }"))
+    path.write_text(
+        path.read_text().replace("[search]\n", '[search]\nobjective = "cost"\n')
+        + "[cost]\nusd_per_hour = { big = 0.40, small = 0.10 }\n"
+    )
+    ray_tmp = Path(tempfile.mkdtemp(prefix="bkr-", dir="/tmp"))
+    out = tmp_path / "types.json"
+    got = CliRunner().invoke(
+        app,
+        ["run", str(path), "--cluster", "local:big=1,small=1", "--per-node-type", "--quick",
+         "--budget", "2", "--json", str(out), "--store", str(tmp_path / "s" / "bakeoff.db"),
+         "--cluster-tmp", str(ray_tmp)],
+    )  # fmt: skip
+    assert got.exit_code == 0, got.output
+    doc = json.loads(out.read_text())
+    assert doc["kind"] == "per_node_type" and set(doc["types"]) == {"big", "small"}
+    for node_type, t in doc["types"].items():
+        assert (
+            t["status"] == "done" and t["usd_per_hour"] == {"big": 0.40, "small": 0.10}[node_type]
+        )
+        assert t["verdicts"][0]["objective"] == "throughput"  # cost on one machine
+    ok = [r for r in doc["candidates"] if r["status"] == "ok"]
+    assert {r["node_type"] for r in ok} == {"big", "small"}
+    for r in ok:
+        usd, sps = r["cost"]["usd_per_million"], r["throughput"]["samples_per_s"]
+        assert usd == pytest.approx(r["cost"]["usd_per_hour"] / sps / 3600 * 1e6)
+        lo, hi = r["cost"]["ci95"]
+        assert lo <= usd <= hi
+    cheapest = min(ok, key=lambda r: r["cost"]["usd_per_million"])
+    verdict = doc["cost_verdict"]
+    assert verdict["winner"] == {"node_type": cheapest["node_type"], "candidate": cheapest["id"]}
+    assert verdict["winner"]["node_type"] == "small"  # the same speed at a quarter the price
+    assert "Cheapest:" in got.output and "USD per million" in got.output
+
+
+def test_cost_needs_prices_and_per_node_type(tmp_path: Path) -> None:
+    path = Path(_workload(tmp_path / "w", "x", "{ latency_ms = 1.0 }"))
+    path.write_text(path.read_text().replace("[search]\n", '[search]\nobjective = "cost"\n'))
+    got = CliRunner().invoke(app, ["run", str(path), "--cluster", "local:1", "--per-node-type"])
+    assert isinstance(got.exception, UserError) and "needs prices" in str(got.exception)
+    prices = tmp_path / "prices.toml"
+    prices.write_text("usd_per_hour = { a = -1 }\n")
+    got = CliRunner().invoke(
+        app,
+        ["run", str(path), "--cluster", "local:1", "--per-node-type", "--cost-file", str(prices)],
+    )
+    assert isinstance(got.exception, UserError) and "a price above 0" in str(got.exception)
+    got = CliRunner().invoke(app, ["run", str(path), "--per-node-type"])
+    assert isinstance(got.exception, UserError) and "go with --cluster" in str(got.exception)

@@ -81,6 +81,29 @@ ConcurrencyOpt = Annotated[
         "comma-separated (default 2,4,8; 0 skips the sweep)"
     ),
 ]
+ClusterOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="run on a Ray cluster's node: local:N (simulated nodes here), "
+        "local:TYPE=N,TYPE=M, or an address (needs the cluster extra)"
+    ),
+]
+ClusterTmpOpt = Annotated[
+    Path | None,
+    typer.Option(help="with --cluster: Ray's temp and log files (default: beside the store)"),
+]
+PerNodeTypeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--per-node-type",
+        help="with --cluster: the bake-off on one node of each machine type, and a "
+        "cross-type table (with [cost] or --cost-file: USD per million inferences)",
+    ),
+]
+CostFileOpt = Annotated[
+    Path | None,
+    typer.Option(help='a TOML file: usd_per_hour = { "machine-type" = USD, ... }'),
+]
 MaxP50Opt = Annotated[
     float | None, typer.Option(help="constraint: the winner's median latency, ms")
 ]
@@ -183,6 +206,10 @@ def run(
     store: StoreOpt = DEFAULT_STORE,
     mlflow: MlflowOpt = None,
     concurrency: ConcurrencyOpt = None,
+    cluster: ClusterOpt = None,
+    cluster_tmp: ClusterTmpOpt = None,
+    per_node_type: PerNodeTypeOpt = False,
+    cost_file: CostFileOpt = None,
 ) -> None:
     """Build, check and measure every candidate stack, then name the winner.
 
@@ -193,6 +220,14 @@ def run(
     per candidate.
     """
     mlflow_uri = tracking.start(mlflow)  # before measuring: a bad URI is said now
+    on_cluster = cluster is not None or per_node_type
+    if (per_node_type or cost_file or cluster_tmp) and cluster is None:
+        raise UserError("--per-node-type, --cost-file and --cluster-tmp go with --cluster")
+    if on_cluster and (resume is not None or mlflow_uri is not None):
+        raise UserError(
+            "--cluster: a run on a cluster resumes with `bakeoff sweep --resume SWEEP_ID`, "
+            "and is not logged to MLflow yet"
+        )
     if resume is not None:
         raise typer.Exit(_resume(resume, workload, store, json_path, mlflow_uri))
     generative = api.load_generation(workload, lambda text: err.print(text))
@@ -219,6 +254,7 @@ def run(
                     )
                 ),
                 "--mlflow": mlflow_uri is not None,
+                "--cluster": cluster is not None,
             }
         )
         gen_opts = api.GenerateOptions(
@@ -259,4 +295,11 @@ def run(
             max_cold_start_s=max_cold_start_s,
         ),
     )
+    if on_cluster:
+        from bakeoff.cli.cluster_run import run_on_cluster
+
+        code = run_on_cluster(
+            workload or "builtin:minilm", opts, cluster, cluster_tmp, per_node_type, cost_file
+        )
+        raise typer.Exit(code)
     raise typer.Exit(_measure(workload, opts, json_path, mlflow_uri))

@@ -15,7 +15,7 @@ from bakeoff.cli.output import err, out
 from bakeoff.errors import UserError
 
 
-class _Progress:
+class Progress:
     """The sweep's events on stderr."""
 
     def note(self, message: str) -> None:
@@ -78,13 +78,15 @@ def sweep_cmd(
         cluster=cluster,
         cluster_tmp=cluster_tmp,
         store=store,
-        quick=quick,
-        budget_s=budget,
-        runtimes=[r for r in runtimes.split(",") if r] if runtimes else None,
-        precisions=[p for p in precisions.split(",") if p] if precisions else None,
+        run_options={
+            "quick": quick,
+            "budget_s": budget,
+            "runtimes": [r for r in runtimes.split(",") if r] if runtimes else None,
+            "precisions": [p for p in precisions.split(",") if p] if precisions else None,
+        },
         resume=resume,
     )
-    result = run_sweep(list(workloads or []), opts, _Progress())
+    result = run_sweep(list(workloads or []), opts, Progress())
     _print(result.document)
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)

@@ -37,17 +37,16 @@ class NodeRunner:
         return {"fingerprint": environment.fingerprint(), "cores": self.cores}
 
     def run(self, workload: str, options: dict[str, Any]) -> dict[str, Any]:
-        """One whole bake-off of `workload` with `options` (`RunOptions` fields), its
-        threads the node's cores: its rows, exit code, and when it ran."""
+        """One whole bake-off of `workload` with `options` (`RunOptions` fields): its
+        rows, exit code, and when it ran. Its threads are bakeoff's default, as in a
+        plain run: the physical cores among those the runner is pinned to."""
         from bakeoff import api, environment
         from bakeoff.store import Store
 
         started = time.time()
         with tempfile.TemporaryDirectory(prefix="bakeoff-node-") as tmp:
             store = Path(tmp) / "bakeoff.db"
-            result = api.run(
-                workload, api.RunOptions(store=store, threads=len(self.cores), **options)
-            )
+            result = api.run(workload, api.RunOptions(store=store, **options))
             with Store(store) as s:
                 rows = s.export_run(result.run_id)
         return {

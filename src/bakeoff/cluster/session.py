@@ -1,7 +1,8 @@
 """Which Ray cluster a run uses, and its nodes.
 
 `--cluster local:N` starts N simulated nodes on this machine through
-`ray.cluster_utils.Cluster` (for trying it out, and for tests): each gets an equal
+`ray.cluster_utils.Cluster` (for trying it out, and for tests), of type "local";
+`local:TYPE=N,TYPE=M` starts nodes of named types instead. Each gets an equal
 share of this machine's cores, named in a resource `bakeoff_cores:<first>-<last>`
 so that its runner pins itself there (Ray's CPU counts are bookkeeping, not
 isolation). `--cluster ADDRESS` (or the RAY_ADDRESS variable) joins a running
@@ -41,17 +42,25 @@ MAX_TMP_CHARS = 40
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """`local:N` (simulated nodes here) or the address of a running cluster."""
+    """`local:...` (simulated nodes here, by type) or the address of a running cluster."""
 
-    nodes: int = 0
+    types: tuple[tuple[str, int], ...] = ()  # simulated: (node type, how many)
     address: str | None = None
 
     @property
     def simulated(self) -> bool:
         return self.address is None
 
+    @property
+    def nodes(self) -> int:
+        return sum(n for _, n in self.types)
+
     def words(self) -> str:
-        return f"local:{self.nodes}" if self.simulated else str(self.address)
+        if not self.simulated:
+            return str(self.address)
+        if self.types == ((LOCAL_TYPE, self.nodes),):
+            return f"local:{self.nodes}"
+        return "local:" + ",".join(f"{t}={n}" for t, n in self.types)
 
 
 def parse_cluster(value: str | None) -> ClusterSpec | None:
@@ -59,12 +68,21 @@ def parse_cluster(value: str | None) -> ClusterSpec | None:
     value = value or os.environ.get("RAY_ADDRESS") or None
     if value is None:
         return None
-    if value.startswith("local:"):
-        count = value.removeprefix("local:")
-        if not count.isdigit() or int(count) < 1:
-            raise UserError(f"--cluster {value}: local:N takes a number of nodes, 1 or more")
-        return ClusterSpec(nodes=int(count))
-    return ClusterSpec(address=value)
+    if not value.startswith("local:"):
+        return ClusterSpec(address=value)
+    body = value.removeprefix("local:")
+    if body.isdigit() and int(body) >= 1:
+        return ClusterSpec(types=((LOCAL_TYPE, int(body)),))
+    types = []
+    for part in body.split(","):
+        name, _, count = part.partition("=")
+        if not name or not count.isdigit() or int(count) < 1:
+            raise UserError(
+                f"--cluster {value}: local:N (N simulated nodes) or local:TYPE=N,TYPE=M "
+                "(simulated nodes of named machine types), each N 1 or more"
+            )
+        types.append((name, int(count)))
+    return ClusterSpec(types=tuple(types))
 
 
 def import_ray() -> Any:
@@ -161,8 +179,9 @@ def connect(spec: ClusterSpec, tmp: Path) -> Iterator[Session]:
                 "temp_dir": str(tmp),
             }
             simulated = Cluster(initialize_head=True, head_node_args=head)
-            for share in _core_shares(spec.nodes):
-                simulated.add_node(**_simulated_node(share))
+            kinds = [t for t, n in spec.types for _ in range(n)]
+            for kind, share in zip(kinds, _core_shares(spec.nodes), strict=True):
+                simulated.add_node(**_simulated_node(share, kind))
             simulated.wait_for_nodes()
             ray.init(address=simulated.address, log_to_driver=False, logging_level="ERROR")
         else:
@@ -192,13 +211,13 @@ def connect(spec: ClusterSpec, tmp: Path) -> Iterator[Session]:
             os.environ["RAY_TMPDIR"] = saved_tmp
 
 
-def _simulated_node(cores: tuple[int, ...]) -> dict[str, Any]:
+def _simulated_node(cores: tuple[int, ...], node_type: str) -> dict[str, Any]:
     return {
         "num_cpus": len(cores),
         "resources": {
             NODE_RESOURCE: 1,
             f"{CORES_PREFIX}{cores[0]}-{cores[-1]}": 1,
-            f"{TYPE_PREFIX}{LOCAL_TYPE}": 1,
+            f"{TYPE_PREFIX}{node_type}": 1,
         },
         "object_store_memory": SIMULATED_OBJECT_STORE,
     }

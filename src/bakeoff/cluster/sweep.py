@@ -41,6 +41,27 @@ from bakeoff.store import Store
 # The sweep's JSON document. Version 1: the first.
 SCHEMA_VERSION = 1
 MAX_ATTEMPTS = 3  # a workload whose node was lost is requeued at most this often
+# The `RunOptions` a node's run takes from the sweep (its threads are its cores, its
+# store and JSON its own).
+RUN_OPTIONS = frozenset(
+    {
+        "runtimes",
+        "precisions",
+        "batch_sizes",
+        "budget_s",
+        "trial_timeout_s",
+        "quick",
+        "seed",
+        "margin",
+        "ci_target",
+        "scenario",
+        "latency_bound_ms",
+        "cold_starts",
+        "target",
+        "constraints",
+        "worker_per_batch_size",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -48,12 +69,14 @@ class SweepOptions:
     cluster: str | None = None  # local:N, an address; RAY_ADDRESS where None
     cluster_tmp: Path | None = None  # Ray's files (default: beside the store, short)
     store: Path = DEFAULT_STORE
-    quick: bool = False
-    budget_s: float | None = None
-    runtimes: list[str] | None = None
-    precisions: list[str] | None = None
+    # `RunOptions` fields for every run (quick, budget_s, runtimes, ...): plain values,
+    # kept with the sweep for --resume; each node sets its own threads and store.
+    run_options: dict[str, Any] = field(default_factory=dict)
     resume: str | None = None  # the id of a sweep to finish
     heartbeat_s: float = 2.0  # how often liveness is checked while runs are out
+    # Each workload once on a node of each machine type the cluster has, rather than
+    # once anywhere (`bakeoff run --per-node-type`).
+    per_node_type: bool = False
 
 
 class SweepEvents(Protocol):
@@ -86,6 +109,20 @@ class _Attempt:
     started: float = field(default_factory=time.time)
 
 
+# An entry of a sweep: a workload, or a workload on one machine type ("W on TYPE").
+_ON = " on "
+
+
+def entry(workload: str, node_type: str | None = None) -> str:
+    return workload if node_type is None else f"{workload}{_ON}{node_type}"
+
+
+def parse_entry(key: str) -> tuple[str, str | None]:
+    """(workload, the machine type it must run on, or None)."""
+    workload, on, node_type = key.rpartition(_ON)
+    return (workload, node_type) if on else (key, None)
+
+
 def _resolve(workloads: list[str]) -> list[str]:
     """Built-ins as they are, files as absolute paths (a node must see the same path:
     a shared file system, or the same checkout on every node)."""
@@ -110,35 +147,45 @@ def run_sweep(workloads: list[str], opts: SweepOptions, events: SweepEvents) -> 
     import_ray()  # before anything is recorded: without Ray, say how to install it
     store_path = Path(opts.store).resolve()
     with Store(store_path) as store:
+        entries: list[str] | None = None  # decided once the cluster's types are known
         if opts.resume:
             record = store.sweep(opts.resume)
-            sweep_id, workloads = record["sweep_id"], record["workloads"]
+            sweep_id, entries = record["sweep_id"], record["workloads"]
             settings = record["settings"]
             store.set_sweep_status(sweep_id, "running")
+            before = record["attempts"]
         else:
             workloads = _resolve(workloads)
             if not workloads:
                 raise UserError("bakeoff sweep: name at least one workload")
             sweep_id = time.strftime("sweep-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+            unknown = set(opts.run_options) - RUN_OPTIONS
+            if unknown:
+                raise UserError(f"not for a run on a cluster node: {', '.join(sorted(unknown))}")
             settings = {
                 "cluster": spec.words(),
-                "quick": opts.quick,
-                "budget_s": opts.budget_s,
-                "runtimes": opts.runtimes,
-                "precisions": opts.precisions,
+                "run_options": opts.run_options,
+                "per_node_type": opts.per_node_type,
             }
-            store.start_sweep(sweep_id, workloads, settings)
-        events.note(f"sweep {sweep_id}: {len(workloads)} workload(s) on {spec.words()}")
-        before = store.sweep(sweep_id)["attempts"]
+            before = []
         done = {a["workload"] for a in before if a["status"] == "done"}
         if done:
             events.note(f"{len(done)} workload(s) finished before: not run again")
         tmp = opts.cluster_tmp or short_tmp(store_path.parent / "ray")
         try:
-            if len(done) < len(workloads):
+            if entries is None or len(done) < len(entries):
                 with connect(spec, tmp) as session:
                     events.connected(session)
-                    sweeper = _Sweeper(sweep_id, workloads, settings, store, session, events, opts)
+                    if entries is None:
+                        types = sorted({n.node_type for n in session.nodes})
+                        entries = (
+                            [entry(w, t) for w in workloads for t in types]
+                            if opts.per_node_type
+                            else workloads
+                        )
+                        store.start_sweep(sweep_id, entries, settings)
+                    events.note(f"sweep {sweep_id}: {len(entries)} run(s) on {spec.words()}")
+                    sweeper = _Sweeper(sweep_id, entries, settings, store, session, events, opts)
                     sweeper.start_runners(tmp / "nodes" if spec.simulated else None)
                     sweeper.run()
         except KeyboardInterrupt:
@@ -166,9 +213,7 @@ class _Sweeper:
     ) -> None:
         self.sweep_id, self.store, self.session, self.events = sweep_id, store, session, events
         self.heartbeat_s = opts.heartbeat_s
-        self.options = {
-            k: settings[k] for k in ("quick", "budget_s", "runtimes", "precisions") if k in settings
-        }
+        self.options = dict(settings["run_options"])
         before = store.sweep(sweep_id)["attempts"]
         done = {a["workload"] for a in before if a["status"] == "done"}
         self.tries = {w: sum(a["workload"] == w for a in before) for w in workloads}
@@ -217,7 +262,7 @@ class _Sweeper:
             self._assign()
             if not self.out:  # work left, no node left to run it
                 for w in self.pending:
-                    self.events.note(f"{w}: not run: no node is left")
+                    self.events.note(f"{w}: not run: no node of its kind is left")
                     self.store.put_sweep_attempt(
                         self.sweep_id,
                         {
@@ -227,7 +272,7 @@ class _Sweeper:
                             "node_id": "-",
                             "node_type": "-",
                             "status": "failed",
-                            "reason": "no node left to run it (every node was lost)",
+                            "reason": "no node left to run it (every such node was lost)",
                         },
                     )
                 return
@@ -238,14 +283,22 @@ class _Sweeper:
                 self._check_nodes()
 
     def _assign(self) -> None:
-        while self.pending and self.idle:
-            node, workload = self.idle.pop(0), self.pending.popleft()
-            self.tries[workload] += 1
-            attempt = _Attempt(workload, self.tries[workload], node)
-            ref = self.runners[node.node_id].run.remote(workload, self.options)
+        """Each idle node takes the first pending entry it can run (its machine type,
+        where the entry names one)."""
+        for node in list(self.idle):
+            key = next(
+                (k for k in self.pending if parse_entry(k)[1] in (None, node.node_type)), None
+            )
+            if key is None:
+                continue
+            self.pending.remove(key)
+            self.idle.remove(node)
+            self.tries[key] += 1
+            attempt = _Attempt(key, self.tries[key], node)
+            ref = self.runners[node.node_id].run.remote(parse_entry(key)[0], self.options)
             self.out[ref] = attempt
             self._record(attempt, "running")
-            self.events.assigned(workload, node)
+            self.events.assigned(key, node)
 
     def _collect(self, ref: Any) -> None:
         from ray import exceptions as rex
@@ -311,8 +364,10 @@ def _document(record: dict[str, Any], store: Store) -> dict[str, Any]:
     runs = []
     for w in record["workloads"]:
         a = last.get(w)
-        entry: dict[str, Any] = {
-            "workload": w,
+        workload, required_type = parse_entry(w)
+        row: dict[str, Any] = {
+            "workload": workload,
+            "for_node_type": required_type,  # with --per-node-type: the type it ran on
             "run_id": a["run_id"] if a else None,
             "node_id": a["node_id"] if a else None,
             "node_type": a["node_type"] if a else None,
@@ -324,13 +379,13 @@ def _document(record: dict[str, Any], store: Store) -> dict[str, Any]:
         }
         if a and a["run_id"]:
             doc = store.run(a["run_id"])["document"] or {}
-            workload = doc.get("workload", {})
-            entry["name"] = workload.get("name") if isinstance(workload, dict) else workload
+            described = doc.get("workload", {})
+            row["name"] = described.get("name") if isinstance(described, dict) else described
             for v in doc.get("verdicts", []):
-                entry["winners"][str(v["batch_size"])] = v["winner"]
+                row["winners"][str(v["batch_size"])] = v["winner"]
                 if v.get("speedup"):
-                    entry["speedups"][str(v["batch_size"])] = v["speedup"]["value"]
-        runs.append(entry)
+                    row["speedups"][str(v["batch_size"])] = v["speedup"]["value"]
+        runs.append(row)
     return {
         "schema_version": SCHEMA_VERSION,
         "sweep_id": record["sweep_id"],

@@ -57,7 +57,9 @@ def default_runtimes(model_kind: str) -> list[str]:
 Precision = Literal["fp32", "fp16", "bf16", "int8", "int4"]
 DEFAULT_PRECISIONS: tuple[Precision, ...] = ("fp32", "int8")
 Metric = Literal["accuracy", "agreement", "cosine", "max_abs", "perplexity"]
-Objective = Literal["auto", "latency", "throughput"]
+# "cost": USD per million inferences, from [cost] usd_per_hour by machine type (on
+# one machine, the most samples/s; across a cluster's machine types, the cheapest).
+Objective = Literal["auto", "latency", "throughput", "cost"]
 HfTask = Literal["feature-extraction", "sequence-classification", "text-generation"]
 # [data] dataset formats: datasets' packaged readers of local files, and save_to_disk folders.
 DatasetFormat = Literal["parquet", "csv", "json", "arrow", "disk"]
@@ -369,6 +371,22 @@ class ConstraintsSpec(_Strict):
     max_cold_start_s: float | None = Field(default=None, gt=0, description="load + first call")
 
 
+class CostSpec(_Strict):
+    """`[cost]`: what an hour of each machine type costs, for USD per million inferences."""
+
+    usd_per_hour: dict[str, float] = Field(
+        min_length=1,
+        description='machine type -> USD per hour, e.g. { "c7i-2xlarge" = 0.357 }',
+    )
+
+    @model_validator(mode="after")
+    def _positive(self) -> CostSpec:
+        for machine, usd in self.usd_per_hour.items():
+            if not usd > 0:
+                raise ValueError(f"usd_per_hour.{machine}: a price above 0, not {usd}")
+        return self
+
+
 class CandidateSpec(_Strict):
     """A hand-written candidate: one runtime with its settings, under a label."""
 
@@ -459,6 +477,7 @@ class WorkloadSpec(_Strict):
         default_factory=list, description="explicit candidates; replace the search grid"
     )
     train: TrainSection | None = None
+    cost: CostSpec | None = None
 
     @model_validator(mode="before")
     @classmethod
