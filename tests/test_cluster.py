@@ -43,10 +43,12 @@ def _workload(folder: Path, name: str, options: str) -> str:
 
 
 class _RemoveSlowNode:
-    """The sweep's events; removes the node the slow workload first started on, a
-    moment after it started (as a cloud takes a node away)."""
+    """The sweep's events; removes the node the slow workload (or the share naming
+    `victim`) first started on, a moment after it started (as a cloud takes a node
+    away)."""
 
-    def __init__(self) -> None:
+    def __init__(self, victim: str = "slow") -> None:
+        self.victim = victim
         self.session: Session | None = None
         self.started: list[tuple[str, str]] = []
         self.removed: str | None = None
@@ -60,7 +62,8 @@ class _RemoveSlowNode:
 
     def assigned(self, workload: str, node: Node) -> None:
         self.started.append((Path(workload).stem, node.node_id))
-        if Path(workload).stem == "slow" and self.removed is None:
+        hit = Path(workload).stem == self.victim or workload.endswith(self.victim)
+        if hit and self.removed is None:
             self.removed = node.node_id
             threading.Timer(3.0, self._remove, [node.node_id]).start()
 
@@ -288,3 +291,100 @@ def test_cost_needs_prices_and_per_node_type(tmp_path: Path) -> None:
     assert isinstance(got.exception, UserError) and "a price above 0" in str(got.exception)
     got = CliRunner().invoke(app, ["run", str(path), "--per-node-type"])
     assert isinstance(got.exception, UserError) and "go with --cluster" in str(got.exception)
+
+
+SPLIT = """name = "split"
+[model]
+kind = "fake"
+[data]
+path = "d.npz"
+[search]
+batch_sizes = [1]
+"""
+
+
+def _split_workload(folder: Path, candidates: dict[str, str]) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    np.savez(folder / "d.npz", input=np.random.default_rng(0).random((32, 8), dtype=np.float32))
+    text = SPLIT + "".join(
+        f'[[candidates]]\nlabel = "{label}"\nruntime = "fake"\noptions = {options}\n'
+        for label, options in candidates.items()
+    )
+    (folder / "split.toml").write_text(text)
+    return str(folder / "split.toml")
+
+
+def _split(workload: str, tmp_path: Path, events: Any, **options: Any) -> dict[str, Any]:
+    from bakeoff.cluster.split import run_split
+
+    run_options = {"quick": True, "budget_s": 2, **options}
+    keys, baseline = api.plan_shares(workload, api.RunOptions(**run_options))
+    return run_split(
+        workload, run_options, keys, baseline, "local:2",
+        Path(tempfile.mkdtemp(prefix="bkr-", dir="/tmp")), tmp_path / "s" / "bakeoff.db",
+        events, heartbeat_s=1.0,
+    )  # fmt: skip
+
+
+def test_split_judges_each_candidate_by_its_ratio_on_its_node_and_survives_a_lost_node(
+    tmp_path: Path,
+) -> None:
+    """Four candidates over two nodes, each running the baseline too; the node with the
+    stuck candidate is removed mid-run: its share fails "node lost", the other
+    finishes, and nothing hangs."""
+    wl = _split_workload(
+        tmp_path / "w",
+        {
+            "base": "{ latency_ms = 2.0 }",
+            "fast": "{ latency_ms = 1.6 }",
+            "slow": "{ latency_ms = 2.5 }",
+            "same": "{ latency_ms = 2.0 }",
+            "stuck": "{ latency_ms = 2.0, wall_ms = 40.0 }",
+        },
+    )
+    events = _RemoveSlowNode(victim="stuck")
+    started = time.perf_counter()
+    doc = _split(wl, tmp_path, events)
+    assert time.perf_counter() - started < 300
+    assert doc["kind"] == "split" and doc["baseline"] == "base"
+    by = {c["key"]: c for c in doc["candidates"]}
+    assert set(by) == {"fast", "slow", "same", "stuck"}
+    lost = [n for n in doc["nodes"] if n["status"] == "failed"]
+    assert [n["node_id"] for n in lost] == [events.removed]
+    assert lost[0]["reason"].startswith("node lost") and "stuck" in lost[0]["share"]
+    for key in lost[0]["share"][1:]:
+        assert by[key]["status"] == "failed" and by[key]["reason"].startswith("node lost")
+    survivors = [k for k in by if k not in lost[0]["share"]]
+    assert survivors and all(by[k]["status"] == "ok" for k in survivors)
+    expected = {"fast": (0.8, "faster"), "slow": (1.25, "slower"), "same": (1.0, "equivalent")}
+    for key in survivors:
+        true, decision = expected[key]
+        lo, hi = by[key]["ratio"]["ci"]
+        assert lo <= true <= hi and by[key]["ratio"]["decision"] == decision, by[key]
+    [verdict] = doc["verdicts"]
+    assert verdict["leader"].rsplit("-b", 1)[0] in survivors
+    store_runs = {n["run_id"] for n in doc["nodes"] if n["run_id"]}
+    for run_id in store_runs:  # each node's share is an ordinary run, tagged
+        node = api.show_run(run_id, tmp_path / "s" / "bakeoff.db")["environment"]["node"]
+        assert node["split_share"][0] == "base"
+
+
+def test_a_candidate_on_several_nodes_is_pooled_over_them(tmp_path: Path) -> None:
+    wl = _split_workload(
+        tmp_path / "w", {"base": "{ latency_ms = 2.0 }", "fast": "{ latency_ms = 1.6 }"}
+    )
+    doc = _split(wl, tmp_path, _RemoveSlowNode(victim="nothing"))
+    [fast] = doc["candidates"]
+    assert len(fast["node_ids"]) == 2 and len(fast["ratio"]["per_node"]) == 2
+    lo, hi = fast["ratio"]["ci"]
+    assert lo <= 0.8 <= hi and fast["ratio"]["decision"] == "faster"
+
+
+def test_the_split_deals_candidates_round_robin() -> None:
+    from bakeoff.cluster.split import deal
+
+    assert deal(["a", "b", "c"], "base", 2) == [["base", "a", "c"], ["base", "b"]]
+    assert deal(["a"], "base", 2) == [["base", "a"], ["base", "a"]]
+    assert deal(["a", "b"], "base", 5) == [
+        ["base", "a"], ["base", "a"], ["base", "b"], ["base", "b"]
+    ]  # fmt: skip

@@ -17,7 +17,7 @@ from bakeoff.errors import UserError
 from bakeoff.generation.pipeline import GenerateOptions, GenerateResult, run_generation
 from bakeoff.inference.document import SCHEMA_VERSION, write_json
 from bakeoff.inference.options import SCENARIOS, RunOptions
-from bakeoff.inference.pipeline import RunResult, run
+from bakeoff.inference.pipeline import RunResult, plan_shares, run
 from bakeoff.loader import load_generation
 from bakeoff.paths import DEFAULT_STORE
 from bakeoff.report import Reporter
@@ -36,6 +36,7 @@ __all__ = [
     "advise",
     "list_runs",
     "load_generation",
+    "plan_shares",
     "resume",
     "resume_training",
     "run",

@@ -24,6 +24,7 @@ def run_on_cluster(
     cluster_tmp: Path | None,
     per_node_type: bool,
     cost_file: Path | None,
+    split: bool = False,
 ) -> int:
     """The exit code: 0 when every run finished and named a winner."""
     from bakeoff.cluster.per_type import cross_type, read_costs
@@ -34,12 +35,26 @@ def run_on_cluster(
     if opts.threads is not None:
         raise UserError("--threads: on a cluster each node's runs take its own cores")
     workload = workload if workload.startswith("builtin:") else str(Path(workload).resolve())
+    if split and per_node_type:
+        raise UserError("--split spreads one bake-off over identical nodes: not --per-node-type")
     prices, objective = read_costs(workload, cost_file)
     if (prices or cost_file) and not per_node_type:
         raise UserError("[cost] and --cost-file price machine types: add --per-node-type")
     run_options = {
         f.name: getattr(opts, f.name) for f in dataclasses.fields(opts) if f.name in RUN_OPTIONS
     }
+    if split:
+        from bakeoff.cluster.split import run_split
+
+        keys, baseline = api.plan_shares(workload, opts)
+        doc = run_split(
+            workload, run_options, keys, baseline, cluster, cluster_tmp, Path(opts.store),
+            Progress(),
+        )  # fmt: skip
+        print_split(doc)
+        _write(opts.json_path, doc)
+        done = all(n["status"] == "done" for n in doc["nodes"])
+        return 0 if done and doc["verdicts"] else 1
     sweep_opts = SweepOptions(
         cluster=cluster,
         cluster_tmp=cluster_tmp,
@@ -107,3 +122,26 @@ def print_per_type(doc: dict[str, Any]) -> None:
         out.print(f"  no price for: {', '.join(doc['unpriced_types'])}", highlight=False)
     if "cost_verdict" in doc:
         out.print(f"Cheapest: {escape(doc['cost_verdict']['reason'])}", highlight=False)
+
+
+def print_split(doc: dict[str, Any]) -> None:
+    """Each candidate's time against the baseline on its own node, and the leaders."""
+    table = Table(title=f"{doc['workload']}: split over {len(doc['nodes'])} node(s)")
+    for col in ("candidate", "nodes", "status", "time / baseline [95% CI]", "decision"):
+        table.add_column(col, no_wrap=col == "candidate")
+    for c in doc["candidates"]:
+        r = c.get("ratio")
+        ratio = f"{r['ratio']:.3f} [{r['ci'][0]:.3f}-{r['ci'][1]:.3f}]" if r else "-"
+        table.add_row(
+            c.get("id") or c["key"],
+            ", ".join(n[:8] for n in c["node_ids"]),
+            c["status"],
+            ratio,
+            escape(r["decision"] if r else c["reason"]),
+        )
+    out.print(table)
+    for n in doc["nodes"]:
+        if n["status"] != "done":
+            out.print(f"  node {n['node_id'][:8]}: {escape(n['reason'])}", highlight=False)
+    for v in doc["verdicts"]:
+        out.print(f"  batch {v['batch_size']}: {escape(v['headline'])}", highlight=False)

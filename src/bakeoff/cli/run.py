@@ -100,6 +100,14 @@ PerNodeTypeOpt = Annotated[
         "cross-type table (with [cost] or --cost-file: USD per million inferences)",
     ),
 ]
+SplitOpt = Annotated[
+    bool,
+    typer.Option(
+        "--split",
+        help="with --cluster: spread the candidates over identical nodes, each running "
+        "the baseline too; each candidate judged by its ratio to the baseline on its node",
+    ),
+]
 CostFileOpt = Annotated[
     Path | None,
     typer.Option(help='a TOML file: usd_per_hour = { "machine-type" = USD, ... }'),
@@ -210,6 +218,7 @@ def run(
     cluster_tmp: ClusterTmpOpt = None,
     per_node_type: PerNodeTypeOpt = False,
     cost_file: CostFileOpt = None,
+    split: SplitOpt = False,
 ) -> None:
     """Build, check and measure every candidate stack, then name the winner.
 
@@ -220,9 +229,9 @@ def run(
     per candidate.
     """
     mlflow_uri = tracking.start(mlflow)  # before measuring: a bad URI is said now
-    on_cluster = cluster is not None or per_node_type
-    if (per_node_type or cost_file or cluster_tmp) and cluster is None:
-        raise UserError("--per-node-type, --cost-file and --cluster-tmp go with --cluster")
+    on_cluster = cluster is not None or per_node_type or split
+    if (per_node_type or split or cost_file or cluster_tmp) and cluster is None:
+        raise UserError("--per-node-type, --split, --cost-file and --cluster-tmp go with --cluster")
     if on_cluster and (resume is not None or mlflow_uri is not None):
         raise UserError(
             "--cluster: a run on a cluster resumes with `bakeoff sweep --resume SWEEP_ID`, "
@@ -299,7 +308,13 @@ def run(
         from bakeoff.cli.cluster_run import run_on_cluster
 
         code = run_on_cluster(
-            workload or "builtin:minilm", opts, cluster, cluster_tmp, per_node_type, cost_file
+            workload or "builtin:minilm",
+            opts,
+            cluster,
+            cluster_tmp,
+            per_node_type,
+            cost_file,
+            split,
         )
         raise typer.Exit(code)
     raise typer.Exit(_measure(workload, opts, json_path, mlflow_uri))

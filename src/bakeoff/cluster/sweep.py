@@ -123,6 +123,29 @@ def parse_entry(key: str) -> tuple[str, str | None]:
     return (workload, node_type) if on else (key, None)
 
 
+def start_runner(node: Node, scratch: Path | None) -> Any:
+    """The `NodeRunner` actor of `node`, holding the whole node: the resource
+    `bakeoff_node` and every CPU Ray counts there, placed on that node and nowhere else,
+    never restarted (a lost node's runner is lost with it)."""
+    ray = import_ray()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return (
+        ray.remote(NodeRunner)
+        .options(
+            resources={NODE_RESOURCE: 1},
+            num_cpus=node.cpus,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
+            max_restarts=0,
+            max_task_retries=0,
+        )
+        .remote(
+            list(node.cores) if node.cores else None,
+            str(scratch / node.node_id[:12]) if scratch else None,
+        )
+    )
+
+
 def _resolve(workloads: list[str]) -> list[str]:
     """Built-ins as they are, files as absolute paths (a node must see the same path:
     a shared file system, or the same checkout on every node)."""
@@ -224,22 +247,9 @@ class _Sweeper:
         self.out: dict[Any, _Attempt] = {}
 
     def start_runners(self, scratch: Path | None) -> None:
-        """One runner per node, holding the whole node (`scratch`: a simulated node's
-        temp folder goes under it)."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        remote = self.ray.remote(NodeRunner)
+        """One runner per node (`scratch`: a simulated node's temp folder goes under it)."""
         for node in self.session.nodes:
-            self.runners[node.node_id] = remote.options(
-                resources={NODE_RESOURCE: 1},
-                num_cpus=node.cpus,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
-                max_restarts=0,
-                max_task_retries=0,
-            ).remote(
-                list(node.cores) if node.cores else None,
-                str(scratch / node.node_id[:12]) if scratch else None,
-            )
+            self.runners[node.node_id] = start_runner(node, scratch)
 
     def _record(
         self, a: _Attempt, status: str, reason: str = "", run_id: str | None = None

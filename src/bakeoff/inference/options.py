@@ -45,6 +45,9 @@ class RunOptions:
     # A fresh worker for each (variant, batch size), loaded one at a time and
     # quality-checked at its own batch size: slower; every cold start isolated.
     worker_per_batch_size: bool = False
+    # A split's share (`bakeoff run --split`): the candidates this run measures, by their
+    # id without the batch size ("onnxruntime-int8-dynamic", a label); None: all.
+    share: list[str] | None = None
 
     def to_settings(self) -> dict[str, Any]:
         """What a run's stored settings keep of its options: all a resume needs to
@@ -86,6 +89,7 @@ _STORED = {
     "target": "target",
     "explicit_constraints": "constraints",
     "worker_per_batch_size": "worker_per_batch_size",
+    "split_share": "share",
 }
 
 

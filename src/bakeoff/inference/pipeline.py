@@ -201,20 +201,48 @@ def _candidates(
     workload: Workload, opts: RunOptions, grid: Grid, batch_sizes: list[int]
 ) -> list[Candidate]:
     if workload.spec.candidates:
-        return explicit_candidates(
+        out = explicit_candidates(
             workload.spec.candidates,
             opts.runtimes,
             opts.precisions,
             batch_sizes,
             workload.source.kind,
         )
-    return enumerate_candidates(
-        grid.runtimes,
-        grid.precisions,
-        batch_sizes,
-        workload.source.kind,
-        frozenset(grid.left_out),
-    )
+    else:
+        out = enumerate_candidates(
+            grid.runtimes,
+            grid.precisions,
+            batch_sizes,
+            workload.source.kind,
+            frozenset(grid.left_out),
+        )
+    if opts.share is not None:  # a split's share: the rest are measured on other nodes
+        out = [c for c in out if share_key(c) in opts.share]
+    return out
+
+
+def share_key(c: Candidate) -> str:
+    """A candidate's id without its batch size: what a split shares out."""
+    return c.label or c.variant.id
+
+
+def plan_shares(ref: str | None, opts: RunOptions) -> tuple[list[str], str]:
+    """What a run of `ref` would measure, as `share_key`s in order, and the baseline's
+    (the reference variant; hand-written candidates without it: their first), for a
+    split to share out. Loads the workload and its advice, builds nothing."""
+    opts = checked(opts)
+    workload = _with_flags(load_workload(ref), opts)
+    advice = advice_for(workload, opts.target)
+    grid, batch_sizes, _ = _plan(workload, opts, advice, None)
+    candidates = _candidates(workload, dataclasses.replace(opts, share=None), grid, batch_sizes)
+    keys = list(dict.fromkeys(share_key(c) for c in candidates if c.status == "pending"))
+    reference = reference_variant(workload.source.kind)
+    baseline = next((share_key(c) for c in candidates if c.variant == reference), None)
+    if baseline is None and keys:
+        baseline = keys[0]
+    if baseline is None:
+        raise UserError(f"{ref}: no candidate to measure here")
+    return keys, baseline
 
 
 def _stored_settings(

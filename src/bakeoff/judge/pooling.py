@@ -88,18 +88,38 @@ class Pooled:
         }
 
 
+# Within an identity field, what belongs to the moment or the process, not the machine:
+# the cores a process is pinned to, the clock speed read when the fingerprint was taken.
+VOLATILE_KEYS = {"cpu": ("affinity", "frequency_mhz")}
+
+
+def identity_value(fingerprint: Mapping[str, Any], field: str) -> Any:
+    value = fingerprint.get(field)
+    if isinstance(value, Mapping) and field in VOLATILE_KEYS:
+        return {k: v for k, v in value.items() if k not in VOLATILE_KEYS[field]}
+    return value
+
+
+def fingerprint_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+    """The first identity field two fingerprints differ in, with both values; None:
+    the same machine."""
+    for field in IDENTITY_FIELDS:
+        va, vb = identity_value(a, field), identity_value(b, field)
+        if va != vb:
+            return f"{field} ({_short(va)} vs {_short(vb)})"
+    return None
+
+
 def check_fingerprints(nodes: Sequence[NodeRounds]) -> None:
     """Raise FingerprintMismatch naming the first identity field two nodes differ in."""
     first = nodes[0]
     for other in nodes[1:]:
-        for field in IDENTITY_FIELDS:
-            a, b = first.fingerprint.get(field), other.fingerprint.get(field)
-            if a != b:
-                raise FingerprintMismatch(
-                    f"nodes {first.node_id} and {other.node_id} differ in {field} "
-                    f"({_short(a)} vs {_short(b)}): not pooled; each node's figures are "
-                    "reported on their own"
-                )
+        differ = fingerprint_difference(first.fingerprint, other.fingerprint)
+        if differ:
+            raise FingerprintMismatch(
+                f"nodes {first.node_id} and {other.node_id} differ in {differ}: not pooled; "
+                "each node's figures are reported on their own"
+            )
 
 
 def _short(value: Any) -> str:
