@@ -68,6 +68,7 @@ def test_run_options_round_trip_through_the_stored_settings(tmp_path: Path) -> N
         target="edge-intel",
         constraints={"max_p99_ms": 12.5},
         worker_per_batch_size=True,
+        share=["torch-fp32", "onnxruntime-int8-dynamic"],
     )
     assert _unexercised(opts, api.RunOptions(), NOT_STORED - {"store", "json_path"}) == []
     settings = _through_json(opts.to_settings())
@@ -91,6 +92,7 @@ def test_run_options_round_trip_through_the_stored_settings(tmp_path: Path) -> N
         "target",
         "explicit_constraints",
         "worker_per_batch_size",
+        "split_share",
     }
 
 
@@ -251,7 +253,8 @@ def fake_document(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 ADDED = {"efficiency", "worker"}
 # Run settings added since, likewise.
 #   worker_per_batch_size  issue 19: --worker-per-batch-size
-SETTINGS_ADDED = {"worker_per_batch_size"}
+#   split_share            issue 23: a node's share of `bakeoff run --split` (None: all)
+SETTINGS_ADDED = {"worker_per_batch_size", "split_share"}
 # Workload keys added since, likewise.
 #   text  issue 20: where text was tokenized, so an export takes text again (serve)
 WORKLOAD_ADDED = {"text"}
