@@ -65,7 +65,9 @@ class _RemoveSlowNode:
         hit = Path(workload).stem == self.victim or workload.endswith(self.victim)
         if hit and self.removed is None:
             self.removed = node.node_id
-            threading.Timer(3.0, self._remove, [node.node_id]).start()
+            # Soon after the start, while the run is surely still going (it is seconds
+            # long): a removal after it ended would race the cluster's own shutdown.
+            threading.Timer(1.0, self._remove, [node.node_id]).start()
 
     def _remove(self, node_id: str) -> None:
         assert self.session is not None and self.session.simulated is not None
@@ -339,7 +341,7 @@ def test_split_judges_each_candidate_by_its_ratio_on_its_node_and_survives_a_los
             "fast": "{ latency_ms = 1.6 }",
             "slow": "{ latency_ms = 2.5 }",
             "same": "{ latency_ms = 2.0 }",
-            "stuck": "{ latency_ms = 2.0, wall_ms = 40.0 }",
+            "stuck": "{ latency_ms = 2.0, wall_ms = 500.0 }",  # its node goes first
         },
     )
     events = _RemoveSlowNode(victim="stuck")
