@@ -43,8 +43,8 @@ def sweep_cmd(
     cluster: Annotated[
         str | None,
         typer.Option(
-            help="local:N (N simulated nodes on this machine) or a Ray cluster's address; "
-            "default: RAY_ADDRESS"
+            help="local:N or local:TYPE=N,TYPE=M (simulated nodes on this machine), or a "
+            "Ray cluster's address; default: RAY_ADDRESS"
         ),
     ] = None,
     cluster_tmp: Annotated[
