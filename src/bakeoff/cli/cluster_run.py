@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from bakeoff import api
 from bakeoff.cli.output import err, out
 from bakeoff.cli.sweep import Progress
 from bakeoff.errors import UserError
+from bakeoff.inference.pipeline import workload_ref
 
 
 def run_on_cluster(
@@ -34,7 +34,7 @@ def run_on_cluster(
 
     if opts.threads is not None:
         raise UserError("--threads: on a cluster each node's runs take its own cores")
-    workload = workload if workload.startswith("builtin:") else str(Path(workload).resolve())
+    workload = workload_ref(workload)  # as the nodes will load it
     if split and per_node_type:
         raise UserError("--split spreads one bake-off over identical nodes: not --per-node-type")
     prices, objective = read_costs(workload, cost_file)
@@ -80,8 +80,7 @@ def run_on_cluster(
 
 def _write(path: str | Path | None, doc: dict[str, Any]) -> None:
     if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(doc, indent=2) + "\n")
+        api.write_json(doc, Path(path))
         err.print(f"wrote {path}")
 
 

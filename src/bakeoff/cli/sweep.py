@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,6 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from bakeoff import api
 from bakeoff.cli.options import DEFAULT_STORE, StoreOpt
 from bakeoff.cli.output import err, out
 from bakeoff.errors import UserError
@@ -89,8 +89,7 @@ def sweep_cmd(
     result = run_sweep(list(workloads or []), opts, Progress())
     _print(result.document)
     if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(result.document, indent=2) + "\n")
+        api.write_json(result.document, json_path)
         err.print(f"wrote {json_path}")
     raise typer.Exit(result.exit_code)
 

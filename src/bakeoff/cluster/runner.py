@@ -56,5 +56,4 @@ class NodeRunner:
             "ended": time.time(),
             "fingerprint": environment.fingerprint(),
             "cores": self.cores,
-            "pid": os.getpid(),
         }

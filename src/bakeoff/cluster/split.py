@@ -28,6 +28,7 @@ from bakeoff.cluster.session import Node, Session, connect, import_ray, parse_cl
 from bakeoff.cluster.sweep import RUN_OPTIONS, start_runner
 from bakeoff.errors import UserError
 from bakeoff.judge import pooling
+from bakeoff.judge.thresholds import DEFAULT_MARGIN
 from bakeoff.store import Store
 
 SCHEMA_VERSION = 1  # the split run's document. 1: the first
@@ -159,13 +160,8 @@ def run_split(
                 node, share = out.pop(ref)
                 events.note(f"node {node.node_id[:8]} lost ({why}): its share fails")
                 results.append(_node_entry(node, share, "failed", f"node lost: {why}"))
-        return split_document(workload, baseline, results, store, float(_margin(run_options)))
-
-
-def _margin(run_options: dict[str, Any]) -> float:
-    from bakeoff.judge.thresholds import DEFAULT_MARGIN
-
-    return run_options.get("margin") or DEFAULT_MARGIN
+        margin = run_options.get("margin") or DEFAULT_MARGIN
+        return split_document(workload, baseline, results, store, margin)
 
 
 def _node_entry(node: Node, share: list[str], status: str, reason: str) -> dict[str, Any]:

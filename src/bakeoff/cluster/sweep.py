@@ -35,33 +35,17 @@ from bakeoff.cluster.session import (
     short_tmp,
 )
 from bakeoff.errors import UserError
+from bakeoff.inference.options import STORED_FIELDS
+from bakeoff.inference.pipeline import workload_ref
 from bakeoff.paths import DEFAULT_STORE
 from bakeoff.store import Store
 
 # The sweep's JSON document. Version 1: the first.
 SCHEMA_VERSION = 1
 MAX_ATTEMPTS = 3  # a workload whose node was lost is requeued at most this often
-# The `RunOptions` a node's run takes from the sweep (its threads are its cores, its
-# store and JSON its own).
-RUN_OPTIONS = frozenset(
-    {
-        "runtimes",
-        "precisions",
-        "batch_sizes",
-        "budget_s",
-        "trial_timeout_s",
-        "quick",
-        "seed",
-        "margin",
-        "ci_target",
-        "scenario",
-        "latency_bound_ms",
-        "cold_starts",
-        "target",
-        "constraints",
-        "worker_per_batch_size",
-    }
-)
+# The `RunOptions` a node's run takes from the sweep: every stored one but its threads
+# (bakeoff's default under the node's pinning) and its share (a split sets it).
+RUN_OPTIONS = STORED_FIELDS - {"threads", "share"}
 
 
 @dataclass(frozen=True)
@@ -149,15 +133,10 @@ def start_runner(node: Node, scratch: Path | None) -> Any:
 def _resolve(workloads: list[str]) -> list[str]:
     """Built-ins as they are, files as absolute paths (a node must see the same path:
     a shared file system, or the same checkout on every node)."""
-    out = []
-    for w in workloads:
-        if w.startswith("builtin:"):
-            out.append(w)
-            continue
-        path = Path(w)
-        if not path.is_file():
-            raise UserError(f"{w}: no such workload file")
-        out.append(str(path.resolve()))
+    missing = [w for w in workloads if not w.startswith("builtin:") and not Path(w).is_file()]
+    if missing:
+        raise UserError(f"{missing[0]}: no such workload file")
+    out = [workload_ref(w) for w in workloads]
     if len(set(out)) != len(out):
         raise UserError("bakeoff sweep: a workload is named twice")
     return out

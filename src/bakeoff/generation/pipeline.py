@@ -179,14 +179,8 @@ class ConcurrencySweep:
                     c.concurrency.setdefault(level, []).append(
                         ConcurrentRound(timed.latency_ns, tokens, timed.block_ns)
                     )
-                    self.events.store.add_trial(
-                        self.events.run_id,
-                        c.id,
-                        r,
-                        f"concurrency-{level}",
-                        timed.latency_ns,
-                        timed.block_ns,
-                        0,
+                    self.events.timed(
+                        c, r, f"concurrency-{level}", timed.latency_ns, timed.block_ns, 0
                     )
                 self.rounds_done[level] = r + 1
                 self.events.note(

@@ -14,6 +14,7 @@ the whole text in one inference with the state reset.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -130,8 +131,6 @@ class OvGenaiGenerator:
 
 
 def _max_positions(folder: Path) -> int:
-    import json
-
     config = json.loads((folder / "config.json").read_text())
     return int(config.get("n_positions") or config.get("max_position_embeddings") or 2048)
 

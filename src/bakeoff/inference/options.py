@@ -93,6 +93,9 @@ _STORED = {
 }
 
 
+# The RunOptions fields a run stores: everything that says how it runs.
+STORED_FIELDS = frozenset(_STORED.values())
+
 # An option whose default changed when it began to be stored: a run stored before
 # it ran the old way, and a resume goes on that way.
 _BEFORE_IT_WAS_STORED: dict[str, Any] = {"worker_per_batch_size": True}
