@@ -236,6 +236,13 @@ def test_without_ray_the_cluster_flag_exits_2_with_the_install_command(tmp_path:
     )  # fmt: skip
     assert got.returncode == 2, got.stderr
     assert "pip install 'bakeoff[cluster]'" in got.stderr
+    got = subprocess.run(
+        [sys.executable, "-m", "bakeoff.cli", "train", "builtin:digits-train", "--stacks", "ddp",
+         "--cluster", "local:2", "--store", str(tmp_path / "s.db")],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert got.returncode == 2, got.stderr
+    assert "pip install 'bakeoff[cluster]'" in got.stderr
     probe = "import sys, bakeoff.cli, bakeoff.api; print('ray' in sys.modules)"
     quiet = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
     assert quiet.stdout.strip() == "False", quiet.stderr

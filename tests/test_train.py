@@ -571,3 +571,15 @@ def test_a_checkpoint_that_loses_the_optimizer_state_is_not_reload_identical(
     assert found["reload_identical"] is False
     before, after = found["losses_without_reload"], found["losses_after_reload"]
     assert before[0] == after[0] and before[1] != after[1]
+
+
+def test_a_verdict_without_the_references_figure_says_so_in_words() -> None:
+    """`--stacks ddp` runs no torch: the winner stands, with no ratio to print."""
+    from bakeoff.report.training import verdict_words
+
+    alone = {"objective": "samples_per_s", "winner": "ddp", "baseline": "torch", "ratio": None}
+    words = verdict_words({**alone, "ties": [], "reason": ""})
+    assert words == "ddp, with no ratio: the reference torch has no figure to compare with"
+    ratio = {"value": 1.5, "ci95": [1.4, 1.6]}
+    faster = verdict_words({**alone, "ratio": ratio, "ties": [], "reason": ""})
+    assert faster == "ddp, 1.50x (CI 1.40-1.60) over the reference torch"

@@ -22,13 +22,14 @@ from bakeoff.loader import load_generation
 from bakeoff.paths import DEFAULT_STORE
 from bakeoff.report import Reporter
 from bakeoff.store import Store
-from bakeoff.training.pipeline import TrainOptions, TrainResult, train
+from bakeoff.training.pipeline import NodeCluster, TrainOptions, TrainResult, train
 
 __all__ = [
     "SCENARIOS",
     "SCHEMA_VERSION",
     "GenerateOptions",
     "GenerateResult",
+    "NodeCluster",
     "RunOptions",
     "RunResult",
     "TrainOptions",
@@ -78,10 +79,14 @@ def resume(
 
 
 def resume_training(
-    run_id: str, store: str | Path = DEFAULT_STORE, say: Any = lambda text: None
+    run_id: str,
+    store: str | Path = DEFAULT_STORE,
+    say: Any = lambda text: None,
+    cluster: NodeCluster | None = None,
 ) -> TrainResult:
     """Finish an interrupted or killed training run: the timed rounds (once they
-    had finished) and every seed trained to its end are not redone."""
+    had finished) and every seed trained to its end are not redone. A run that
+    trained across a cluster's nodes goes on with `cluster` (as many nodes)."""
     if not Path(store).exists():
         raise UserError(f"no store at {store} (pass --store)")
     with Store(store) as s:
@@ -104,6 +109,7 @@ def resume_training(
         trial_timeout_s=st["trial_timeout_s"],
         budget_s=st["budget_s"],
         tensorboard=None if tb is None else Path(tb),
+        cluster=cluster,
     )
     return train(st["recipe_path"], opts, say, resume_record=record)
 

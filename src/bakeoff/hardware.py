@@ -164,3 +164,25 @@ def int8_path() -> str:
     if native:
         return "vnni"
     return "avx2" if "avx2" in flags else "none"
+
+
+# A Ray node that bakeoff measures on carries the custom resource `bakeoff_node`;
+# a simulated node (`--cluster local:N`) also carries its share of this machine's
+# cores as a resource `bakeoff_cores:<first>-<last>`, since Ray's CPU counts are
+# bookkeeping, not isolation: what runs on the node pins itself to those cores.
+NODE_RESOURCE = "bakeoff_node"
+CORES_PREFIX = "bakeoff_cores:"
+
+
+def cores_resource(cores: tuple[int, ...]) -> str:
+    """The resource that names a simulated node's cores (a contiguous range)."""
+    return f"{CORES_PREFIX}{cores[0]}-{cores[-1]}"
+
+
+def resource_cores(resources: dict[str, float]) -> tuple[int, ...] | None:
+    """The cores a node's resources name, or None: all of the node's own."""
+    for key in resources:
+        if key.startswith(CORES_PREFIX):
+            first, last = key.removeprefix(CORES_PREFIX).split("-")
+            return tuple(range(int(first), int(last) + 1))
+    return None

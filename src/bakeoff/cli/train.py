@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -50,17 +53,36 @@ def train_cmd(
         ),
     ] = None,
     mlflow: MlflowOpt = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            help="train ddp across a Ray cluster's nodes, one rank a node (Ray Train's "
+            "TorchTrainer): local:N (N simulated nodes here) or an address; needs the "
+            "cluster extra",
+        ),
+    ] = None,
+    cluster_tmp: Annotated[
+        Path | None,
+        typer.Option(help="with --cluster: Ray's temp and log files (default: beside the store)"),
+    ] = None,
 ) -> None:
     """Train one recipe on every stack: steps/s with a CI from interleaved rounds,
     time to the target and the final metric over seeds, memory and checkpoints.
 
     --mlflow logs the finished run to MLflow: a parent run, a child run
-    per stack with each seed's loss and validation curves by step."""
+    per stack with each seed's loss and validation curves by step.
+
+    --cluster trains ddp with one rank on each node of a Ray cluster, with its
+    scaling efficiency against itself on one node; the other stacks train here.
+    A run started with --cluster resumes with it."""
     from bakeoff import api
     from bakeoff.errors import UserError
     from bakeoff.inference.document import write_json
 
     mlflow_uri = tracking.start(mlflow)  # before training: a bad URI is said now
+    if cluster_tmp is not None and cluster is None:
+        raise UserError("--cluster-tmp goes with --cluster")
     started = time.perf_counter()
 
     def say(text: str) -> None:
@@ -83,7 +105,8 @@ def train_cmd(
         ]
         if given:
             raise UserError(f"--resume goes on as the run was started: give no {', '.join(given)}")
-        result = api.resume_training(resume, store, say)
+        with _nodes(cluster, cluster_tmp, store, say) as on_nodes:
+            result = api.resume_training(resume, store, say, on_nodes)
     else:
         if recipe is None:
             raise UserError(
@@ -99,7 +122,8 @@ def train_cmd(
             budget_s=budget,
             tensorboard=tensorboard,
         )
-        result = api.train(recipe, opts, say)
+        with _nodes(cluster, cluster_tmp, store, say) as on_nodes:
+            result = api.train(recipe, dataclasses.replace(opts, cluster=on_nodes), say)
     print_training(result.document)
     if json_path is not None:
         write_json(result.document, json_path)
@@ -107,6 +131,28 @@ def train_cmd(
     if mlflow_uri is not None:
         tracking.log(mlflow_uri, result.document, store)
     raise typer.Exit(result.exit_code)
+
+
+@contextlib.contextmanager
+def _nodes(
+    words: str | None, tmp: Path | None, store: Path, say: Callable[[str], None]
+) -> Iterator[Any]:
+    """The cluster `--cluster` names, up (simulated nodes started) for the length of
+    the block, as the training run uses it; None without --cluster."""
+    if words is None:
+        yield None
+        return
+    from bakeoff import api
+    from bakeoff.cluster.session import connect, parse_cluster, short_tmp
+
+    spec = parse_cluster(words)
+    assert spec is not None  # words is given
+    folder = tmp.resolve() if tmp is not None else short_tmp(store.resolve().parent / "ray")
+    say(f"connecting to the Ray cluster {spec.words()} (Ray's files in {folder})")
+    with connect(spec, folder) as session:
+        types = sorted({n.node_type for n in session.nodes})
+        say(f"{len(session.nodes)} bakeoff node(s) of type {', '.join(types)}")
+        yield api.NodeCluster(session.address, len(session.nodes), spec.words(), str(folder))
 
 
 def _ci(figure: dict[str, Any] | None, digits: int = 0) -> str:
@@ -207,12 +253,19 @@ def _scaling_words(c: dict[str, Any]) -> str:
     def share(x: float | None) -> str:
         return "-" if x is None else f"{x:.2f}"
 
-    words = (
-        f"{c['processes']} processes x {c['threads_per_process']} thread(s); scaling efficiency "
-        f"{share(sc['efficiency_vs_one_process'])} against itself in 1 process with the same "
-        f"threads, {share(sc['efficiency_vs_one_thread'])} against {c['processes']}x its "
-        "1-thread rate"
-    )
+    if c.get("nodes"):
+        words = (
+            f"{c['nodes']} nodes x 1 rank x {c['threads_per_process']} thread(s) (Ray Train); "
+            f"scaling efficiency {share(sc['efficiency_vs_one_node'])} against {c['nodes']}x "
+            "itself in 1 rank on one node"
+        )
+    else:
+        words = (
+            f"{c['processes']} processes x {c['threads_per_process']} thread(s); scaling "
+            f"efficiency {share(sc['efficiency_vs_one_process'])} against itself in 1 process "
+            f"with the same threads, {share(sc['efficiency_vs_one_thread'])} against "
+            f"{c['processes']}x its 1-thread rate"
+        )
     if sc["communication_share"] is not None:
         words += f"; the all-reduce in flight {sc['communication_share']:.0%} of step time"
     if sc.get("reason"):

@@ -27,15 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.errors import UserError
+from bakeoff.hardware import NODE_RESOURCE, cores_resource, resource_cores
 
 INSTALL = "pip install 'bakeoff[cluster]'"
-NODE_RESOURCE = "bakeoff_node"
 TYPE_LABEL = "bakeoff_type"
 TYPE_PREFIX = "bakeoff_type:"
-CORES_PREFIX = "bakeoff_cores:"
 LOCAL_TYPE = "local"
 # Ray refuses an object store under 75 MiB; simulated nodes share this machine's memory.
 SIMULATED_OBJECT_STORE = 80 * 2**20
+# How many Ray workers a simulated node may start at once (see `connect`).
+STARTUP_CONCURRENCY = 16
 # Ray's session folder adds about 64 characters to its temp folder before a socket name.
 MAX_TMP_CHARS = 40
 
@@ -113,6 +114,11 @@ class Session:
     nodes: list[Node]
     simulated: Any = None  # ray.cluster_utils.Cluster for local:N
 
+    @property
+    def address(self) -> str:
+        """Where another process on this machine joins the cluster."""
+        return str(self.simulated.address if self.simulated is not None else self.spec.address)
+
     def alive(self) -> set[str]:
         """The ids of the nodes Ray reports alive now."""
         ray = import_ray()
@@ -148,12 +154,7 @@ def _node_facts(raw: dict[str, Any]) -> Node:
         (k.removeprefix(TYPE_PREFIX) for k in resources if k.startswith(TYPE_PREFIX)),
         "unlabelled",
     )
-    cores: tuple[int, ...] | None = None
-    for key in resources:
-        if key.startswith(CORES_PREFIX):
-            first, last = key.removeprefix(CORES_PREFIX).split("-")
-            cores = tuple(range(int(first), int(last) + 1))
-    return Node(raw["NodeID"], node_type, int(resources.get("CPU", 0)), cores)
+    return Node(raw["NodeID"], node_type, int(resources.get("CPU", 0)), resource_cores(resources))
 
 
 @contextlib.contextmanager
@@ -177,6 +178,10 @@ def connect(spec: ClusterSpec, tmp: Path) -> Iterator[Session]:
                 "object_store_memory": SIMULATED_OBJECT_STORE,
                 "include_dashboard": False,
                 "temp_dir": str(tmp),
+                # A node's limit on Ray workers starting at once is its CPU count (a
+                # simulated node's share: 1 or 2), and Ray warns on the console past a
+                # few times that; training's ranks, a sliver of a node each, start more.
+                "_system_config": {"worker_maximum_startup_concurrency": STARTUP_CONCURRENCY},
             }
             simulated = Cluster(initialize_head=True, head_node_args=head)
             kinds = [t for t, n in spec.types for _ in range(n)]
@@ -216,7 +221,7 @@ def _simulated_node(cores: tuple[int, ...], node_type: str) -> dict[str, Any]:
         "num_cpus": len(cores),
         "resources": {
             NODE_RESOURCE: 1,
-            f"{CORES_PREFIX}{cores[0]}-{cores[-1]}": 1,
+            cores_resource(cores): 1,
             f"{TYPE_PREFIX}{node_type}": 1,
         },
         "object_store_memory": SIMULATED_OBJECT_STORE,

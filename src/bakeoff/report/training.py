@@ -30,11 +30,9 @@ def verdict_words(v: dict[str, Any]) -> str:
         return low + (f" ({v['reason']})" if v["ties"] else "")
     if winner == base:
         return f"{winner}, the reference: no stack beat it"
-    gain = (
-        ""
-        if not ratio
-        else f"{ratio['value']:.2f}x (CI {ratio['ci95'][0]:.2f}-{ratio['ci95'][1]:.2f})"
-    )
+    if not ratio:  # the reference was not run (--stacks without it), or is not ok
+        return f"{winner}, with no ratio: the reference {base} has no figure to compare with"
+    gain = f"{ratio['value']:.2f}x (CI {ratio['ci95'][0]:.2f}-{ratio['ci95'][1]:.2f})"
     if any(base in tie and winner in tie for tie in v["ties"]):
         return (
             f"no stack beat the reference {base}: the leader {winner} measured {gain}, "
@@ -242,8 +240,10 @@ def _scaling(doc: dict[str, Any]) -> str:
 
         comm = sc["communication_share"]
         rows.append(
-            f"<tr><td>{_e(c['id'])}</td><td class='num'>{f(sc['efficiency_vs_one_process'])}</td>"
-            f"<td class='num'>{f(sc['efficiency_vs_one_thread'])}</td>"
+            f"<tr><td>{_e(c['id'])}</td>"
+            f"<td class='num'>{f(sc.get('efficiency_vs_one_process'))}</td>"
+            f"<td class='num'>{f(sc.get('efficiency_vs_one_thread'))}</td>"
+            f"<td class='num'>{f(sc.get('efficiency_vs_one_node'))}</td>"
             f"<td class='num'>{'-' if comm is None else f'{comm:.0%}'}</td>"
             f"<td>{_e(sc.get('reason') or '')}</td></tr>"
         )
@@ -251,7 +251,9 @@ def _scaling(doc: dict[str, Any]) -> str:
         return ""
     return (
         "<table><tr><th>stack</th><th>vs itself in 1 process, same threads</th>"
-        "<th>vs processes × its 1-thread rate</th><th>communication share of step time</th>"
+        "<th>vs processes × its 1-thread rate</th>"
+        "<th>across nodes: vs nodes × itself in 1 rank on one node</th>"
+        "<th>communication share of step time</th>"
         "<th>notes</th></tr>" + "".join(rows) + "</table>"
     )
 

@@ -60,6 +60,9 @@ class StackInfo:
     processes: int = 1
     # Started by torchrun even in 1 process (its scaling references run so).
     launched: bool = False
+    # With a Ray cluster (`bakeoff train --cluster`), it trains one rank a node there
+    # through Ray Train's TorchTrainer (`bakeoff.trials.train_nodes`).
+    across_nodes: bool = False
 
 
 STACKS = (
@@ -69,9 +72,11 @@ STACKS = (
     StackInfo("torch-accumulate", "PyTorch eager, half the micro-batch, two accumulation steps"),
     StackInfo(
         "ddp",
-        "DistributedDataParallel, 2 processes under torchrun, gloo (NCCL on a GPU)",
+        "DistributedDataParallel, 2 processes under torchrun, gloo (NCCL on a GPU); with "
+        "--cluster, one rank on each node through Ray Train's TorchTrainer",
         processes=2,
         launched=True,
+        across_nodes=True,
     ),
     StackInfo(
         "fsdp",

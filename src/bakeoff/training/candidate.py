@@ -38,6 +38,9 @@ class TrainCandidate:
     seeds: list[dict[str, Any]] = field(default_factory=list)
     checkpoint: dict[str, Any] | None = None
     processes: int = 1
+    # Above 0: one rank on each of this many nodes of a Ray cluster (`processes` of
+    # them), not processes on this machine.
+    nodes: int = 0
     # A multi-process stack's scaling references (the same stack in 1 process, with
     # all the threads or with 1) are timed in the same rounds under their own id;
     # they are no candidate of the document, only its `scaling`.

@@ -49,6 +49,19 @@ SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
+class NodeCluster:
+    """The Ray cluster whose nodes the stacks that train across nodes
+    (`stacks.StackInfo.across_nodes`) use, one rank a node: its address (for the
+    workers to join), its bakeoff nodes, how it was named (`--cluster`), and the
+    folder for Ray Train's files. The other stacks train on this machine."""
+
+    address: str
+    nodes: int
+    words: str
+    tmp: str
+
+
+@dataclass(frozen=True)
 class TrainOptions:
     stacks: tuple[str, ...] | None = None
     seeds: int | None = None  # default: 3 with --quick, else 5
@@ -58,6 +71,7 @@ class TrainOptions:
     trial_timeout_s: float = 600.0
     budget_s: float | None = None  # the timed rounds' budget (default 90 s, --quick 30 s)
     tensorboard: Path | None = None  # event files per stack and seed go here
+    cluster: NodeCluster | None = None  # ddp across its nodes (`bakeoff train --cluster`)
 
 
 @dataclass
@@ -198,7 +212,9 @@ def _spec(
     seed: int,
     threads: int,
     processes: int | None = None,
+    cluster: NodeCluster | None = None,
 ) -> TrainSpec:
+    """The stack's spec; with `cluster`, its `processes` ranks train one a node there."""
     return TrainSpec(
         stack=stack,
         factory=recipe.factory,
@@ -215,8 +231,24 @@ def _spec(
         schedule=recipe.schedule,
         warmup_steps=recipe.warmup_steps,
         total_steps=recipe.max_steps,
+        cluster_address=cluster.address if cluster else "",
+        cluster_tmp=cluster.tmp if cluster else "",
         **_lora(recipe, stack),
     )
+
+
+def _candidate_spec(
+    recipe: Recipe,
+    c: TrainCandidate,
+    data: Path,
+    init: Path,
+    seed: int,
+    threads: int,
+    cluster: NodeCluster | None,
+) -> TrainSpec:
+    """A candidate's spec: here, or one rank on each of its nodes."""
+    on_nodes = cluster if c.nodes else None
+    return _spec(recipe, c.stack, data, init, seed, threads, c.processes, on_nodes)
 
 
 def _lora(recipe: Recipe, stack: str) -> dict[str, Any]:
@@ -281,6 +313,15 @@ def train(
         tensorboard.check_available()
     threads = opts.threads or environment.default_threads()
     env = {**environment.fingerprint(), "threads": threads, "seeds": seeds}
+    if opts.cluster is not None:
+        _check_cluster(opts.cluster, names, resume_record)
+        env["cluster"] = {"spec": opts.cluster.words, "nodes": opts.cluster.nodes}
+    elif resume_record is not None and resume_record["settings"].get("cluster"):
+        words = resume_record["settings"]["cluster"]
+        raise UserError(
+            f"run {resume_record['run_id']} trained across the nodes of a Ray cluster: "
+            f"resume it with --cluster {words}"
+        )
     if resume_record is None:
         run_id = time.strftime("train-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
     else:
@@ -295,11 +336,49 @@ def train(
                 store.start_run(run_id, recipe.name, env, asked)
             else:
                 check_resumable(resume_record, recipe, env)
-                env = {**resume_record["environment"], "threads": threads, "seeds": seeds}
+                env = {
+                    **resume_record["environment"],
+                    "threads": threads,
+                    "seeds": seeds,
+                    **({"cluster": env["cluster"]} if "cluster" in env else {}),
+                }
                 store.mark_running(run_id)
             return _train(recipe, names, env, run_id, folder.path, opts, store, say, t_start)
     finally:
         lock.close()
+
+
+def _check_cluster(
+    cluster: NodeCluster, names: tuple[str, ...], resume_record: dict[str, Any] | None
+) -> None:
+    """A cluster is for a stack that trains across nodes, on 2 nodes or more; a
+    resumed run goes on on as many nodes as it started on."""
+    across = [n for n in names if stacks.BY_NAME[n].across_nodes]
+    if not across:
+        able = ", ".join(s.name for s in stacks.STACKS if s.across_nodes)
+        raise UserError(
+            f"--cluster: only {able} trains across a cluster's nodes, and --stacks names "
+            f"none of them ({', '.join(names)})"
+        )
+    if cluster.nodes < 2:
+        raise UserError(
+            f"--cluster {cluster.words}: training across nodes needs 2 bakeoff nodes or "
+            f"more; the cluster has {cluster.nodes}"
+        )
+    if resume_record is None:
+        return
+    st = resume_record["settings"]
+    if not st.get("cluster"):
+        raise UserError(
+            f"run {resume_record['run_id']} trained on this machine alone: resume it "
+            "without --cluster"
+        )
+    if st.get("cluster_nodes") != cluster.nodes:
+        raise UserError(
+            f"run {resume_record['run_id']} trained across {st.get('cluster_nodes')} nodes; "
+            f"--cluster {cluster.words} has {cluster.nodes}: its seeds would not be the "
+            "rounds' candidate"
+        )
 
 
 def _run_settings(
@@ -325,6 +404,8 @@ def _run_settings(
         "budget_s": opts.budget_s,
         "trial_timeout_s": opts.trial_timeout_s,
         "tensorboard": None if opts.tensorboard is None else str(opts.tensorboard.resolve()),
+        "cluster": opts.cluster.words if opts.cluster else None,
+        "cluster_nodes": opts.cluster.nodes if opts.cluster else None,
     }
 
 
@@ -399,6 +480,7 @@ def _measure(
                 store,
                 say,
                 probe,
+                opts.cluster,
             )
         finally:
             probe.close()
@@ -434,14 +516,13 @@ def _rounds(
     store: Store,
     say: Callable[[str], None],
     probe: PeakProbe,
+    cluster: NodeCluster | None = None,
 ) -> tuple[list[TrainCandidate], list[TrainCandidate], Any, float]:
     """Every stack's steps timed in interleaved rounds (with the scaling references),
     then the GEMM peak: the candidates as the rounds left them."""
     # Steps a cut-short stage timed are not this stage's: it starts again whole.
     store.drop_trials(run_id)
-    candidates = [
-        TrainCandidate(n, recipe.batch_size, processes=stacks.BY_NAME[n].processes) for n in names
-    ]
+    candidates = [_candidate(n, recipe, cluster) for n in names]
     for c in candidates:
         why = stacks.availability(c.stack, recipe.factory)
         if not why and recipe.batch_size % c.processes:
@@ -454,15 +535,16 @@ def _rounds(
                 "the recipe names no LoRA adapters: [train] lora = { targets = [...] } "
                 "(the modules that get them, e.g. a transformer's attention projections)"
             )
-        elif not why and threads < c.processes:
+        elif not why and threads < c.processes and not c.nodes:
             why = f"needs {c.processes} threads, one per process; the run has {threads}"
         if why:
             c.set_status("unavailable", why)
     pending = [c for c in candidates if c.status == "pending"]
     jobs: dict[str, MeasuredJob] = {
-        c.id: TrainJob(train=_spec(recipe, c.stack, data, init, 0, threads)) for c in pending
+        c.id: TrainJob(train=_candidate_spec(recipe, c, data, init, 0, threads, cluster))
+        for c in pending
     }
-    scaling = _scaling_entrants(pending, recipe, data, init, threads, jobs)
+    scaling = _scaling_entrants(pending, recipe, data, init, threads, jobs, cluster)
     gate = FirstLossGate(first_loss, _FIRST_LOSS_TOLERANCE)
     say(
         f"measuring steps/s: {len(pending)} stacks in interleaved rounds"
@@ -513,7 +595,7 @@ def _train_seeds(
             c.checkpoint = kept[seed].get("checkpoint", c.checkpoint)
             continue
         job = TargetJob(
-            train=_spec(recipe, c.stack, data, init, seed, threads),
+            train=_candidate_spec(recipe, c, data, init, seed, threads, opts.cluster),
             max_steps=recipe.max_steps,
             eval_every=recipe.eval_every,
             target=recipe.target,
@@ -544,6 +626,14 @@ def _train_seeds(
         c.set_status("diverged", "the loss went NaN or infinite in every seed")
 
 
+def _candidate(name: str, recipe: Recipe, cluster: NodeCluster | None) -> TrainCandidate:
+    """The stack's candidate: on this machine, or, with a cluster, one rank on each of
+    its nodes where the stack trains across nodes."""
+    if cluster is not None and stacks.BY_NAME[name].across_nodes:
+        return TrainCandidate(name, recipe.batch_size, processes=cluster.nodes, nodes=cluster.nodes)
+    return TrainCandidate(name, recipe.batch_size, processes=stacks.BY_NAME[name].processes)
+
+
 def _scaling_entrants(
     pending: list[TrainCandidate],
     recipe: Recipe,
@@ -551,11 +641,21 @@ def _scaling_entrants(
     init: Path,
     threads: int,
     jobs: dict[str, MeasuredJob],
+    cluster: NodeCluster | None = None,
 ) -> list[TrainCandidate]:
     """For each multi-process stack, the same stack in 1 process with the run's
-    threads and with 1 thread, timed in the same rounds (so drift hits them alike)."""
+    threads and with 1 thread, timed in the same rounds (so drift hits them alike);
+    for one across nodes, the same stack in 1 rank on one node."""
     out = []
     for c in pending:
+        if c.nodes:
+            label = f"{c.stack}@1-node"
+            ref = TrainCandidate(
+                c.stack, recipe.batch_size, label=label, scaling_of=c.stack, nodes=1
+            )
+            jobs[label] = TrainJob(train=_candidate_spec(recipe, ref, data, init, 0, 1, cluster))
+            out.append(ref)
+            continue
         if c.processes == 1:
             continue
         for label, n in ((f"{c.stack}@1-process", threads), (f"{c.stack}@1-thread", 1)):
@@ -579,6 +679,18 @@ def _scaling(
     def rate(r: TrainCandidate | None) -> float | None:
         found = _samples_per_s(r, recipe) if r is not None and r.status == "ok" else None
         return found["value"] if found else None
+
+    if c.nodes:
+        # Across nodes: against the same stack in 1 rank on one node, N times over.
+        one_node = rate(refs.get("1-node"))
+        why = [f"{r.id}: {r.status}: {r.reason}" for r in refs.values() if r.status != "ok"]
+        return {
+            "nodes": c.nodes,
+            "efficiency_vs_one_node": value / (c.nodes * one_node) if value and one_node else None,
+            "communication_share": c.worker.get("communication_share"),
+            "one_node_samples_per_s": one_node,
+            "reason": "; ".join(why),
+        }
 
     one_process, one_thread = rate(refs.get("1-process")), rate(refs.get("1-thread"))
     why = [
@@ -708,7 +820,7 @@ def _efficiency(
     """Achieved FLOP/s at the measured samples/s, and its share of this machine's
     GEMM peak for the stack's precision (BF16 autocast: the BF16 peak where the
     CPU has native BF16, else FP32's), over all of the run's threads."""
-    if not flops or not sps:
+    if not flops or not sps or c.nodes:  # this machine's peak is not the nodes'
         return None
     precision = _precision(c.stack)
     per_sample = max(1, round(flops / recipe.batch_size))
@@ -751,6 +863,7 @@ def _candidate_document(
         "status": c.status,
         "reason": c.reason,
         "processes": c.processes,
+        "nodes": c.nodes,  # 0: this machine; else one rank on each of that many nodes
         "threads_per_process": c.settings.get("threads"),
         "samples_per_s": sps,
         "tokens_per_s": _tokens_per_s(sps, recipe),

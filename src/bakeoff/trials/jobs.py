@@ -179,6 +179,12 @@ class TrainSpec:
     optimizer: str = "adam"  # adam | adamw | sgd, its state in FP32
     factory_dir: str = ""  # put first on sys.path to import the factory's module
     processes: int = 1  # above 1: ranks under torchrun, `threads` split among them
+    # A Ray cluster's address: the ranks (`processes` of them) run one a node there,
+    # through Ray Train's TorchTrainer, each with its node's own cores, not here
+    # under torchrun (`bakeoff.trials.train_nodes`); Ray Train's files go under
+    # `cluster_tmp`.
+    cluster_address: str = ""
+    cluster_tmp: str = ""
     # The lora stack's adapters (peft): the modules that get them, their rank and
     # alpha, and the modules trained in full beside them (a head).
     lora_targets: tuple[str, ...] = ()

@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -56,12 +57,36 @@ class RankGroup:
 
     def __init__(self, spec: TrainSpec) -> None:
         self.processes = spec.processes
-        # Only our ranks may take a rank's place: any local process can reach a
-        # loopback port, so each rank proves itself with the token it was given.
+        # Only our ranks may take a rank's place: any process that reaches the port
+        # can connect, so each rank proves itself with the token it was given.
         self.token = secrets.token_hex(16)
+        listener = socket.create_server((self.control_host(), 0))
+        self.conns: list[Connection] = []
+        try:
+            self.launch(spec, listener.getsockname()[1])
+            self.conns = self._accept(listener)
+            readies = self._gather()
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            listener.close()
+        self.rows = int(readies[0]["rows"])
+        self.settings: dict[str, Any] = {**readies[0]["settings"], "processes": self.processes}
+        self.ready(readies)
+        # rank 0's gradient communication in flight, as its replies said (None: the
+        # stack's is not timed)
+        self.comm_ns: int | None = 0
+
+    # How the ranks start and end: here, torchrun on this machine. A group of ranks
+    # elsewhere (`bakeoff.trials.train_nodes`) says so in these four.
+
+    def control_host(self) -> str:
+        """The address the ranks connect back to."""
+        return "127.0.0.1"
+
+    def launch(self, spec: TrainSpec, port: int) -> None:
         per_rank = max(1, spec.threads // spec.processes)
-        listener = socket.create_server(("127.0.0.1", 0))
-        port = listener.getsockname()[1]
         env = dict(os.environ)
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env[name] = str(per_rank)
@@ -95,30 +120,37 @@ class RankGroup:
             env=env,
             stdin=subprocess.DEVNULL,
         )
-        self.conns: list[Connection] = []
+
+    def ended(self, wait_s: float = 0.0) -> str | None:
+        """How the ranks' launcher ended (waiting up to `wait_s`), or None: not yet."""
         try:
-            self.conns = self._accept(listener)
-            readies = self._gather()
-        except BaseException:
-            self.close()
-            raise
-        finally:
-            listener.close()
-        self.rows = int(readies[0]["rows"])
-        self.settings: dict[str, Any] = {**readies[0]["settings"], "processes": self.processes}
-        # rank 0's gradient communication in flight, as its replies said (None: the
-        # stack's is not timed)
-        self.comm_ns: int | None = 0
+            code = self.proc.wait(timeout=wait_s) if wait_s else self.proc.poll()
+        except subprocess.TimeoutExpired:
+            return None
+        return None if code is None else f"torchrun exited with code {code}"
+
+    def stop(self) -> None:
+        """After the ranks were told to exit: wait for them, kill what stays."""
+        if not hasattr(self, "proc"):  # torchrun did not start
+            return
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def ready(self, readies: list[dict[str, Any]]) -> None:
+        """What the group adds to its settings once every rank is up (under torchrun,
+        nothing: the stack's own settings name its launcher)."""
 
     def _accept(self, listener: socket.socket) -> list[Connection]:
         by_rank: dict[int, Connection] = {}
         deadline = time.monotonic() + START_TIMEOUT_S
         listener.settimeout(1.0)
         while len(by_rank) < self.processes:
-            if self.proc.poll() is not None:
-                raise RankError(
-                    f"torchrun exited with code {self.proc.returncode} before every rank started"
-                )
+            ended = self.ended()
+            if ended is not None:
+                raise RankError(f"{ended} before every rank started")
             if time.monotonic() > deadline:
                 raise RankError(f"the ranks did not start within {START_TIMEOUT_S:g} s")
             try:
@@ -161,11 +193,8 @@ class RankGroup:
             raise RankError("; ".join(reasons))
         if any(r is None for r in replies):
             gone = [str(rank) for rank, r in enumerate(replies) if r is None]
-            try:
-                code: int | str | None = self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                code = "none yet"
-            raise RankError(f"rank {', '.join(gone)} stopped (torchrun's exit code: {code})")
+            ended = self.ended(wait_s=30) or "the ranks' launcher has not ended yet"
+            raise RankError(f"rank {', '.join(gone)} stopped ({ended})")
         return [r for r in replies if r is not None]
 
     def _all(self, op: str, **args: Any) -> list[dict[str, Any]]:
@@ -210,11 +239,7 @@ class RankGroup:
         for conn in self.conns:
             with contextlib.suppress(OSError):  # a rank that is gone already
                 conn.send_bytes(json.dumps({"op": "exit"}).encode())
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        self.stop()
         for conn in self.conns:
             conn.close()
 
@@ -224,13 +249,39 @@ def _rank_main() -> int:
     trainer inside the process group, then answer the worker's commands."""
     import torch.distributed as dist
 
-    rank = int(os.environ["RANK"])
     spec = TrainSpec(**json.loads(os.environ[SPEC_VARIABLE]))
-    sock = socket.create_connection(("127.0.0.1", int(os.environ[CONTROL_VARIABLE])))
-    conn = Connection(sock.detach())
-    conn.send_bytes(json.dumps({"rank": rank, "token": os.environ[TOKEN_VARIABLE]}).encode())
-    try:
+    conn = connect_back(
+        "127.0.0.1", int(os.environ[CONTROL_VARIABLE]), int(os.environ["RANK"]),
+        os.environ[TOKEN_VARIABLE],
+    )  # fmt: skip
+
+    def group() -> None:
         dist.init_process_group("gloo", timeout=timedelta(seconds=GROUP_TIMEOUT_S))
+
+    return serve(conn, spec, group)
+
+
+def connect_back(host: str, port: int, rank: int, token: str) -> Connection:
+    """The rank's control connection to the worker, its token said first."""
+    sock = socket.create_connection((host, port))
+    conn = Connection(sock.detach())
+    conn.send_bytes(json.dumps({"rank": rank, "token": token}).encode())
+    return conn
+
+
+def serve(
+    conn: Connection,
+    spec: TrainSpec,
+    setup: Callable[[], None] = lambda: None,
+    facts: dict[str, Any] | None = None,
+) -> int:
+    """A rank's life once connected: `setup` (the process group, where the launcher
+    did not start it), the stack's driver, the ready message (with `facts` of the
+    rank's own), then the worker's commands until it says exit or goes."""
+    import torch.distributed as dist
+
+    try:
+        setup()
         driver = stacks.driver(spec, in_ranks=True)
         memory = PeakMemory()
     except Exception as exc:
@@ -238,7 +289,7 @@ def _rank_main() -> int:
             json.dumps({"ok": False, "reason": f"{type(exc).__name__}: {exc}"}).encode()
         )
         raise
-    ready = {"ok": True, "rows": driver.rows, "settings": driver.settings}
+    ready = {"ok": True, "rows": driver.rows, "settings": driver.settings, **(facts or {})}
     conn.send_bytes(json.dumps(ready).encode())
     while True:
         try:

@@ -31,7 +31,12 @@ from bakeoff.trials.memory import PeakMemory
 
 
 def driver(spec: TrainSpec) -> Driver:
-    """Where the stack trains: here, or in ranks under torchrun."""
+    """Where the stack trains: here, in ranks under torchrun, or in ranks on a Ray
+    cluster's nodes."""
+    if spec.cluster_address:
+        from bakeoff.trials.train_nodes import NodeRanks
+
+        return NodeRanks(spec)
     if spec.processes > 1 or stacks.BY_NAME[spec.stack].launched:
         from bakeoff.trials.train_ranks import RankGroup
 
