@@ -141,3 +141,54 @@ def test_a_run_resumes_on_as_many_nodes_as_it_started_on(tmp_path: Path) -> None
         api.train(str(recipe), with_three, resume_record=on_nodes)
     with pytest.raises(UserError, match="trained on this machine alone"):
         api.train(str(recipe), with_three, resume_record=here)
+
+
+@pytest.mark.slow
+def test_a_node_removed_mid_training_fails_the_trial_with_node_lost(tmp_path: Path) -> None:
+    """A seed trained across local:2 whose second node is removed once both ranks are
+    stepping: the worker fails at once, saying which node was lost (no hang)."""
+    import threading
+    import time
+
+    import ray
+
+    from bakeoff.cluster.session import connect, parse_cluster
+    from bakeoff.trials.jobs import TargetJob, TrainSpec
+    from bakeoff.trials.launcher import LocalLauncher, WorkerFailed
+    from short_recipe import write_digits_and_init
+
+    data, init = write_digits_and_init(tmp_path)
+    ray_tmp = Path(tempfile.mkdtemp(prefix="bkl-", dir="/tmp"))
+    removed: list[str] = []
+    try:
+        with connect(parse_cluster("local:2"), ray_tmp) as session:
+            spec = TrainSpec(
+                stack="ddp", factory="bakeoff.builtins.digits:untrained", init_path=str(init),
+                data_path=str(data), seed=0, batch_size=64, lr=2e-3, threads=2,
+                processes=2, cluster_address=session.address, cluster_tmp=str(ray_tmp),
+            )  # fmt: skip
+            # Far more steps than the test waits for: the node goes mid-training.
+            job = TargetJob(train=spec, max_steps=10**6, eval_every=10**6, target=1.0)
+
+            def remove_when_training() -> None:
+                # Each rank writes its shipped files into a folder of its own under the
+                # cluster's temp folder just before it connects back and steps.
+                deadline = time.monotonic() + 240
+                while len(list(ray_tmp.glob("bakeoff-rank-*"))) < 2:
+                    if time.monotonic() > deadline:
+                        return
+                    time.sleep(0.5)
+                time.sleep(5)  # connected, and stepping
+                victim = session.simulated.list_all_nodes()[-1]
+                removed.append(victim.node_id)
+                session.simulated.remove_node(victim)
+
+            threading.Thread(target=remove_when_training, daemon=True).start()
+            started = time.monotonic()
+            with pytest.raises(WorkerFailed) as failed:
+                LocalLauncher(tmp_path / "logs").run(job, "ddp-nodes", 300)
+            assert time.monotonic() - started < 290
+            assert removed and f"node lost: {removed[0]}" in str(failed.value)
+            assert ray.is_initialized()
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -30,6 +30,7 @@ import os
 import secrets
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,8 @@ from bakeoff.trials.train_ranks import GROUP_TIMEOUT_S, RankGroup, connect_back,
 # What each rank reserves on its node, of the node resource and of Ray's CPU count
 # (bookkeeping only: the rank pins itself to the node's cores).
 PLACEMENT_SHARE = 0.01
+# How long a failed group asks Ray whether one of its nodes is gone.
+LOST_NODE_WAIT_S = 5.0
 # The files of the spec that travel with the ranks.
 SHIPPED = ("data_path", "init_path")
 
@@ -104,7 +107,7 @@ class NodeRanks(RankGroup):
             result = trainer.fit()
             if result.error is not None:
                 self.fit_error = f"{type(result.error).__name__}: {result.error}"
-        except BaseException as exc:
+        except BaseException as exc:  # kept for the worker's error (`ended`), not raised here
             self.fit_error = f"{type(exc).__name__}: {exc}"
         finally:
             self.fit_done.set()
@@ -113,6 +116,27 @@ class NodeRanks(RankGroup):
         if not self.fit_done.wait(wait_s):
             return None
         return f"Ray Train's run ended: {self.fit_error or 'without an error'}"
+
+    def failure(self, words: str) -> str:
+        """A rank's failure, led by "node lost" where one of the group's nodes is gone
+        (Ray may take a moment to notice: it is asked for a few seconds)."""
+        import ray
+
+        # (known once every rank said where it runs)
+        mine = [n["id"] for n in getattr(self, "settings", {}).get("nodes", [])]
+        deadline = time.monotonic() + LOST_NODE_WAIT_S
+        while mine:
+            try:
+                alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+            except Exception:  # the cluster itself is gone: say what is known
+                break
+            lost = [node for node in mine if node not in alive]
+            if lost:
+                return f"node lost: {', '.join(lost)}; {words}"
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        return words
 
     def stop(self) -> None:
         import ray

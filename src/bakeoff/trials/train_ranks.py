@@ -79,7 +79,7 @@ class RankGroup:
         self.comm_ns: int | None = 0
 
     # How the ranks start and end: here, torchrun on this machine. A group of ranks
-    # elsewhere (`bakeoff.trials.train_nodes`) says so in these four.
+    # elsewhere (`bakeoff.trials.train_nodes`) says so in these hooks.
 
     def control_host(self) -> str:
         """The address the ranks connect back to."""
@@ -143,6 +143,10 @@ class RankGroup:
         """What the group adds to its settings once every rank is up (under torchrun,
         nothing: the stack's own settings name its launcher)."""
 
+    def failure(self, words: str) -> str:
+        """What the worker's error says of a rank's failure (here, the ranks' own)."""
+        return words
+
     def _accept(self, listener: socket.socket) -> list[Connection]:
         by_rank: dict[int, Connection] = {}
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -150,9 +154,11 @@ class RankGroup:
         while len(by_rank) < self.processes:
             ended = self.ended()
             if ended is not None:
-                raise RankError(f"{ended} before every rank started")
+                raise RankError(self.failure(f"{ended} before every rank started"))
             if time.monotonic() > deadline:
-                raise RankError(f"the ranks did not start within {START_TIMEOUT_S:g} s")
+                raise RankError(
+                    self.failure(f"the ranks did not start within {START_TIMEOUT_S:g} s")
+                )
             try:
                 sock, _ = listener.accept()
             except TimeoutError:
@@ -190,11 +196,11 @@ class RankGroup:
             if r is not None and not r.get("ok")
         ]
         if reasons:
-            raise RankError("; ".join(reasons))
+            raise RankError(self.failure("; ".join(reasons)))
         if any(r is None for r in replies):
             gone = [str(rank) for rank, r in enumerate(replies) if r is None]
             ended = self.ended(wait_s=30) or "the ranks' launcher has not ended yet"
-            raise RankError(f"rank {', '.join(gone)} stopped ({ended})")
+            raise RankError(self.failure(f"rank {', '.join(gone)} stopped ({ended})"))
         return [r for r in replies if r is not None]
 
     def _all(self, op: str, **args: Any) -> list[dict[str, Any]]:
