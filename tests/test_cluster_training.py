@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -107,6 +108,8 @@ def test_the_table_says_how_ddp_scaled_across_nodes(trained: dict[str, Any]) -> 
     assert "ddp: 2 nodes x 1 rank x" in out
     assert "against 2x itself in 1 rank on one node" in out
     assert "the all-reduce in flight" in out
+    # The run's resume command, said first, brings the cluster back.
+    assert re.search(r"`bakeoff train --resume train-\S+ .*?--cluster local:2`", out)
 
 
 def test_ray_train_writes_nothing_under_home(trained: dict[str, Any]) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import secrets
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -421,6 +422,8 @@ def _train(
     t_start: float,
 ) -> TrainResult:
     resume = resume_command(run_id, opts.store, "train")
+    if opts.cluster is not None:  # its candidate across nodes goes on there
+        resume += f" --cluster {shlex.quote(opts.cluster.words)}"
     # Said first: a killed run cannot say later which id to resume.
     say(
         f"run {run_id}: {recipe.name} on {', '.join(names)}, {env['seeds']} seed(s), "
