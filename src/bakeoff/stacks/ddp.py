@@ -57,7 +57,10 @@ class DDPTrainer(RankShare):
 
     def save(self, path: str) -> None:
         # The ranks hold the same weights and optimizer state: rank 0 writes them.
-        if self.rank == 0:
+        # Across a cluster's nodes every rank writes its own copy into its node's
+        # folder (`path` is each rank's own there), since no rank reads another
+        # machine's files.
+        if self.rank == 0 or self.spec.cluster_address:
             super().save(path)
         self.dist.barrier()
 

@@ -200,6 +200,6 @@ def node_rank(config: dict[str, Any]) -> None:
             "cores": sorted(os.sched_getaffinity(0)),
             "threads": threads,
         }
-        code = serve(conn, spec, facts={"node": facts})
+        code = serve(conn, spec, facts={"node": facts}, checkpoint_dir=tmp)
     if code:
         raise RuntimeError("the worker that drove this rank is gone")

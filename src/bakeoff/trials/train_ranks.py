@@ -280,10 +280,13 @@ def serve(
     spec: TrainSpec,
     setup: Callable[[], None] = lambda: None,
     facts: dict[str, Any] | None = None,
+    checkpoint_dir: str | None = None,
 ) -> int:
     """A rank's life once connected: `setup` (the process group, where the launcher
     did not start it), the stack's driver, the ready message (with `facts` of the
-    rank's own), then the worker's commands until it says exit or goes."""
+    rank's own), then the worker's commands until it says exit or goes. With
+    `checkpoint_dir`, the checkpoint check writes there (the rank's own folder on
+    its node), under the name the worker gave."""
     import torch.distributed as dist
 
     try:
@@ -318,7 +321,10 @@ def serve(
                 case "evaluate":
                     reply = {"metric": driver.evaluate()}
                 case "checkpoint":
-                    reply = {"checkpoint": driver.checkpoint(cmd["path"])}
+                    path = str(cmd["path"])
+                    if checkpoint_dir is not None:
+                        path = str(Path(checkpoint_dir) / Path(path).name)
+                    reply = {"checkpoint": driver.checkpoint(path)}
                 case "peak":
                     reply = {"peak_rss_mb": memory.mb()}
                 case _:
