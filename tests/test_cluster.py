@@ -9,9 +9,11 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +83,7 @@ def _listing(folder: Path) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def swept(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("sweep")
     workloads = [
         # about 8 s of rounds: its node is removed while it runs
@@ -105,7 +107,7 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         result = _sweep(workloads, ray_tmp, root, events)
     finally:
         os.environ["BAKEOFF_CACHE_DIR"] = saved_cache
-    return {
+    yield {
         "result": result,
         "events": events,
         "seconds": time.perf_counter() - started,
@@ -116,6 +118,7 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "ray_tmp": ray_tmp,
         "workloads": workloads,
     }
+    shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def _sweep(workloads: list[str], ray_tmp: Path, root: Path, events: Any) -> Any:
@@ -248,7 +251,17 @@ def test_without_ray_the_cluster_flag_exits_2_with_the_install_command(tmp_path:
     assert quiet.stdout.strip() == "False", quiet.stderr
 
 
-def test_per_node_type_measures_on_each_type_and_names_the_cheapest(tmp_path: Path) -> None:
+@pytest.fixture
+def ray_tmp() -> Iterator[Path]:
+    """A short folder for Ray's sockets, in the system temp folder, removed after."""
+    folder = Path(tempfile.mkdtemp(prefix="bkr-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_per_node_type_measures_on_each_type_and_names_the_cheapest(
+    tmp_path: Path, ray_tmp: Path
+) -> None:
     """Two machine types, priced: every ok candidate gets USD per million inferences at
     its measured throughput, and objective = "cost" names the lowest."""
     path = Path(_workload(tmp_path / "w", "priced", "{ latency_ms = { fp32 = 2.0, int8 = 1.0 } }"))
@@ -256,7 +269,6 @@ def test_per_node_type_measures_on_each_type_and_names_the_cheapest(tmp_path: Pa
         path.read_text().replace("[search]\n", '[search]\nobjective = "cost"\n')
         + "[cost]\nusd_per_hour = { big = 0.40, small = 0.10 }\n"
     )
-    ray_tmp = Path(tempfile.mkdtemp(prefix="bkr-", dir="/tmp"))
     out = tmp_path / "types.json"
     got = CliRunner().invoke(
         app,
@@ -328,11 +340,14 @@ def _split(workload: str, tmp_path: Path, events: Any, **options: Any) -> dict[s
 
     run_options = {"quick": True, "budget_s": 2, **options}
     keys, baseline = api.plan_shares(workload, api.RunOptions(**run_options))
-    return run_split(
-        workload, run_options, keys, baseline, "local:2",
-        Path(tempfile.mkdtemp(prefix="bkr-", dir="/tmp")), tmp_path / "s" / "bakeoff.db",
-        events, heartbeat_s=1.0,
-    )  # fmt: skip
+    ray_tmp = Path(tempfile.mkdtemp(prefix="bkr-", dir="/tmp"))
+    try:
+        return run_split(
+            workload, run_options, keys, baseline, "local:2", ray_tmp,
+            tmp_path / "s" / "bakeoff.db", events, heartbeat_s=1.0,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def test_split_judges_each_candidate_by_its_ratio_on_its_node_and_survives_a_lost_node(
