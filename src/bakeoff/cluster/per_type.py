@@ -23,13 +23,11 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from bakeoff.cluster.sweep import SweepOptions, SweepResult, run_sweep
 from bakeoff.errors import UserError
 from bakeoff.store import Store
 from bakeoff.workload import CostSpec, parse_spec
 
 SCHEMA_VERSION = 1  # the per-node-type document. 1: the first
-HOURS_PER_MILLION = 1e6 / 3600.0  # samples/s -> USD per million: usd / sps * this
 
 
 def read_costs(workload: str, cost_file: Path | None) -> tuple[dict[str, float], str]:
@@ -64,15 +62,8 @@ def read_costs(workload: str, cost_file: Path | None) -> tuple[dict[str, float],
     return prices, objective
 
 
-def run_per_node_type(
-    workload: str, opts: SweepOptions, events: Any, cost_file: Path | None = None
-) -> tuple[SweepResult, dict[str, Any]]:
-    """Measure `workload` on one node of each type; the sweep and the cross-type document."""
-    prices, objective = read_costs(workload, cost_file)
-    result = run_sweep([workload], opts, events)
-    with Store(Path(opts.store).resolve()) as store:
-        document = cross_type(result.document, store, prices, objective)
-    return result, document
+def _per_million(usd_per_hour: float, samples_per_s: float) -> float:
+    return usd_per_hour / (samples_per_s * 3600) * 1e6
 
 
 def cost_of(samples_per_s: dict[str, Any] | None, usd_per_hour: float) -> dict[str, Any] | None:
@@ -80,12 +71,11 @@ def cost_of(samples_per_s: dict[str, Any] | None, usd_per_hour: float) -> dict[s
     if not samples_per_s or not samples_per_s.get("samples_per_s"):
         return None
     lo, hi = samples_per_s.get("ci95") or (samples_per_s["samples_per_s"],) * 2
-    value = usd_per_hour / samples_per_s["samples_per_s"] * HOURS_PER_MILLION
     return {
         "usd_per_hour": usd_per_hour,
-        "usd_per_million": value,
+        "usd_per_million": _per_million(usd_per_hour, samples_per_s["samples_per_s"]),
         # the fastest end of the throughput's CI is the cheapest end of the cost's
-        "ci95": [usd_per_hour / hi * HOURS_PER_MILLION, usd_per_hour / lo * HOURS_PER_MILLION]
+        "ci95": [_per_million(usd_per_hour, hi), _per_million(usd_per_hour, lo)]
         if lo and hi
         else None,
     }

@@ -24,9 +24,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from bakeoff.candidates import Candidate
 from bakeoff.cluster.session import Node, Session, connect, import_ray, parse_cluster, short_tmp
-from bakeoff.cluster.sweep import RUN_OPTIONS, start_runner
+from bakeoff.cluster.sweep import check_run_options, failure_words, import_node_run, start_runner
 from bakeoff.errors import UserError
+from bakeoff.inference.pipeline import share_key
 from bakeoff.judge import pooling
 from bakeoff.judge.thresholds import DEFAULT_MARGIN
 from bakeoff.store import Store
@@ -93,9 +95,7 @@ def run_split(
 ) -> dict[str, Any]:
     """Measure `keys` (the run's candidates by share key, `baseline` among them) spread
     over the cluster's identical nodes; the split's document."""
-    unknown = set(run_options) - RUN_OPTIONS
-    if unknown:
-        raise UserError(f"not for a run on a cluster node: {', '.join(sorted(unknown))}")
+    check_run_options(run_options)
     spec = parse_cluster(cluster)
     if spec is None:
         raise UserError("--split needs --cluster (local:N, a Ray address, or RAY_ADDRESS)")
@@ -131,22 +131,13 @@ def run_split(
                     result = ray.get(ref)
                 except rex.RayTaskError as exc:
                     node, share = out.pop(ref)
-                    cause = exc.cause if getattr(exc, "cause", None) is not None else exc
-                    results.append(_node_entry(node, share, "failed", f"{cause}"))
+                    results.append(_node_entry(node, share, "failed", failure_words(exc)))
                     continue
                 except rex.RayError as exc:
                     lost_now.append((ref, f"{type(exc).__name__}: {str(exc).splitlines()[0]}"))
                 else:
                     node, share = out.pop(ref)
-                    tag = {
-                        "id": node.node_id,
-                        "type": node.node_type,
-                        "fingerprint": result["fingerprint"],
-                        "cores": result["cores"],
-                        "ran": [result["started"], result["ended"]],
-                        "split_share": share,
-                    }
-                    run_id = store.import_run(result["rows"], {"node": tag})
+                    run_id = import_node_run(store, node, result, split_share=share)
                     results.append({**_node_entry(node, share, "done", ""), "run_id": run_id})
                     events.note(f"node {node.node_id[:8]}: its share is done (run {run_id})")
             else:
@@ -208,14 +199,15 @@ def split_document(
         doc = run["document"] or {}
         fingerprint = run["environment"].get("node", {}).get("fingerprint", {})
         objectives = {v["batch_size"]: v["objective"] for v in doc.get("verdicts", [])}
-        by_id = {c["id"]: c for c in doc.get("candidates", [])}
-        for c in doc.get("candidates", []):
-            key = c["id"].rsplit("-b", 1)[0]
+        by_key = {
+            (share_key(Candidate.from_json(c)), int(c["batch_size"])): c
+            for c in doc.get("candidates", [])
+        }
+        for (key, bs), c in by_key.items():
             if key == baseline:
                 continue
-            bs = int(c["batch_size"])
             seen = {"node_id": entry["node_id"], "run_id": entry["run_id"], "candidate": c}
-            base = by_id.get(f"{baseline}-b{bs}")
+            base = by_key.get((baseline, bs))
             if c["status"] == "ok" and base is not None and base["status"] == "ok":
                 objective = objectives.get(bs, "latency" if bs == 1 else "throughput")
                 times_c = _per_round_time(store.rounds(entry["run_id"], c["id"]), objective)

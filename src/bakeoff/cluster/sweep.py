@@ -107,6 +107,33 @@ def parse_entry(key: str) -> tuple[str, str | None]:
     return (workload, node_type) if on else (key, None)
 
 
+def check_run_options(run_options: dict[str, Any]) -> None:
+    unknown = set(run_options) - RUN_OPTIONS
+    if unknown:
+        raise UserError(f"not for a run on a cluster node: {', '.join(sorted(unknown))}")
+
+
+def failure_words(exc: Any) -> str:
+    """What a bake-off that raised on a node (a `RayTaskError`) says: a UserError's own
+    words, anything else's type too."""
+    cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+    return str(cause) if isinstance(cause, UserError) else f"{type(cause).__name__}: {cause}"
+
+
+def import_node_run(store: Store, node: Node, result: dict[str, Any], **tags: Any) -> str:
+    """A node's finished run (`NodeRunner.run`'s result) into the local store, its
+    environment's `node` saying where and when it ran (with `tags` beside); its id."""
+    where = {
+        "id": node.node_id,
+        "type": node.node_type,
+        "fingerprint": result["fingerprint"],
+        "cores": result["cores"],
+        "ran": [result["started"], result["ended"]],  # wall clock, on the node
+        **tags,
+    }
+    return store.import_run(result["rows"], {"node": where})
+
+
 def start_runner(node: Node, scratch: Path | None) -> Any:
     """The `NodeRunner` actor of `node`, holding the whole node: the resource
     `bakeoff_node` and every CPU Ray counts there, placed on that node and nowhere else,
@@ -161,9 +188,7 @@ def run_sweep(workloads: list[str], opts: SweepOptions, events: SweepEvents) -> 
             if not workloads:
                 raise UserError("bakeoff sweep: name at least one workload")
             sweep_id = time.strftime("sweep-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
-            unknown = set(opts.run_options) - RUN_OPTIONS
-            if unknown:
-                raise UserError(f"not for a run on a cluster node: {', '.join(sorted(unknown))}")
+            check_run_options(opts.run_options)
             settings = {
                 "cluster": spec.words(),
                 "run_options": opts.run_options,
@@ -296,24 +321,14 @@ class _Sweeper:
         try:
             result = self.ray.get(ref)
         except rex.RayTaskError as exc:  # the bake-off raised: the node is fine
-            cause = exc.cause if getattr(exc, "cause", None) is not None else exc
-            reason = str(cause)
-            if not isinstance(cause, UserError):
-                reason = f"{type(cause).__name__}: {cause}"
+            reason = failure_words(exc)
             self._record(attempt, "failed", reason)
             self.events.note(f"{attempt.workload}: failed on {attempt.node.node_id[:8]}: {reason}")
             self.idle.append(attempt.node)
         except rex.RayError as exc:  # the runner's process or its node died
             self._lost(attempt, f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
         else:
-            node = {
-                "id": attempt.node.node_id,
-                "type": attempt.node.node_type,
-                "fingerprint": result["fingerprint"],
-                "cores": result["cores"],
-                "ran": [result["started"], result["ended"]],  # wall clock, on the node
-            }
-            run_id = self.store.import_run(result["rows"], {"node": node})
+            run_id = import_node_run(self.store, attempt.node, result)
             self._record(attempt, "done", run_id=run_id)
             self.events.note(
                 f"{attempt.workload}: run {run_id} done on node {attempt.node.node_id[:8]} "

@@ -186,7 +186,9 @@ def node_rank(config: dict[str, Any]) -> None:
     threads = environment.default_threads()
     spec = config["spec"]
     # On a simulated node the run's temp folder is this machine's: the files go there.
-    where = spec["cluster_tmp"] if Path(spec["cluster_tmp"] or "/nonexistent").is_dir() else None
+    where = spec["cluster_tmp"] or None
+    if where is not None and not Path(where).is_dir():
+        where = None
     with tempfile.TemporaryDirectory(prefix="bakeoff-rank-", dir=where) as tmp:
         paths = {}
         for name, blob in config["files"].items():
