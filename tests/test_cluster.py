@@ -78,6 +78,12 @@ class _RemoveSlowNode:
                 self.session.simulated.remove_node(raylet)
 
 
+# The short Ray temp folders the cluster tests make in /tmp (this module's, and those
+# of tests/test_cluster_training.py, which a parallel pytest worker may run meanwhile):
+# bakeoff itself never names a folder so.
+TESTS_RAY_TMP = ("bkr-", "bkt-", "bkl-")
+
+
 def _listing(folder: Path) -> set[str]:
     return {str(p) for p in folder.rglob("*")} if folder.exists() else set()
 
@@ -112,7 +118,11 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         "events": events,
         "seconds": time.perf_counter() - started,
         "store": root / "store" / "bakeoff.db",
-        "new_in_tmp": ({p.name for p in Path("/tmp").iterdir()} - system_tmp - {ray_tmp.name})
+        "new_in_tmp": {
+            p.name
+            for p in Path("/tmp").iterdir()
+            if p.name not in system_tmp and not p.name.startswith(TESTS_RAY_TMP)
+        }
         | (_listing(session_tmp) - tmp_before),
         "new_in_home": _listing(home) - _listing(session_tmp) - home_before,
         "ray_tmp": ray_tmp,
