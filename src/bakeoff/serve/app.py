@@ -71,7 +71,7 @@ class Serving:
         self.model = model
         self.spec: ServedSpec = model.spec
         self.settings = settings
-        self.metrics = Metrics(settings.max_batch_size)
+        self.metrics = Metrics(settings.max_batch_size, lambda: self.in_flight)
         self.batcher: Batcher | None = None
         self.ready = False
         self.draining = False
@@ -260,7 +260,9 @@ class Serving:
         binary = protocol.binary_choice(request, [o.name for o in self.spec.outputs])
         assert self.batcher is not None
         try:
-            done = await self.batcher.infer(arrays, rows, key)
+            done = await self.batcher.run_now(arrays, rows, key)
+            if done is None:
+                done = await self.batcher.infer(arrays, rows, key)
         except QueueFull as exc:
             raise ClientError(503, str(exc), {"Retry-After": "1"}) from None
         except BatchFailed as exc:
@@ -397,7 +399,6 @@ async def answer_infer(
     routing and request objects (their cost shows in the latency at one request at a
     time, since this code runs cache-cold after each inference)."""
     serving.in_flight += 1
-    serving.metrics.in_flight.inc()
     start = time.perf_counter()
     headers = dict(scope["headers"])
     extra: list[tuple[bytes, bytes]] = []
@@ -433,15 +434,16 @@ async def answer_infer(
         content = json.dumps({"error": f"internal error: {type(exc).__name__}: {exc}"}).encode()
     finally:
         serving.in_flight -= 1
-        serving.metrics.in_flight.dec()
-        serving.metrics.request_seconds.observe(time.perf_counter() - start)
     response_headers = [
         (b"content-type", media),
         (b"content-length", str(len(content)).encode()),
         *extra,
     ]
-    await send({"type": "http.response.start", "status": status, "headers": response_headers})
-    await send({"type": "http.response.body", "body": content})
+    try:
+        await send({"type": "http.response.start", "status": status, "headers": response_headers})
+        await send({"type": "http.response.body", "body": content})
+    finally:  # after the answer has gone: it need not wait for the metrics
+        serving.metrics.request_seconds.observe(time.perf_counter() - start)
 
 
 def _infer_operations() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -501,7 +503,7 @@ def _infer_operations() -> tuple[dict[str, Any], dict[str, Any]]:
     return paths, components
 
 
-def create_app(serving: Serving) -> FastAPI:
+def create_app(serving: Serving) -> Guard:
     spec, settings = serving.spec, serving.settings
 
     @contextlib.asynccontextmanager
@@ -612,8 +614,8 @@ def create_app(serving: Serving) -> FastAPI:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-    app.add_middleware(Guard, serving=serving)
-    return app
+    # Outside FastAPI's own middleware, so that infer passes through no layer but this.
+    return Guard(app, serving)
 
 
 Scope = MutableMapping[str, Any]
@@ -660,11 +662,11 @@ class Guard:
             await self.app(scope, receive, send)
             return
         endpoint = _endpoint(scope["path"])
-        counter = self.serving.metrics.requests
+        count = self.serving.metrics.count_request
         if self.expected is not None and scope["path"] != LIVE_PATH:
             given = dict(scope["headers"]).get(b"authorization", b"")
             if not hmac.compare_digest(given, self.expected):
-                counter.labels(endpoint, "401").inc()
+                count(endpoint, 401)
                 response = JSONResponse(
                     {"error": "missing or wrong token: send Authorization: Bearer <token>"},
                     401,
@@ -693,4 +695,4 @@ class Guard:
                     self.serving, scope, receive, counted, infer["name"], infer["version"]
                 )
         finally:
-            counter.labels(endpoint, str(status["code"])).inc()
+            count(endpoint, status["code"])
