@@ -236,12 +236,11 @@ class Batcher:
     async def _execute(self, instance: int, batch: list[_Pending], lone: bool) -> None:
         loop = asyncio.get_running_loop()
         try:
-            results = await loop.run_in_executor(self._pool, self._run_isolating, instance, batch)
-        except BaseException:  # cancelled as the server stops
+            outputs, executions = await loop.run_in_executor(
+                self._pool, self._run_isolating, instance, batch
+            )
+        finally:
             self._idle.put_nowait(instance)
-            raise
-        self._idle.put_nowait(instance)
-        outputs, executions = results
         if lone:
             self._timed_lone(executions)
         self._observe(executions, [])
