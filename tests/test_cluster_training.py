@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from bakeoff import api
 from bakeoff.cli import app
 from bakeoff.errors import UserError
+from bakeoff.store import Store
 from short_recipe import SHORT_RECIPE
 
 pytest.importorskip(
@@ -144,6 +145,35 @@ def test_a_run_resumes_on_as_many_nodes_as_it_started_on(tmp_path: Path) -> None
         api.train(str(recipe), with_three, resume_record=on_nodes)
     with pytest.raises(UserError, match="trained on this machine alone"):
         api.train(str(recipe), with_three, resume_record=here)
+
+
+def test_a_resume_the_runs_record_refuses_is_refused_before_a_cluster_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tmp_path / "s.db"
+    with Store(store) as s:
+        for run_id, status, cluster in (
+            ("train-here", "interrupted", None),
+            ("train-done", "done", "local:2"),
+        ):
+            settings = {"kind": "train", "recipe_digest": "d", "cluster": cluster}
+            s.start_run(run_id, "mlp", {}, settings)
+            s.finish_run(run_id, status, None)
+
+    def no_cluster(*args: Any) -> None:
+        raise AssertionError("a cluster was started for a resume its run's record refuses")
+
+    monkeypatch.setattr("bakeoff.cluster.session.connect", no_cluster)
+    for run_id, said in (
+        ("train-here", "trained on this machine alone: resume it without --cluster"),
+        ("train-done", "already finished"),
+        ("train-none", "train-none"),
+    ):
+        got = CliRunner().invoke(
+            app, ["train", "--resume", run_id, "--cluster", "local:2", "--store", str(store)]
+        )
+        assert isinstance(got.exception, UserError), got.output
+        assert said in str(got.exception)
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ from bakeoff.paths import DEFAULT_STORE
 from bakeoff.report import Reporter
 from bakeoff.store import Store
 from bakeoff.training.pipeline import NodeCluster, TrainOptions, TrainResult, train
+from bakeoff.training.progress import check_resume_start
 
 __all__ = [
     "SCENARIOS",
@@ -44,6 +45,7 @@ __all__ = [
     "run_generation",
     "show_run",
     "train",
+    "training_to_resume",
     "write_json",
 ]
 
@@ -78,15 +80,12 @@ def resume(
     return run(st["workload_ref"], opts, reporter, resume_record=record)
 
 
-def resume_training(
-    run_id: str,
-    store: str | Path = DEFAULT_STORE,
-    say: Any = lambda text: None,
-    cluster: NodeCluster | None = None,
-) -> TrainResult:
-    """Finish an interrupted or killed training run: the timed rounds (once they
-    had finished) and every seed trained to its end are not redone. A run that
-    trained across a cluster's nodes goes on with `cluster` (as many nodes)."""
+def training_to_resume(
+    run_id: str, store: str | Path = DEFAULT_STORE, cluster_words: str | None = None
+) -> dict[str, Any]:
+    """The stored training run `run_id` (or a unique prefix of it), refused with why
+    when its record alone says it cannot resume: the command checks this before it
+    starts a cluster for the resume."""
     if not Path(store).exists():
         raise UserError(f"no store at {store} (pass --store)")
     with Store(store) as s:
@@ -99,6 +98,21 @@ def resume_training(
         )
     if "recipe_digest" not in st:
         raise UserError(f"run {record['run_id']} was stored without what is needed to resume it")
+    check_resume_start(record, cluster_words)
+    return record
+
+
+def resume_training(
+    run_id: str,
+    store: str | Path = DEFAULT_STORE,
+    say: Any = lambda text: None,
+    cluster: NodeCluster | None = None,
+) -> TrainResult:
+    """Finish an interrupted or killed training run: the timed rounds (once they
+    had finished) and every seed trained to its end are not redone. A run that
+    trained across a cluster's nodes goes on with `cluster` (as many nodes)."""
+    record = training_to_resume(run_id, store, None if cluster is None else cluster.words)
+    st = record["settings"]
     tb = st.get("tensorboard")
     opts = TrainOptions(
         stacks=tuple(st["stacks"]) if st.get("stacks_given") else None,

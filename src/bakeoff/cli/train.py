@@ -105,6 +105,8 @@ def train_cmd(
         ]
         if given:
             raise UserError(f"--resume goes on as the run was started: give no {', '.join(given)}")
+        if cluster is not None:  # what the run's record refuses, said before a cluster starts
+            api.training_to_resume(resume, store, cluster)
         with _nodes(cluster, cluster_tmp, store, say) as on_nodes:
             result = api.resume_training(resume, store, say, on_nodes)
     else:

@@ -38,7 +38,12 @@ from bakeoff.paths import DEFAULT_STORE, RunFolder, hold_run_lock, resume_comman
 from bakeoff.store import Store
 from bakeoff.training import tensorboard
 from bakeoff.training.candidate import TrainCandidate
-from bakeoff.training.progress import Progress, check_resumable, recipe_digest
+from bakeoff.training.progress import (
+    Progress,
+    check_resumable,
+    check_resume_start,
+    recipe_digest,
+)
 from bakeoff.training.recipe import Recipe, load_recipe, reference_of
 from bakeoff.trials.engine import Checked, Engine, run_trials
 from bakeoff.trials.entrant import Entrant
@@ -294,6 +299,8 @@ def train(
     training run that did not finish, see `api.resume_training`), the run goes on
     under its own id: what it finished (`bakeoff.training.progress`) is not redone."""
     t_start = time.perf_counter()
+    if resume_record is not None:
+        check_resume_start(resume_record, None if opts.cluster is None else opts.cluster.words)
     recipe = load_recipe(ref, opts.quick)
     names = opts.stacks or recipe.stacks
     unknown = [n for n in names if n not in stacks.NAMES]
@@ -317,12 +324,6 @@ def train(
     if opts.cluster is not None:
         _check_cluster(opts.cluster, names, resume_record)
         env["cluster"] = {"spec": opts.cluster.words, "nodes": opts.cluster.nodes}
-    elif resume_record is not None and resume_record["settings"].get("cluster"):
-        words = resume_record["settings"]["cluster"]
-        raise UserError(
-            f"run {resume_record['run_id']} trained across the nodes of a Ray cluster: "
-            f"resume it with --cluster {words}"
-        )
     if resume_record is None:
         run_id = time.strftime("train-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
     else:
@@ -368,12 +369,7 @@ def _check_cluster(
         )
     if resume_record is None:
         return
-    st = resume_record["settings"]
-    if not st.get("cluster"):
-        raise UserError(
-            f"run {resume_record['run_id']} trained on this machine alone: resume it "
-            "without --cluster"
-        )
+    st = resume_record["settings"]  # it trained on a cluster (check_resume_start)
     if st.get("cluster_nodes") != cluster.nodes:
         raise UserError(
             f"run {resume_record['run_id']} trained across {st.get('cluster_nodes')} nodes; "

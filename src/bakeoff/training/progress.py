@@ -116,13 +116,28 @@ def recipe_digest(recipe: Recipe) -> str:
     return h.hexdigest()
 
 
+def check_resume_start(record: dict[str, Any], cluster_words: str | None) -> None:
+    """Refuse what the run's record alone says cannot resume, before the recipe is
+    loaded or a cluster is started for it: a finished run, or a run resumed elsewhere
+    than it trained (across a cluster's nodes, `cluster_words`, or here alone)."""
+    run_id = record["run_id"]
+    if record.get("status") == "done":
+        raise UserError(f"run {run_id} already finished; see `bakeoff show {run_id}`")
+    trained_on = record["settings"].get("cluster")
+    if cluster_words is None and trained_on:
+        raise UserError(
+            f"run {run_id} trained across the nodes of a Ray cluster: "
+            f"resume it with --cluster {trained_on}"
+        )
+    if cluster_words is not None and not trained_on:
+        raise UserError(f"run {run_id} trained on this machine alone: resume it without --cluster")
+
+
 def check_resumable(record: dict[str, Any], recipe: Recipe, env: dict[str, Any]) -> None:
     """Refuse when the finished work was measured on something other than what a
     resume would measure the rest on."""
     run_id = record["run_id"]
     start_over = "; put it back as it was to resume, or start a new run"
-    if record["status"] == "done":
-        raise UserError(f"run {run_id} already finished; see `bakeoff show {run_id}`")
     if record["settings"]["recipe_digest"] != recipe_digest(recipe):
         raise UserError(
             f"the recipe {record['settings']['recipe']} (its data or settings) changed since "
