@@ -147,7 +147,7 @@ def test_a_run_resumes_on_as_many_nodes_as_it_started_on(tmp_path: Path) -> None
         api.train(str(recipe), with_three, resume_record=here)
 
 
-def test_a_resume_the_runs_record_refuses_is_refused_before_a_cluster_starts(
+def test_what_a_run_or_resume_would_refuse_is_refused_before_a_cluster_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = tmp_path / "s.db"
@@ -164,13 +164,18 @@ def test_a_resume_the_runs_record_refuses_is_refused_before_a_cluster_starts(
         raise AssertionError("a cluster was started for a resume its run's record refuses")
 
     monkeypatch.setattr("bakeoff.cluster.session.connect", no_cluster)
-    for run_id, said in (
-        ("train-here", "trained on this machine alone: resume it without --cluster"),
-        ("train-done", "already finished"),
-        ("train-none", "train-none"),
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(SHORT_RECIPE)
+    for args, said in (
+        (["--resume", "train-here"], "trained on this machine alone: resume it without --cluster"),
+        (["--resume", "train-done"], "already finished"),
+        (["--resume", "train-none"], "train-none"),
+        ([str(recipe), "--stacks", "torch"], "only ddp trains across a cluster's nodes"),
+        ([str(recipe), "--stacks", "dpp"], "no training stack 'dpp'"),
+        ([str(tmp_path / "none.toml")], "no such training recipe"),
     ):
         got = CliRunner().invoke(
-            app, ["train", "--resume", run_id, "--cluster", "local:2", "--store", str(store)]
+            app, ["train", *args, "--cluster", "local:2", "--store", str(store)]
         )
         assert isinstance(got.exception, UserError), got.output
         assert said in str(got.exception)

@@ -22,7 +22,13 @@ from bakeoff.loader import load_generation
 from bakeoff.paths import DEFAULT_STORE
 from bakeoff.report import Reporter
 from bakeoff.store import Store
-from bakeoff.training.pipeline import NodeCluster, TrainOptions, TrainResult, train
+from bakeoff.training.pipeline import (
+    NodeCluster,
+    TrainOptions,
+    TrainResult,
+    check_train_request,
+    train,
+)
 from bakeoff.training.progress import check_resume_start
 
 __all__ = [
@@ -36,6 +42,7 @@ __all__ = [
     "TrainOptions",
     "TrainResult",
     "advise",
+    "check_train_request",
     "list_runs",
     "load_generation",
     "plan_shares",

@@ -124,6 +124,8 @@ def train_cmd(
             budget_s=budget,
             tensorboard=tensorboard,
         )
+        if cluster is not None:  # what the run would refuse, said before a cluster starts
+            api.check_train_request(recipe, opts, across_nodes=True)
         with _nodes(cluster, cluster_tmp, store, say) as on_nodes:
             result = api.train(recipe, dataclasses.replace(opts, cluster=on_nodes), say)
     print_training(result.document)

@@ -301,24 +301,7 @@ def train(
     t_start = time.perf_counter()
     if resume_record is not None:
         check_resume_start(resume_record, None if opts.cluster is None else opts.cluster.words)
-    recipe = load_recipe(ref, opts.quick)
-    names = opts.stacks or recipe.stacks
-    unknown = [n for n in names if n not in stacks.NAMES]
-    if unknown:
-        raise UserError(
-            f"{'--stacks' if opts.stacks else 'train.stacks'}: no training stack "
-            f"{', '.join(map(repr, unknown))} "
-            f"(stacks: {', '.join(stacks.NAMES)})"
-        )
-    if opts.stacks:
-        recipe = dataclasses.replace(recipe, reference=reference_of(names))
-    seeds = opts.seeds if opts.seeds is not None else (3 if opts.quick else 5)
-    if seeds < 1:
-        raise UserError(f"--seeds: at least 1, not {seeds}")
-    if opts.budget_s is not None and opts.budget_s <= 0:
-        raise UserError(f"--budget: seconds above 0, not {opts.budget_s:g}")
-    if opts.tensorboard is not None:
-        tensorboard.check_available()
+    recipe, names, seeds = _asked(ref, opts)
     threads = opts.threads or environment.default_threads()
     env = {**environment.fingerprint(), "threads": threads, "seeds": seeds}
     if opts.cluster is not None:
@@ -350,18 +333,54 @@ def train(
         lock.close()
 
 
+def _asked(ref: str, opts: TrainOptions) -> tuple[Recipe, tuple[str, ...], int]:
+    """The recipe, its stacks and its seed count as asked, refused with why where
+    any of them (or the budget, or TensorBoard) is wrong."""
+    recipe = load_recipe(ref, opts.quick)
+    names = opts.stacks or recipe.stacks
+    unknown = [n for n in names if n not in stacks.NAMES]
+    if unknown:
+        raise UserError(
+            f"{'--stacks' if opts.stacks else 'train.stacks'}: no training stack "
+            f"{', '.join(map(repr, unknown))} "
+            f"(stacks: {', '.join(stacks.NAMES)})"
+        )
+    if opts.stacks:
+        recipe = dataclasses.replace(recipe, reference=reference_of(names))
+    seeds = opts.seeds if opts.seeds is not None else (3 if opts.quick else 5)
+    if seeds < 1:
+        raise UserError(f"--seeds: at least 1, not {seeds}")
+    if opts.budget_s is not None and opts.budget_s <= 0:
+        raise UserError(f"--budget: seconds above 0, not {opts.budget_s:g}")
+    if opts.tensorboard is not None:
+        tensorboard.check_available()
+    return recipe, names, seeds
+
+
+def check_train_request(ref: str, opts: TrainOptions, across_nodes: bool) -> None:
+    """Refuse what `train` would refuse before training: the recipe, the stacks, the
+    seeds or the budget, and with `across_nodes` stacks none of which trains across
+    a cluster's nodes. The command checks this before it starts a cluster."""
+    _, names, _ = _asked(ref, opts)
+    if across_nodes:
+        _check_across(names)
+
+
+def _check_across(names: tuple[str, ...]) -> None:
+    if not any(stacks.BY_NAME[n].across_nodes for n in names):
+        able = ", ".join(s.name for s in stacks.STACKS if s.across_nodes)
+        raise UserError(
+            f"--cluster: only {able} trains across a cluster's nodes, and none of the "
+            f"stacks asked ({', '.join(names)}) is one"
+        )
+
+
 def _check_cluster(
     cluster: NodeCluster, names: tuple[str, ...], resume_record: dict[str, Any] | None
 ) -> None:
     """A cluster is for a stack that trains across nodes, on 2 nodes or more; a
     resumed run goes on on as many nodes as it started on."""
-    across = [n for n in names if stacks.BY_NAME[n].across_nodes]
-    if not across:
-        able = ", ".join(s.name for s in stacks.STACKS if s.across_nodes)
-        raise UserError(
-            f"--cluster: only {able} trains across a cluster's nodes, and --stacks names "
-            f"none of them ({', '.join(names)})"
-        )
+    _check_across(names)
     if cluster.nodes < 2:
         raise UserError(
             f"--cluster {cluster.words}: training across nodes needs 2 bakeoff nodes or "
