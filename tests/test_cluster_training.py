@@ -70,6 +70,8 @@ def test_ddp_trains_across_two_nodes_with_its_scaling_against_one_node(
     assert trained["exit_code"] == 0, (trained["output"], trained["exception"])
     doc = trained["doc"]
     assert doc["environment"]["cluster"] == {"spec": "local:2", "nodes": 2}
+    # No GEMM peak of this machine: every candidate trained on the nodes.
+    assert "every stack trains on the cluster's nodes" in doc["peaks"]["fp32"]["why"]
     # The one-node reference is timed beside it, but it is no candidate.
     [ddp] = doc["candidates"]
     assert ddp["id"] == "ddp" and ddp["status"] == "ok", ddp["reason"]

@@ -482,7 +482,16 @@ def _measure(
         # the workers' starts; it times its GEMMs after the rounds, while nothing
         # else runs.
         precisions = {_precision(n) for n in names} | {"fp32"}
-        probe = PeakProbe(threads, precisions, worker_env(threads))
+        on_nodes = opts.cluster is not None and all(stacks.BY_NAME[n].across_nodes for n in names)
+        probe = PeakProbe(
+            threads,
+            precisions,
+            worker_env(threads),
+            # no candidate's efficiency is a share of this machine's peak then
+            skip_why="not measured: every stack trains on the cluster's nodes"
+            if on_nodes
+            else None,
+        )
         try:
             data, inits, first_loss, flops = _write_inputs(recipe, folder, env["seeds"], names)
             candidates, scaling, peaks, rounds_s = _rounds(
