@@ -38,7 +38,17 @@ def _listing(folder: Path) -> set[str]:
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("cluster-train")
     recipe = root / "recipe.toml"
-    recipe.write_text(SHORT_RECIPE)
+    # The user's model module says where each process imported it from: the ranks
+    # import the copy shipped to their nodes, not the recipe's folder.
+    imports = root / "imported-from.txt"
+    (root / "digits_model.py").write_text(
+        "from bakeoff.builtins.digits import untrained as build\n"
+        f"with open({str(imports)!r}, 'a') as f:\n"
+        "    f.write(__file__ + '\\n')\n"
+    )
+    factory = 'factory = "bakeoff.builtins.digits:untrained"'
+    assert factory in SHORT_RECIPE
+    recipe.write_text(SHORT_RECIPE.replace(factory, 'factory = "digits_model:build"'))
     # Ray's sockets need a short path: the given temp folder sits in the system's.
     ray_tmp = Path(tempfile.mkdtemp(prefix="bkt-", dir="/tmp"))
     home = Path(os.environ["HOME"])
@@ -54,6 +64,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         "output": got.output,
         "exception": got.exception,
         "doc": json.loads((root / "out.json").read_text()) if got.exit_code == 0 else None,
+        "imported_from": imports.read_text().splitlines() if imports.exists() else [],
+        "recipe_folder": root,
         # Not Ray Train's ~/ray_results. (The tests' TMPDIR and torch's compile cache
         # are under their HOME, where conftest puts them.)
         "new_in_home": _listing(home)
@@ -70,6 +82,10 @@ def test_ddp_trains_across_two_nodes_with_its_scaling_against_one_node(
     assert trained["exit_code"] == 0, (trained["output"], trained["exception"])
     doc = trained["doc"]
     assert doc["environment"]["cluster"] == {"spec": "local:2", "nodes": 2}
+    # The ranks imported the user's module from its copy on their nodes.
+    shipped = [f for f in trained["imported_from"] if Path(f).parent != trained["recipe_folder"]]
+    assert shipped, trained["imported_from"]
+    assert all("bakeoff-rank-" in f and f.endswith("factory/digits_model.py") for f in shipped)
     # No GEMM peak of this machine: every candidate trained on the nodes.
     assert "every stack trains on the cluster's nodes" in doc["peaks"]["fp32"]["why"]
     # The one-node reference is timed beside it, but it is no candidate.

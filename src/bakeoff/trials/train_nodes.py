@@ -11,9 +11,10 @@ inside a timed step: rank 0 times its steps itself, as under torchrun.
 Each rank pins itself to its node's cores (a simulated node's share, named in its
 `bakeoff_cores:` resource; on a real node, all of the node's) and trains with the
 physical cores among them as its threads, as a plain run on that node would. The
-data and the seed's initial weights travel in the trainer's config, so the nodes
-need no shared folder for them; a user's model module is imported from the
-recipe's folder, which must then be at the same path on every node.
+data, the seed's initial weights and a user's model module travel in the trainer's
+config, so the nodes need no shared folder: of the recipe's folder, its Python
+files and the factory's package (`factory_sources`); a module that reads other
+files of that folder still needs them at the same path on every node.
 
 Placement: each rank asks for a sliver of the node resource, with STRICT_SPREAD,
 so the ranks land on distinct bakeoff nodes. A sliver, not the whole node, since
@@ -45,6 +46,9 @@ PLACEMENT_SHARE = 0.01
 LOST_NODE_WAIT_S = 5.0
 # The files of the spec that travel with the ranks.
 SHIPPED = ("data_path", "init_path")
+# The most a user's model sources may weigh to travel with the ranks; a folder of
+# more is imported where it is on each node, as without shipping.
+SOURCES_MAX_BYTES = 32 * 1024 * 1024
 
 
 class NodeRanks(RankGroup):
@@ -80,6 +84,7 @@ class NodeRanks(RankGroup):
             "port": port,
             "token": self.token,
             "files": {name: Path(getattr(spec, name)).read_bytes() for name in SHIPPED},
+            "sources": factory_sources(spec.factory, spec.factory_dir),
         }
         trainer = TorchTrainer(
             node_rank,
@@ -160,6 +165,23 @@ def _bakeoff_nodes() -> list[dict[str, Any]]:
     return [n for n in ray.nodes() if n.get("Alive") and NODE_RESOURCE in n.get("Resources", {})]
 
 
+def factory_sources(factory: str, folder: str) -> dict[str, bytes]:
+    """The Python files a user's model factory is imported from, by their path in
+    `folder`: the folder's own modules and, where the factory's top module is a
+    package there, its modules. Nothing for bakeoff's own factories (no folder),
+    nor where they weigh more than SOURCES_MAX_BYTES."""
+    if not folder:
+        return {}
+    root = Path(folder)
+    top = factory.partition(":")[0].split(".")[0]
+    files = sorted(root.glob("*.py"))
+    if (root / top).is_dir():
+        files += sorted(f for f in (root / top).rglob("*.py") if "__pycache__" not in f.parts)
+    if sum(f.stat().st_size for f in files) > SOURCES_MAX_BYTES:
+        return {}
+    return {str(f.relative_to(root)): f.read_bytes() for f in files}
+
+
 def _pin(cores: tuple[int, ...]) -> None:
     """Every thread of this process on `cores` (Ray Train runs the rank's function
     in a thread of its own, and the threads a library starts later inherit it)."""
@@ -195,6 +217,12 @@ def node_rank(config: dict[str, Any]) -> None:
             path = Path(tmp) / name
             path.write_bytes(blob)
             paths[name] = str(path)
+        if config["sources"]:  # the model is imported from its shipped copy
+            sources = Path(tmp) / "factory"
+            for name, blob in config["sources"].items():
+                (sources / name).parent.mkdir(parents=True, exist_ok=True)
+                (sources / name).write_bytes(blob)
+            paths["factory_dir"] = str(sources)
         spec = TrainSpec(**{**spec, **paths, "threads": threads})
         conn = connect_back(config["host"], config["port"], rank, config["token"])
         facts = {
