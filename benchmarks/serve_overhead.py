@@ -69,8 +69,9 @@ class Level:
         return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else float("nan")
 
 
-def binary_request(inputs: dict[str, np.ndarray], output: str) -> tuple[bytes, int]:
-    """An infer request in Triton's binary format: JSON header, then raw tensors."""
+def infer_request(host: str, model: str, inputs: dict[str, np.ndarray], output: str) -> bytes:
+    """A whole HTTP/1.1 infer request in Triton's binary format (JSON header, then raw
+    tensors), built once: the clients only send it."""
     header = {
         "inputs": [
             {
@@ -84,14 +85,18 @@ def binary_request(inputs: dict[str, np.ndarray], output: str) -> tuple[bytes, i
         "outputs": [{"name": output, "parameters": {"binary_data": True}}],
     }
     head = json.dumps(header).encode()
-    return head + b"".join(np.ascontiguousarray(a).tobytes() for a in inputs.values()), len(head)
+    body = head + b"".join(np.ascontiguousarray(a).tobytes() for a in inputs.values())
+    return (
+        f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: {host}\r\n"
+        f"Content-Length: {len(body)}\r\nInference-Header-Content-Length: {len(head)}\r\n\r\n"
+    ).encode() + body
 
 
 class Connection:
     """One keep-alive HTTP/1.1 connection that sends binary infer requests."""
 
-    def __init__(self, host: str, port: int, path: str) -> None:
-        self.host, self.port, self.path = host, port, path
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
 
     async def open(self) -> None:
         self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
@@ -99,12 +104,8 @@ class Connection:
     def close(self) -> None:
         self.writer.close()
 
-    async def call(self, body: bytes, head: int) -> tuple[bool, float]:
+    async def call(self, request: bytes) -> tuple[bool, float]:
         """(answered 200, milliseconds from sending to the whole answer read)."""
-        request = (
-            f"POST {self.path} HTTP/1.1\r\nHost: {self.host}\r\n"
-            f"Content-Length: {len(body)}\r\nInference-Header-Content-Length: {head}\r\n\r\n"
-        ).encode() + body
         t0 = time.perf_counter()
         self.writer.write(request)
         status_line = await self.reader.readline()
@@ -118,7 +119,7 @@ class Connection:
 
 async def _user(
     connection: Connection,
-    bodies: list[tuple[bytes, int]],
+    requests: list[bytes],
     deadline: float,
     latencies: list[float],
     errors: list[int],
@@ -127,7 +128,7 @@ async def _user(
     i = 0
     try:
         while time.perf_counter() < deadline:
-            ok, ms = await connection.call(*bodies[i % len(bodies)])
+            ok, ms = await connection.call(requests[i % len(requests)])
             i += 1
             latencies.append(ms)
             if not ok:
@@ -136,14 +137,12 @@ async def _user(
         connection.close()
 
 
-def _connection(url: str, model: str) -> Connection:
+def _address(url: str) -> tuple[str, int]:
     host, port = url.removeprefix("http://").split(":")
-    return Connection(host, int(port), f"/v2/models/{model}/infer")
+    return host, int(port)
 
 
-def load(
-    url: str, model: str, bodies: list[tuple[bytes, int]], concurrency: int, seconds: float
-) -> Level:
+def load(url: str, requests: list[bytes], concurrency: int, seconds: float) -> Level:
     latencies: list[float] = []
     errors: list[int] = []
 
@@ -152,7 +151,7 @@ def load(
         t0 = time.perf_counter()
         await asyncio.gather(
             *(
-                _user(_connection(url, model), bodies, deadline, latencies, errors)
+                _user(Connection(*_address(url)), requests, deadline, latencies, errors)
                 for _ in range(concurrency)
             )
         )
@@ -181,8 +180,7 @@ class Interleaved:
 
 def interleaved(
     url: str,
-    model: str,
-    bodies: list[tuple[bytes, int]],
+    requests: list[bytes],
     predict: export.Predictor,
     singles: list[dict[str, np.ndarray]],
     pairs: int,
@@ -198,17 +196,7 @@ def interleaved(
     The client here is a blocking socket, the cheapest there is: with one request
     at a time there is nothing for an event loop to interleave, and its own Python
     work per request would count as the server's."""
-    host, port = url.removeprefix("http://").split(":")
-    path = f"/v2/models/{model}/infer"
-    requests = [
-        (
-            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\n"
-            f"Inference-Header-Content-Length: {head}\r\n\r\n"
-        ).encode()
-        + body
-        for body, head in bodies
-    ]
-    sock = socket.create_connection((host, int(port)))
+    sock = socket.create_connection(_address(url))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     stream = sock.makefile("rb")
     calls = 0
@@ -301,6 +289,7 @@ class Server:
 
 
 ROWS, EXECUTIONS = "bakeoff_inference_rows_total", "bakeoff_executions_total"
+BLOCK = 10  # calls in a block at concurrency 1, the first of them dropped
 COMPUTE_SUM = "bakeoff_compute_duration_seconds_sum"
 
 
@@ -345,7 +334,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="per load level")
     parser.add_argument("--turns", type=int, default=8, help="served/in-process turns at 32")
     parser.add_argument(
-        "--pairs", type=int, default=60, help="interleaved pairs of blocks of 10 calls at 1"
+        "--pairs",
+        type=int,
+        default=60,
+        help=f"interleaved pairs of blocks of {BLOCK} calls at concurrency 1",
     )
     args = parser.parse_args()
     tmp = tempfile.TemporaryDirectory(prefix="bakeoff-serve-")
@@ -364,17 +356,17 @@ def main() -> None:
     with np.load(data, allow_pickle=False) as z:
         names = split_names(z.files, "quality")
     pool, _ = read_split(data, "quality", names)
-    model = manifest["workload"]
-    bodies = [
-        binary_request({k: v[i : i + 1] for k, v in pool.items()}, "output") for i in range(32)
-    ]
+    # 32 one-row requests, the same rows the in-process calls at concurrency 1 take
+    singles = [{k: v[i : i + 1] for k, v in pool.items()} for i in range(32)]
+    host, _ = _address(served.url)
+    requests = [infer_request(host, manifest["workload"], x, "output") for x in singles]
 
     levels: dict[int, Level] = {}
     formed: dict[int, float] = {}  # concurrency -> the mean batch the server formed there
     busy: dict[int, float] = {}  # concurrency -> the share of the time the runtime ran
     for c in (1, 8, 32):
         before = served.metrics()
-        levels[c] = load(served.url, model, bodies, c, args.seconds)
+        levels[c] = load(served.url, requests, c, args.seconds)
         after = served.metrics()
         rows = metric(after, ROWS) - metric(before, ROWS)
         executions = metric(after, EXECUTIONS) - metric(before, EXECUTIONS)
@@ -384,11 +376,10 @@ def main() -> None:
 
     # Added latency at concurrency 1: served and in-process interleaved block by block.
     predict = export.load(folder)
-    singles = [{k: v[i : i + 1] for k, v in pool.items()} for i in range(len(bodies))]
     for single in singles[:3]:
         predict(single)
     before = served.metrics()
-    one = interleaved(served.url, model, bodies, predict, singles, args.pairs, 10)
+    one = interleaved(served.url, requests, predict, singles, args.pairs, BLOCK)
     after = served.metrics()
     computed = metric(after, COMPUTE_SUM) - metric(before, COMPUTE_SUM)
     server_compute_ms = 1000 * computed / (metric(after, EXECUTIONS) - metric(before, EXECUTIONS))
@@ -400,18 +391,18 @@ def main() -> None:
     throughput_turns = []
     for turn in range(args.turns):  # each side first in every other turn
         if turn % 2:
-            served_sps = load(served.url, model, bodies, 32, args.seconds / 2).throughput
+            served_sps = load(served.url, requests, 32, args.seconds / 2).throughput
             local_sps, _ = in_process(predict, pool, best_batch, args.seconds / 2)
         else:
             local_sps, _ = in_process(predict, pool, best_batch, args.seconds / 2)
-            served_sps = load(served.url, model, bodies, 32, args.seconds / 2).throughput
+            served_sps = load(served.url, requests, 32, args.seconds / 2).throughput
         throughput_turns.append((served_sps, local_sps))
     served.stop()
 
     off = Server(
         [str(folder), "--max-batch-size", "1", "--max-queue-delay-ms", "0", "--instances", "1"]
     )
-    off_level = load(off.url, model, bodies, 32, args.seconds)
+    off_level = load(off.url, requests, 32, args.seconds)
     off.stop()
 
     sizes = sorted({1, max_batch, *(max(1, round(b)) for b in formed.values())})
@@ -444,7 +435,7 @@ def main() -> None:
     )
     print(
         f"one request at a time, interleaved in {len(one.pair_differences_ms)} pairs of blocks "
-        f"of 9 timed calls: p50 served {statistics.median(one.served_ms):.2f} ms, "
+        f"of {BLOCK - 1} timed calls: p50 served {statistics.median(one.served_ms):.2f} ms, "
         f"in-process {statistics.median(one.local_ms):.2f} ms; the pairs' differences of "
         f"medians range {min(one.pair_differences_ms):.2f} to {max(one.pair_differences_ms):.2f} ms"
     )
