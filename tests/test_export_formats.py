@@ -282,7 +282,7 @@ def test_triton_config_says_why_batching_is_off() -> None:
             "batch_size": 4,
             "p50_ms": 3.8,
             "p99_ms": 4.0,
-            "samples_per_s": 1050.0,
+            "samples_per_s": 1010.0,
         },
     ]
     x = triton.Tensor("x", "TYPE_FP32", (-1, 8))
@@ -290,7 +290,7 @@ def test_triton_config_says_why_batching_is_off() -> None:
     config = triton.config("m", "onnxruntime", [x], [y], None, cand, load, measured, [], ["h"])
     assert config.max_batch_size == 1 and config.dynamic_batching is None
     assert "dynamic_batching" not in config.text.replace("# no dynamic_batching", "")
-    assert "# batching off: batch 4 gave 1.05x batch 1's throughput" in config.text
+    assert "# batching off: batch 4 gave 1.01x batch 1's throughput" in config.text
     assert "optimization { graph { level: -1 } }" in config.text  # the measured level
     fixed = triton.config(
         "m", "onnxruntime", [x], [y], "state is batched on axis 1", cand, load, measured, [], []
