@@ -20,7 +20,7 @@ from bakeoff.workload import (
     WorkloadSpec,
     generation_workload_from_spec,
     is_generation,
-    parse_spec,
+    parse_spec_file,
     workload_from_spec,
 )
 
@@ -38,7 +38,7 @@ def load_generation(
     path = Path(ref)
     if not path.is_file():
         return None
-    spec = parse_spec(path.read_text(encoding="utf-8"), str(path))
+    spec = parse_spec_file(path)
     if not is_generation(spec):
         return None
     return generation_workload_from_spec(spec, str(path), str(path.resolve().parent))
@@ -54,7 +54,7 @@ def load_workload(ref: str | None) -> Workload:
         raise UserError(
             f"{ref}: no such workload file (give a .toml path or builtin:minilm / builtin:digits)"
         )
-    spec = parse_spec(path.read_text(encoding="utf-8"), str(path))
+    spec = parse_spec_file(path)
     if is_generation(spec):
         raise UserError(
             f"{path}: a text-generation workload: `bakeoff run {path}` measures it; this "

@@ -111,3 +111,25 @@ def cache_dir() -> Path:
         path = Path(base) / "bakeoff"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def check_writable(path: str | Path, flag: str, folder: bool = False) -> None:
+    """Refuse, before any work, an output path (`flag`'s) that could not be written once
+    the work is done: a file path that is a folder, a folder path that is a file, a
+    parent that is a file, or a folder this process cannot write in. Nothing is created:
+    the folders missing on the way are made when the output is written."""
+    path = Path(path)
+    fix = f"give {flag} a path in a folder you can write to"
+    if path.is_dir() and not folder:
+        raise UserError(f"{flag} {path}: is a folder, not a file; {fix}")
+    if path.exists() and not path.is_dir() and folder:
+        raise UserError(f"{flag} {path}: is a file, not a folder; {fix}")
+    # the folder written in: the path itself (a folder), else its parent; or, where
+    # that is not made yet, its nearest existing ancestor, in which it will be made
+    where = path if folder else path.parent
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        raise UserError(f"{flag} {path}: {where} is a file, not a folder; {fix}")
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {path}: the folder {where} is not writable; {fix}")

@@ -94,13 +94,88 @@ _SWEEP_RUN_FIELDS = (
 )
 
 
+# The first 16 bytes of every SQLite 3 database file.
+_SQLITE_HEADER = b"SQLite format 3\x00"
+_STORE_FIX = "give --store a bakeoff store, or a path where a new one can be made"
+
+
+def check_store(path: str | Path) -> bool:
+    """Whether `path` holds a bakeoff store (False: a new one can be made there: no
+    file, an empty one, an SQLite database without tables). A folder, a file that is
+    not SQLite and another application's SQLite database are refused with a UserError;
+    only read, never written: even opening a database in WAL mode would rewrite its
+    header, so nothing is opened for writing until the file is known to be a store."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(
+            f"{path}: is a folder, not a bakeoff store; give --store a file, e.g. "
+            f"{path / 'bakeoff.db'}"
+        )
+    if not path.exists():
+        for parent in path.parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    raise UserError(f"{path}: {parent} is a file, not a folder; {_STORE_FIX}")
+                break
+        return False
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(_SQLITE_HEADER))
+    except OSError as exc:
+        raise UserError(f"{path}: cannot be read ({exc.strerror or exc}); {_STORE_FIX}") from None
+    if not head:
+        return False
+    if head != _SQLITE_HEADER:
+        raise UserError(f"{path}: not a bakeoff store (not an SQLite database); {_STORE_FIX}")
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        try:
+            tables = sorted(
+                name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            )
+            version = (
+                db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+                if "meta" in tables
+                else None
+            )
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        raise UserError(f"{path}: a damaged SQLite database ({exc}); {_STORE_FIX}") from None
+    if not tables:
+        return False
+    if version is None or not str(version[0]).isdigit():
+        shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+        raise UserError(
+            f"{path}: another application's SQLite database (tables: {shown}), not a bakeoff "
+            f"store, left as it is; {_STORE_FIX}"
+        )
+    return True
+
+
 class Store:
     """One open connection to a store; `with Store(path) as s:` closes it after."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
+        check_store(self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise UserError(
+                f"{self.path}: cannot make a store there ({exc}); {_STORE_FIX}"
+            ) from None
+        try:
+            self._open()
+        except sqlite3.Error as exc:  # a read-only file or folder, a damaged database
+            self.db.close()
+            raise UserError(f"{self.path}: cannot open the store ({exc})") from None
+        except BaseException:
+            self.db.close()
+            raise
+
+    def _open(self) -> None:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         with self._tx():

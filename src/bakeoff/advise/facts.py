@@ -17,7 +17,7 @@ from typing import Any
 from bakeoff import hardware
 from bakeoff.backends import gpu
 from bakeoff.errors import UserError
-from bakeoff.workload import parse_spec
+from bakeoff.workload import check_model_files, parse_spec_file
 
 # Hugging Face config.json names that mark a generative (token-producing) model.
 _GENERATIVE_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
@@ -298,13 +298,14 @@ def facts_for_ref(ref: str | None) -> Facts:
         raise UserError(
             f"{ref}: no such workload file (give a .toml path or builtin:minilm / builtin:digits)"
         )
-    spec = parse_spec(file.read_text(encoding="utf-8"), ref)
+    spec = parse_spec_file(file, ref)
     model = spec.model
     if model.kind == "builtin":
         assert model.name is not None
         kind, path, factory = _builtin_model(model.name)
         return detect_facts(ref, kind, path, None, factory)
     base = file.resolve().parent
+    check_model_files(model, str(base), ref)  # advice on a model that is not there is none
     path = str((base / model.path).absolute()) if model.path else None
     weights = str((base / model.weights).absolute()) if model.weights else None
     return detect_facts(ref, model.kind, path, weights, model.factory)

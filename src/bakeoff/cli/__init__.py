@@ -70,11 +70,12 @@ def main() -> None:
         if isinstance(code, int) and code != 0:
             sys.exit(code)
     except UserError as exc:
-        # escape: messages quote TOML ("[model] kind = ...") that Rich would eat as markup
-        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+        # escape: messages quote TOML ("[model] kind = ...") that Rich would eat as markup;
+        # soft_wrap: one line per line of the message, never cut at the console's width
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except BakeoffError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err.print("interrupted; finished results are in the store")

@@ -37,7 +37,9 @@ def export_cmd(
 ) -> None:
     """Write a measured candidate's model files and manifest.json, ready to deploy."""
     from bakeoff import export
+    from bakeoff.paths import check_writable
 
+    check_writable(out_dir, "--out", folder=True)
     manifest = export.export(run_id, out_dir, candidate, store, format=format)
     files = ", ".join(f"{n} ({mb(i['bytes'])})" for n, i in manifest["files"].items())
     what = (

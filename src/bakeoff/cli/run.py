@@ -12,6 +12,7 @@ from bakeoff.cli import tracking
 from bakeoff.cli.options import DEFAULT_STORE, MlflowOpt, StoreOpt, WorkloadArg
 from bakeoff.cli.output import err, out
 from bakeoff.errors import UserError
+from bakeoff.paths import check_writable
 
 # The options of `bakeoff run`, in the order --help lists them; each one's flag is
 # its parameter's name in `run` (json_path: --json).
@@ -229,6 +230,11 @@ def run(
     per candidate.
     """
     mlflow_uri = tracking.start(mlflow)  # before measuring: a bad URI is said now
+    # and a path the result could not be written to, rather than once the run is done
+    if json_path is not None:
+        check_writable(json_path, "--json")
+    if cluster_tmp is not None:
+        check_writable(cluster_tmp, "--cluster-tmp", folder=True)
     on_cluster = cluster is not None or per_node_type or split
     if (per_node_type or split or cost_file or cluster_tmp) and cluster is None:
         raise UserError("--per-node-type, --split, --cost-file and --cluster-tmp go with --cluster")

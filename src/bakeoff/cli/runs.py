@@ -15,7 +15,7 @@ from bakeoff import api
 from bakeoff.cli.options import DEFAULT_STORE, RunIdArg, StoreOpt
 from bakeoff.cli.output import err, out, when
 from bakeoff.errors import UserError
-from bakeoff.paths import resume_command
+from bakeoff.paths import check_writable, resume_command
 
 
 def ls(store: StoreOpt = DEFAULT_STORE, limit: int = 20) -> None:
@@ -107,7 +107,9 @@ def report_cmd(
     writer = html.write if fmt == "html" else markdown.write
     # Resolve a prefix to the full id first, so the default name is the real run id.
     full_id = str(api.show_run(run_id, store)["run_id"])
-    path = writer(full_id, store, output or Path(f"report-{full_id}.{fmt}"))
+    output = output or Path(f"report-{full_id}.{fmt}")
+    check_writable(output, "--output")
+    path = writer(full_id, store, output)
     out.print(str(path), highlight=False, soft_wrap=True)
 
 

@@ -13,6 +13,7 @@ from bakeoff import api
 from bakeoff.cli.options import DEFAULT_STORE, StoreOpt
 from bakeoff.cli.output import err, out
 from bakeoff.errors import UserError
+from bakeoff.paths import check_writable
 
 
 class Progress:
@@ -74,6 +75,11 @@ def sweep_cmd(
         raise UserError("bakeoff sweep: name the workloads, or --resume SWEEP_ID")
     if resume is not None and workloads:
         raise UserError("--resume takes the sweep's own workloads: name none")
+    # before the cluster starts, not once every run has come back
+    if json_path is not None:
+        check_writable(json_path, "--json")
+    if cluster_tmp is not None:
+        check_writable(cluster_tmp, "--cluster-tmp", folder=True)
     opts = SweepOptions(
         cluster=cluster,
         cluster_tmp=cluster_tmp,

@@ -6,11 +6,14 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 from rich.markup import escape
 
 from bakeoff.cli.output import err
 from bakeoff.errors import BakeoffError, UserError
+from bakeoff.paths import check_writable
 
 
 def start(value: str | None) -> str | None:
@@ -28,6 +31,9 @@ def start(value: str | None) -> str | None:
             "--mlflow, or the URI with it (--mlflow ./mlruns, --mlflow=URI)"
         )
     uri = mlflow_log.tracking_uri(value)
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":  # a folder of runs: one MLflow could not make is said now
+        check_writable(Path(url2pathname(parsed.path)), "--mlflow", folder=True)
     mlflow_log.check(uri)
     return uri
 

@@ -79,8 +79,17 @@ def train_cmd(
     from bakeoff import api
     from bakeoff.errors import UserError
     from bakeoff.inference.document import write_json
+    from bakeoff.paths import check_writable
 
     mlflow_uri = tracking.start(mlflow)  # before training: a bad URI is said now
+    # and a path the results could not be written to, rather than once training is done
+    for path, flag, folder in (
+        (json_path, "--json", False),
+        (tensorboard, "--tensorboard", True),
+        (cluster_tmp, "--cluster-tmp", True),
+    ):
+        if path is not None:
+            check_writable(path, flag, folder)
     if cluster_tmp is not None and cluster is None:
         raise UserError("--cluster-tmp goes with --cluster")
     started = time.perf_counter()

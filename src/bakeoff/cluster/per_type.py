@@ -23,9 +23,12 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from bakeoff.errors import UserError
 from bakeoff.store import Store
-from bakeoff.workload import CostSpec, parse_spec
+from bakeoff.user_files import read_text
+from bakeoff.workload import CostSpec, parse_spec_file
 
 SCHEMA_VERSION = 1  # the per-node-type document. 1: the first
 
@@ -37,22 +40,28 @@ def read_costs(workload: str, cost_file: Path | None) -> tuple[dict[str, float],
     objective = "auto"
     prices: dict[str, float] = {}
     if not workload.startswith("builtin:"):
-        spec = parse_spec(Path(workload).read_text(), workload)
+        spec = parse_spec_file(Path(workload))
         objective = spec.search.objective
         if spec.cost is not None:
             prices = dict(spec.cost.usd_per_hour)
     if cost_file is not None:
+        shape = 'a TOML file with usd_per_hour = { "machine-type" = USD, ... }'
+        text = read_text(cost_file, f"--cost-file {cost_file}", f"give {shape}")
         try:
-            raw = tomllib.loads(cost_file.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise UserError(f"--cost-file {cost_file}: {exc}") from None
+            raw = tomllib.loads(text)
+        except (ValueError, RecursionError) as exc:  # TOMLDecodeError is a ValueError
+            raise UserError(
+                f"--cost-file {cost_file}: not valid TOML ({exc}); give {shape}"
+            ) from None
         table = raw.get("cost", raw)
         try:
-            prices = dict(CostSpec(**table).usd_per_hour)
-        except (TypeError, ValueError) as exc:
+            prices = dict(CostSpec.model_validate(table).usd_per_hour)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "(top level)"
             raise UserError(
-                f"--cost-file {cost_file}: expected usd_per_hour = {{ TYPE = USD, ... }} "
-                f"({' '.join(str(exc).split())})"
+                f"--cost-file {cost_file}: {where}: {first['msg'].removeprefix('Value error, ')}"
+                f"; give {shape}"
             ) from None
     if objective == "cost" and not prices:
         raise UserError(

@@ -38,7 +38,7 @@ from bakeoff.errors import UserError
 from bakeoff.inference.options import STORED_FIELDS
 from bakeoff.inference.pipeline import workload_ref
 from bakeoff.paths import DEFAULT_STORE
-from bakeoff.store import Store
+from bakeoff.store import Store, check_store
 
 # The sweep's JSON document. Version 1: the first.
 SCHEMA_VERSION = 1
@@ -173,6 +173,7 @@ def run_sweep(workloads: list[str], opts: SweepOptions, events: SweepEvents) -> 
     spec = parse_cluster(opts.cluster)
     if spec is None:
         raise UserError("bakeoff sweep needs --cluster (local:N, a Ray address, or RAY_ADDRESS)")
+    check_store(opts.store)  # a store that cannot be is said before Ray is imported
     import_ray()  # before anything is recorded: without Ray, say how to install it
     store_path = Path(opts.store).resolve()
     with Store(store_path) as store:

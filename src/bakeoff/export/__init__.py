@@ -26,8 +26,9 @@ heavy is imported at the top of this package, so a deployment needs bakeoff's
 numpy dependency and the one runtime, nothing else.
 
 The parts: `writer` (choosing the candidate, copying its files, the manifest),
-`program` (the torch.export program of a torch candidate) and `predictor` (the
-manifest read back into a `Predictor`, each runtime set up by its backend's own
+`program` (the torch.export program of a torch candidate), `manifest` (the manifest
+read back and checked, key by key, and the files against their sha256) and `predictor`
+(the checked manifest made a `Predictor`, each runtime set up by its backend's own
 session, compile and interpreter functions).
 """
 

@@ -9,7 +9,6 @@ the top of this module: each loader imports its runtime when it is called.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,11 +16,9 @@ from typing import Any
 import numpy as np
 
 from bakeoff.batching import Layout
-from bakeoff.cache import sha256_file
-from bakeoff.errors import UserError
+from bakeoff.export.manifest import FORMAT, MANIFEST, check_files, read_manifest
 
-MANIFEST = "manifest.json"
-FORMAT = 1
+__all__ = ["FORMAT", "MANIFEST", "Predictor", "load", "load_checked", "manifest_layout"]
 
 Run = Callable[[dict[str, np.ndarray]], np.ndarray]
 
@@ -48,18 +45,14 @@ def load(path: str | Path, threads: int | None = None) -> Predictor:
     `threads` overrides the measured thread count (a server sharing the cores out
     between several instances); by default the run's own is used."""
     folder = Path(path)
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-    except FileNotFoundError:
-        raise UserError(f"{folder}: no {MANIFEST}; not a bakeoff export") from None
-    if manifest.get("format") != FORMAT:
-        raise UserError(f"{folder}: export format {manifest.get('format')} is not {FORMAT}")
-    for name, info in manifest["files"].items():
-        file = folder / name
-        if not file.is_file():
-            raise UserError(f"{folder}: {name} is missing")
-        if sha256_file(file) != info["sha256"]:
-            raise UserError(f"{folder}: {name} does not match its sha256 in {MANIFEST}")
+    manifest = read_manifest(folder)
+    check_files(folder, manifest)
+    return load_checked(folder, manifest, threads)
+
+
+def load_checked(folder: Path, manifest: dict[str, Any], threads: int | None = None) -> Predictor:
+    """`load` of a folder whose manifest (`read_manifest`) and files (`check_files`)
+    were checked already: a server checks them before it listens, loads after."""
     runtime = manifest["runtime"]
     loaders = {
         "onnxruntime": _load_onnxruntime,
@@ -68,8 +61,6 @@ def load(path: str | Path, threads: int | None = None) -> Predictor:
         "torch-compile": _load_torch,
         "litert": _load_litert,
     }
-    if runtime not in loaders:
-        raise UserError(f"{folder}: runtime {runtime!r} has no loader here")
     if threads is not None:
         manifest = {**manifest, "load": _with_threads(runtime, manifest["load"], threads)}
     return Predictor(manifest, loaders[runtime](folder, manifest))

@@ -32,7 +32,7 @@ from bakeoff.judge.verdict import Verdict
 from bakeoff.loader import load_workload
 from bakeoff.paths import RunFolder, resume_command
 from bakeoff.report import NullReporter, Reporter
-from bakeoff.store import Store
+from bakeoff.store import Store, check_store
 from bakeoff.trials.jobs import JobBase
 from bakeoff.trials.launcher import LocalLauncher
 from bakeoff.workload import ConstraintsSpec, Workload, default_runtimes
@@ -306,6 +306,7 @@ def run(
     finished candidates and measured rounds are taken from the store, not redone.
     """
     opts = checked(opts or RunOptions())
+    check_store(opts.store)  # a store that cannot be is said before the workload loads
     rep = reporter or NullReporter()
     t_start = time.perf_counter()
     rep.stage("loading workload")

@@ -4,7 +4,6 @@ loaded through the same `bakeoff.export.load` a deployment uses."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,31 +65,30 @@ class Servable(Protocol):
         ...
 
 
-def datatype_of(dtype: str) -> str:
-    """The protocol's datatype of a manifest's numpy dtype name."""
+def datatype_of(dtype: str, where: str = "") -> str:
+    """The protocol's datatype of a manifest's numpy dtype name (`where`: the file)."""
     try:
         return protocol.datatype_of(np.dtype(dtype))
     except (TypeError, ValueError):
-        raise UserError(f"dtype {dtype} has no Open Inference Protocol datatype") from None
+        raise UserError(f"{where}dtype {dtype} has no Open Inference Protocol datatype") from None
 
 
 class ExportedModel:
     """An export folder's manifest as a `ServedSpec`; `load` is `bakeoff.export.load`."""
 
     def __init__(self, folder: Path, name: str | None = None) -> None:
-        from bakeoff.export import MANIFEST
+        from bakeoff.export.manifest import MANIFEST, check_files, read_manifest
 
         self.folder = folder
-        try:
-            manifest = json.loads((folder / MANIFEST).read_text())
-        except FileNotFoundError:
-            raise UserError(f"{folder}: no {MANIFEST}; not a bakeoff export") from None
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{folder}/{MANIFEST}: not JSON ({exc})") from None
+        # checked whole before the server listens: a wrong key or file is said now
+        # (exit 2), not by a server that fails to load once it is up
+        manifest = read_manifest(folder)
+        check_files(folder, manifest)
         self.manifest = manifest
-        inputs = [_input_spec(i) for i in manifest["inputs"]]
+        where = f"{folder / MANIFEST}: "
+        inputs = [_input_spec(i, where) for i in manifest["inputs"]]
         outputs = [
-            TensorSpec(o["name"], datatype_of(o["dtype"]), (-1, *o["shape"][1:]))
+            TensorSpec(o["name"], datatype_of(o["dtype"], where), (-1, *o["shape"][1:]))
             for o in manifest.get("outputs") or []
         ] or [TensorSpec("output", "FP32", (-1,))]  # an older export: its shape is unknown
         text = manifest.get("text")
@@ -111,10 +109,10 @@ class ExportedModel:
         )
 
     def load(self, threads: int) -> Runner:
-        from bakeoff import export
+        from bakeoff.export.predictor import load_checked
 
-        predictor = export.load(
-            self.folder, threads=None if threads == self.spec.threads else threads
+        predictor = load_checked(
+            self.folder, self.manifest, None if threads == self.spec.threads else threads
         )
         output = self.spec.outputs[0].name
 
@@ -124,12 +122,12 @@ class ExportedModel:
         return run
 
 
-def _input_spec(entry: dict[str, Any]) -> TensorSpec:
+def _input_spec(entry: dict[str, Any], where: str) -> TensorSpec:
     shape = list(entry["shape"])
     axis = entry.get("batch_axis", 0)
     if axis is not None:
         shape[axis] = -1
-    return TensorSpec(entry["name"], datatype_of(entry["dtype"]), tuple(shape), axis)
+    return TensorSpec(entry["name"], datatype_of(entry["dtype"], where), tuple(shape), axis)
 
 
 def make_tokenizer(text: TextInput) -> Callable[[list[str]], dict[str, np.ndarray]]:

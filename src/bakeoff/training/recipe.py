@@ -11,7 +11,8 @@ import numpy as np
 
 from bakeoff.errors import UserError
 from bakeoff.stacks import DEFAULT_STACKS, FINE_TUNING, NAMES, REFERENCE
-from bakeoff.workload import parse_spec
+from bakeoff.user_files import read_npz
+from bakeoff.workload import parse_spec_file
 from bakeoff.workload.spec import resolve_path
 
 
@@ -77,7 +78,7 @@ def load_recipe(ref: str, quick: bool) -> Recipe:
         raise UserError(
             f"{ref}: no such training recipe (a .toml file with [train], or {_BUILT_IN})"
         )
-    spec = parse_spec(path.read_text(encoding="utf-8"), str(path))
+    spec = parse_spec_file(path)
     if spec.train is None:
         raise UserError(f"{path}: no [train] section: this is an inference workload (bakeoff run)")
     t = spec.train
@@ -139,15 +140,19 @@ def _data(ref: str, base: Path, origin: str) -> dict[str, np.ndarray]:
     file = resolve_path(str(base), ref)
     if not file.is_file():
         raise UserError(f"{key}: {file} does not exist")
-    try:
-        with np.load(file, allow_pickle=False) as data:
-            missing = [k for k in DATA_KEYS if k not in data.files]
-            if missing:
-                has = ", ".join(data.files) or "nothing"
-                raise UserError(f"{key}: no {', '.join(missing)} in it (it has {has})")
-            arrays = {k: np.asarray(data[k]) for k in DATA_KEYS}
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{key}: cannot read it as .npz: {exc}") from None
+    data = read_npz(file, f"{key} ({file})")
+    missing = [k for k in DATA_KEYS if k not in data]
+    if missing:
+        has = ", ".join(data) or "nothing"
+        raise UserError(f"{key}: no {', '.join(missing)} in it (it has {has})")
+    arrays = {k: data[k] for k in DATA_KEYS}
+    for name, array in arrays.items():
+        # a row per example on axis 0, of numbers the stacks cast (labels to class ids)
+        if array.ndim == 0 or array.dtype.kind not in "biuf":
+            raise UserError(
+                f"{key}: {name} must be an array of numbers with a row per example, got "
+                f"dtype {array.dtype}, shape {array.shape}"
+            )
     for x, y in (("x_train", "y_train"), ("x_val", "y_val")):
         if len(arrays[x]) != len(arrays[y]):
             raise UserError(f"{key}: {x} has {len(arrays[x])} rows but {y} {len(arrays[y])}")

@@ -22,13 +22,14 @@ Everything other modules use is imported from here, `bakeoff.workload`.
 """
 
 from bakeoff.workload.build import Workload, workload_from_spec
+from bakeoff.workload.checks import check_model_files
 from bakeoff.workload.data import normalize_data, read_text_lines, tokenize_texts
 from bakeoff.workload.generation import (
     GenerationWorkload,
     generation_workload_from_spec,
     is_generation,
 )
-from bakeoff.workload.parse import MODEL_KEYS_BY_KIND, parse_spec
+from bakeoff.workload.parse import MODEL_KEYS_BY_KIND, parse_spec, parse_spec_file
 from bakeoff.workload.spec import (
     DEFAULT_HF_TASK,
     DEFAULT_MAX_LENGTH,
@@ -89,11 +90,13 @@ __all__ = [
     "SearchSpec",
     "Workload",
     "WorkloadSpec",
+    "check_model_files",
     "default_runtimes",
     "generation_workload_from_spec",
     "is_generation",
     "normalize_data",
     "parse_spec",
+    "parse_spec_file",
     "read_text_lines",
     "tokenize_texts",
     "workload_from_spec",

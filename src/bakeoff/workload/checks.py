@@ -8,12 +8,12 @@ None of these imports a framework beyond what its model kind needs anyway.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from bakeoff.errors import UserError
 from bakeoff.source import on_path
+from bakeoff.user_files import read_npz
 from bakeoff.workload.spec import DEFAULT_HF_TASK, ModelSpec, resolve_path
 
 
@@ -51,6 +51,23 @@ def check_model_path(model: ModelSpec, base_dir: str | None, origin: str) -> str
     return str(resolved)
 
 
+def _existing_file(base_dir: str | None, value: str, key: str) -> Path:
+    resolved = resolve_path(base_dir, value)
+    if not resolved.is_file():
+        raise UserError(f"{key} = {value!r}: {resolved} does not exist")
+    return resolved
+
+
+def check_model_files(model: ModelSpec, base_dir: str | None, origin: str) -> None:
+    """Every file the [model] section names is there (its path, weights, jax params),
+    checked as a run checks them but without reading them: what `bakeoff advise`,
+    which loads nothing, checks before it advises."""
+    check_model_path(model, base_dir, origin)
+    for key, value in (("model.weights", model.weights), ("model.params", model.params)):
+        if value is not None:
+            _existing_file(base_dir, value, f"{origin}: {key}")
+
+
 def check_weights(model: ModelSpec, base_dir: str | None, origin: str) -> str | None:
     """Refuse a weights file here, before any build, rather than in every worker.
 
@@ -62,10 +79,8 @@ def check_weights(model: ModelSpec, base_dir: str | None, origin: str) -> str | 
     """
     if model.weights is None:
         return None
-    resolved = resolve_path(base_dir, model.weights)
+    resolved = _existing_file(base_dir, model.weights, f"{origin}: model.weights")
     key = f"{origin}: model.weights = {model.weights!r}"
-    if not resolved.is_file():
-        raise UserError(f"{key}: {resolved} does not exist")
     from bakeoff.models import check_weights_file
 
     check_weights_file(str(resolved), key)
@@ -137,15 +152,8 @@ def check_jax_model(model: ModelSpec, base_dir: str | None, origin: str) -> str:
         raise UserError(
             f"{origin}: model.function = {model.function!r}: no module {module_name!r}{where}"
         )
-    resolved = resolve_path(base_dir, model.params)
+    resolved = _existing_file(base_dir, model.params, f"{origin}: model.params")
     key = f"{origin}: model.params = {model.params!r}"
-    if not resolved.is_file():
-        raise UserError(f"{key}: {resolved} does not exist")
     if resolved.suffix == ".npz":
-        try:
-            with np.load(resolved, allow_pickle=False) as z:
-                for name in z.files:
-                    z[name]  # allow_pickle=False refuses object arrays: never unpickle
-        except (ValueError, OSError) as exc:
-            raise UserError(f"{key}: not a readable .npz of numeric arrays: {exc}") from None
+        read_npz(resolved, f"{key} ({resolved})")  # every array read: none unpickled
     return str(resolved)

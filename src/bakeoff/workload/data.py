@@ -17,6 +17,7 @@ import numpy as np
 from bakeoff.batching import Layout
 from bakeoff.errors import UserError
 from bakeoff.source import import_factory, on_path
+from bakeoff.user_files import read_npy, read_npz, read_text
 from bakeoff.workload.datasets_source import read_dataset
 from bakeoff.workload.spec import DEFAULT_MAX_LENGTH, TEXT_INPUT, DataSpec, resolve_path
 
@@ -46,26 +47,16 @@ def read_data(
 
 
 def load_data_file(path: Path, origin: str) -> Any:
+    label = f"{origin}: data.path = {str(path)!r}"
     if not path.exists():
-        raise UserError(f"{origin}: data.path = {str(path)!r}: no such file")
-    try:
-        if path.suffix == ".npy":
-            return np.load(path, allow_pickle=False)
-        if path.suffix == ".npz":
-            with np.load(path, allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
-            labels = arrays.pop("labels", None)
-            return (arrays, labels) if labels is not None else arrays
-    except ValueError as exc:  # allow_pickle=False refuses object arrays: never unpickle
-        hint = ""
-        if "allow_pickle" in str(exc):
-            hint = (
-                " (an array of Python objects would have to be unpickled, which can run "
-                "code; bakeoff never does: save numeric arrays, e.g. np.asarray(x, "
-                "dtype=np.float32), or tokenize text first)"
-            )
-        raise UserError(f"{origin}: data.path = {str(path)!r}: {exc}{hint}") from None
-    raise UserError(f"{origin}: data.path = {str(path)!r}: expected a .npz or .npy file")
+        raise UserError(f"{label}: no such file")
+    if path.suffix == ".npy":
+        return read_npy(path, label)
+    if path.suffix == ".npz":
+        arrays = read_npz(path, label)
+        labels = arrays.pop("labels", None)
+        return (arrays, labels) if labels is not None else arrays
+    raise UserError(f"{label}: expected a .npz or .npy file")
 
 
 def text_data(
@@ -119,10 +110,7 @@ def read_text_lines(path: Path, key: str) -> list[str]:
     """One text per line, surrounding whitespace dropped, blank lines skipped."""
     if not path.is_file():
         raise UserError(f"{key}: {path} does not exist")
-    try:
-        content = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{key}: {path} is not UTF-8 text: {exc}") from None
+    content = read_text(path, f"{key}: {path}", "give UTF-8 text, one text per line")
     texts = [line.strip() for line in content.splitlines() if line.strip()]
     if not texts:
         raise UserError(f"{key}: {path} is empty (expected one text per line)")

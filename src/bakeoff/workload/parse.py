@@ -10,11 +10,13 @@ from __future__ import annotations
 import difflib
 import tomllib
 import typing
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from bakeoff.errors import UserError
+from bakeoff.user_files import read_text
 from bakeoff.workload.spec import DataSpec, ModelSpec, WorkloadSpec
 
 
@@ -106,11 +108,51 @@ def _known_keys(spec_cls: type, path: list[Any], raw: Any = None) -> list[str]:
     return keys
 
 
-def parse_spec(text: str, origin: str) -> WorkloadSpec:
+# A model file given where a workload goes (`bakeoff run model.onnx`): the [model]
+# lines of the workload that would name it.
+_MODEL_FILES = {
+    ".onnx": 'kind = "onnx", path = "{name}"',
+    ".xml": 'kind = "openvino", path = "{name}"',
+    ".keras": 'kind = "keras", path = "{name}"',
+    ".h5": 'kind = "keras", path = "{name}"',
+    ".pt": 'kind = "torch", factory = "module:function", weights = "{name}"',
+    ".pth": 'kind = "torch", factory = "module:function", weights = "{name}"',
+    ".safetensors": 'kind = "torch", factory = "module:function", weights = "{name}"',
+}
+
+
+def what_a_workload_is(path: Path) -> str:
+    """What to give instead of `path`, said after what is wrong with it."""
+    model = _MODEL_FILES.get(path.suffix.lower())
+    if model is not None:
+        return (
+            f"{path.name} looks like a model file: give a workload .toml that names it "
+            f"([model] {model.format(name=path.name)}) and its [data]"
+        )
+    if path.suffix.lower() == ".toml":
+        return "save it as UTF-8 text (a workload is a TOML file naming the model and its data)"
+    return "give a workload: a .toml file (UTF-8 text) naming the model and its data"
+
+
+def parse_spec_file(path: Path, origin: str | None = None) -> WorkloadSpec:
+    """The workload TOML at `path` (named `origin` in messages), read and parsed: a
+    file that is not text, or not TOML, is refused with what a workload is."""
+    origin = origin or str(path)
+    fix = what_a_workload_is(path)
+    text = read_text(path, origin, fix)
+    # A .toml that does not parse is a workload with a typo: TOML's own message says it.
+    return parse_spec(text, origin, None if path.suffix.lower() == ".toml" else fix)
+
+
+def parse_spec(text: str, origin: str, fix: str | None = None) -> WorkloadSpec:
+    more = f"; {fix}" if fix else ""
     try:
         raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{origin}: not valid TOML: {exc}") from None
+    # ValueError besides TOMLDecodeError: an integer past Python's digit limit
+    except ValueError as exc:
+        raise UserError(f"{origin}: not valid TOML: {exc}{more}") from None
+    except RecursionError:  # arrays or tables nested deeper than the parser's stack
+        raise UserError(f"{origin}: not valid TOML: nested too deep{more}") from None
     try:
         return WorkloadSpec.model_validate(raw)
     except ValidationError as exc:
