@@ -5,6 +5,7 @@ engine (issue 22)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -236,3 +237,90 @@ def test_other_commands_say_they_do_not_take_generative_workloads_yet(tmp_path: 
     flags = CliRunner().invoke(app, ["run", str(tmp_path / "gen.toml"), "--batch-sizes", "1,8"])
     assert isinstance(flags.exception, UserError)
     assert str(flags.exception).startswith("--batch-sizes: not for a text-generation workload")
+
+
+# Loaded into every worker through PYTHONPATH (Python imports `sitecustomize` at
+# start): the runtimes named in BAKEOFF_TEST_CRASH_AT_PROMPT ("runtime:length,...")
+# kill their worker with SIGSEGV on a prompt of that many tokens, as a native crash
+# at one prompt length would.
+CRASH_AT_PROMPT = """
+import os
+
+_SPEC = os.environ.get("BAKEOFF_TEST_CRASH_AT_PROMPT")
+if _SPEC:
+    import resource
+    import signal
+
+    from bakeoff import generators
+
+    _AT = {r: int(n) for r, n in (pair.rsplit(":", 1) for pair in _SPEC.split(","))}
+    _load = generators.load
+
+    def load(runtime, folder, threads):
+        gen = _load(runtime, folder, threads)
+        if runtime not in _AT:
+            return gen
+        generate, generate_batch = gen.generate, gen.generate_batch
+
+        def crash_on(prompts):
+            if any(len(p) == _AT[runtime] for p in prompts):
+                resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file
+                os.kill(os.getpid(), signal.SIGSEGV)
+
+        def crashing(prompt, max_new_tokens, on_token):
+            crash_on([prompt])
+            return generate(prompt, max_new_tokens, on_token)
+
+        def crashing_batch(prompts, max_new_tokens):
+            crash_on(prompts)
+            return generate_batch(prompts, max_new_tokens)
+
+        gen.generate, gen.generate_batch = crashing, crashing_batch
+        return gen
+
+    generators.load = load
+"""
+
+
+def test_a_runtime_that_crashes_on_one_prompt_length_fails_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch (the reference too) dies on the longest prompt, OpenVINO GenAI on the
+    shortest: each fails on its own, ONNX Runtime GenAI is checked and timed, and the
+    run ends with its verdict. The reference runs again without the prompt it died
+    on, which no candidate is quality-checked on, and the document says so."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(CRASH_AT_PROMPT)
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(inject), os.environ.get("PYTHONPATH")]))
+    )
+    wl = _workload(tmp_path)
+    w = api.load_generation(str(wl))
+    assert w is not None
+    lengths = [len(p) for p in w.prompts]
+    longest, shortest = max(lengths), min(lengths)
+    assert lengths.count(longest) == lengths.count(shortest) == 1
+    monkeypatch.setenv("BAKEOFF_TEST_CRASH_AT_PROMPT", f"torch:{longest},openvino-genai:{shortest}")
+    result = CliRunner().invoke(
+        app,
+        [
+            "run", str(wl), "--quick", "--budget", "3",
+            "--runtimes", "torch,onnxruntime-genai,openvino-genai", "--precisions", "fp32",
+            "--concurrency", "2", "--json", str(tmp_path / "g.json"),
+            "--store", str(tmp_path / "s.db"),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "g.json").read_text())
+    by = {c["id"]: c for c in doc["candidates"]}
+    for failed in ("torch-fp32", "openvino-genai-fp32"):
+        assert by[failed]["status"] == "failed" and "SIGSEGV" in by[failed]["reason"]
+    ort = by["onnxruntime-genai-fp32"]
+    assert ort["status"] == "ok", ort["reason"]
+    assert ort["quality"]["passed"] is True and ort["tpot_ms"] is not None
+    (gone,) = doc["reference"]["prompts_left_out"]
+    assert gone["prompt"] == lengths.index(longest) and gone["prompt_tokens"] == longest
+    assert "SIGSEGV" in gone["reason"]
+    assert f"prompt {gone['prompt']} ({longest} tokens): left out" in result.output
+    assert doc["verdict"]["tpot_batch_1"]["winner"] == "onnxruntime-genai-fp32"

@@ -583,3 +583,78 @@ def test_a_verdict_without_the_references_figure_says_so_in_words() -> None:
     ratio = {"value": 1.5, "ci95": [1.4, 1.6]}
     faster = verdict_words({**alone, "ratio": ratio, "ties": [], "reason": ""})
     assert faster == "ddp, 1.50x (CI 1.40-1.60) over the reference torch"
+
+
+# A model whose forward kills its process with SIGSEGV, as a native kernel that breaks
+# would: under BF16 autocast (so on the torch-bf16 stack only), and on a batch of 32
+# in seed 1 (torch-accumulate's micro-batches of the global 64; the rounds run seed 0).
+FAULTY_MODEL = """
+import os
+import resource
+import signal
+
+import torch
+
+
+def _crash():
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+class Faulty(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Flatten(), torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10)
+        )
+
+    def forward(self, x):
+        if torch.is_autocast_enabled("cpu"):
+            _crash()
+        if x.shape[0] == 32 and torch.initial_seed() == 1:
+            _crash()
+        return self.net(x)
+
+
+def build():
+    return Faulty()
+"""
+
+
+def test_a_stack_or_a_seed_that_crashes_fails_alone(tmp_path: Path) -> None:
+    """torch-bf16 crashes when it loads: it alone fails, and the other stacks are timed
+    and judged. torch-accumulate crashes in seed 1 only: that seed fails, seed 0 and
+    the stack's figures stand, and it is judged on them (the failed seed counts as a
+    seed that missed the target)."""
+    from bakeoff.builtins import digits
+
+    x_train, y_train, x_val, y_val = digits.train_and_validation()
+    np.savez(tmp_path / "d.npz", x_train=x_train, y_train=y_train, x_val=x_val, y_val=y_val)
+    (tmp_path / "faulty.py").write_text(FAULTY_MODEL)
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(
+        'name = "faulty-digits"\n[model]\nkind = "torch"\nfactory = "faulty:build"\n[train]\n'
+        'data = "d.npz"\noptimizer = "sgd"\nlr = 0.1\nsteps = 20\neval_every = 10\n'
+        'stacks = ["torch", "torch-accumulate", "torch-bf16"]\ntarget = { value = 0.3 }\n'
+        "tolerance = 0.5\n"
+    )
+    result = api.train(
+        str(recipe), api.TrainOptions(seeds=2, quick=True, budget_s=3, store=tmp_path / "s.db")
+    )
+    assert result.exit_code == 0
+    by = {c["id"]: c for c in result.document["candidates"]}
+    assert by["torch-bf16"]["status"] == "failed" and "SIGSEGV" in by["torch-bf16"]["reason"]
+    assert by["torch"]["status"] == "ok", by["torch"]["reason"]
+    assert [s["seed"] for s in by["torch"]["seeds"]] == [0, 1]
+    assert by["torch"]["failed_seeds"] == []
+    accumulate = by["torch-accumulate"]
+    assert accumulate["status"] == "ok", accumulate["reason"]
+    assert [s["seed"] for s in accumulate["seeds"]] == [0]
+    (failed,) = accumulate["failed_seeds"]
+    assert failed["seed"] == 1 and "SIGSEGV" in failed["reason"]
+    assert "seed 1 failed" in accumulate["reason"]
+    assert "judged on the other 1 seed(s)" in accumulate["reason"]
+    assert accumulate["time_to_target_s"] is None  # 1 of 2 seeds: too few to score
+    assert accumulate["samples_per_s"] is not None
+    throughput = next(v for v in result.document["verdicts"] if v["objective"] == "samples_per_s")
+    assert set(throughput["ranking"]) == {"torch", "torch-accumulate"}

@@ -118,6 +118,13 @@ def print_generation(doc: dict[str, Any]) -> None:
         "held-out tokens",
         highlight=False,
     )
+    # Documents from before prompts could be left out have no such key.
+    for gone in doc["reference"].get("prompts_left_out", []):
+        out.print(
+            f"  prompt {gone['prompt']} ({gone['prompt_tokens']} tokens): left out of the quality "
+            f"check, the reference's worker failed on it: {escape(gone['reason'])}",
+            highlight=False,
+        )
     for c in doc["candidates"]:
         if c["status"] != "ok":
             out.print(f"  {c['id']}: {c['status']}: {escape(c['reason'])}", highlight=False)

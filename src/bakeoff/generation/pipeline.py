@@ -38,14 +38,15 @@ import numpy as np
 from bakeoff import environment, generators
 from bakeoff.errors import UserError
 from bakeoff.generation.candidate import ConcurrentRound, GenCandidate
+from bakeoff.generation.reference import GenReference, reference_outputs
 from bakeoff.judge import generation as gen
 from bakeoff.judge import stats
 from bakeoff.judge.verdict import Measured, decide
 from bakeoff.paths import DEFAULT_STORE, RunFolder, hold_run_lock
-from bakeoff.store import Store
+from bakeoff.store import Store, check_store
 from bakeoff.trials.engine import Checked, Engine, run_trials
 from bakeoff.trials.entrant import Entrant
-from bakeoff.trials.jobs import Concurrent, Exit, GenerateJob, GenerateSpec, MeasuredJob, Timed
+from bakeoff.trials.jobs import Concurrent, GenerateJob, GenerateSpec, MeasuredJob, Timed
 from bakeoff.trials.launcher import LocalLauncher, Worker, WorkerFailed
 from bakeoff.trials.settings import TrialSettings
 from bakeoff.workload import GenerationWorkload
@@ -194,16 +195,18 @@ class ConcurrencySweep:
 class GenerationGate:
     """A candidate's greedy tokens and perplexity against the reference's."""
 
-    def __init__(self, reference: dict[str, Any], workload: GenerationWorkload) -> None:
+    def __init__(self, reference: GenReference, workload: GenerationWorkload) -> None:
         self.reference = reference
-        self.reference_ppl = gen.perplexity(reference["nll"], reference["predicted"])
+        self.reference_ppl = gen.perplexity(reference.nll, reference.predicted)
         self.workload = workload
 
     def judge(self, outputs: dict[str, Any]) -> gen.GenerationQuality:
         w = self.workload
+        # On the prompts the reference has (it may have left one out: `reference`).
+        reference_tokens, candidate_tokens = self.reference.compared(outputs["tokens"])
         return gen.judge(
-            self.reference["tokens"],
-            outputs["tokens"],
+            reference_tokens,
+            candidate_tokens,
             self.reference_ppl,
             gen.perplexity(outputs["nll"], outputs["predicted"]),
             compared_tokens=w.compared_tokens,
@@ -274,6 +277,7 @@ def run_generation(
     if opts.budget_s is not None and opts.budget_s <= 0:
         raise UserError(f"--budget: seconds above 0, not {opts.budget_s:g}")
     grid = _grid(opts)
+    check_store(opts.store)  # before the run's folder is made beside it
     threads = opts.threads or environment.default_threads()
     env = {**environment.fingerprint(), "threads": threads}
     run_id = time.strftime("gen-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
@@ -319,28 +323,6 @@ def _spec(
     )
 
 
-def _reference(
-    w: GenerationWorkload,
-    folder: Path,
-    threads: int,
-    launcher: LocalLauncher,
-    timeout: float,
-    say: Callable[[str], None],
-) -> dict[str, Any]:
-    """PyTorch FP32's greedy tokens and perplexity, in a worker of its own."""
-    say("reference: torch-fp32's greedy tokens and perplexity")
-    job = GenerateJob(generate=_spec(w, GenCandidate(*REFERENCE), folder, threads, "reference"))
-    worker = launcher.start(job, "reference")
-    try:
-        worker.reply(timeout)
-        worker.request(Exit(), timeout)
-    except WorkerFailed as exc:
-        raise UserError(f"the reference (torch-fp32) failed: {exc}") from None
-    finally:
-        worker.close()
-    return dict(json.loads(Path(job.generate.outputs_path).read_text()))
-
-
 def _measure(
     w: GenerationWorkload,
     grid: list[tuple[str, str]],
@@ -356,7 +338,15 @@ def _measure(
     (folder / "inputs.json").write_text(json.dumps({"prompts": w.prompts, "text": w.text}))
     launcher = LocalLauncher(folder / "logs")
     t_ref = time.perf_counter()
-    reference = _reference(w, folder, threads, launcher, opts.trial_timeout_s, say)
+    say("reference: torch-fp32's greedy tokens and perplexity")
+    reference = reference_outputs(
+        _spec(w, GenCandidate(*REFERENCE), folder, threads, "reference"),
+        w.prompts,
+        w.text,
+        launcher,
+        opts.trial_timeout_s,
+        say,
+    )
     reference_s = time.perf_counter() - t_ref
     gate = GenerationGate(reference, w)
     candidates = [GenCandidate(r, p) for r, p in grid]
@@ -417,6 +407,8 @@ def _measure(
         "reference": {
             "id": GenCandidate(*REFERENCE).id,
             "perplexity": gate.reference_ppl,
+            # prompts its worker died on: no candidate is quality-checked on them
+            "prompts_left_out": reference.record(w.prompts),
         },
         "candidates": [_candidate_document(c) for c in candidates],
         "verdict": {"tpot_batch_1": verdict, "tokens_per_s_concurrency": concurrency_verdict},

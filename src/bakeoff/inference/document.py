@@ -15,7 +15,8 @@ import bakeoff
 from bakeoff.candidates import candidate_document
 from bakeoff.inference.context import RunContext
 from bakeoff.inference.groups import Measuring
-from bakeoff.inference.variants import Builds, Reference
+from bakeoff.inference.reference import Reference
+from bakeoff.inference.variants import Builds
 from bakeoff.workload import DEFAULT_MAX_LENGTH, Workload
 
 SCHEMA_VERSION = 1
@@ -34,6 +35,9 @@ def _workload_section(ctx: RunContext, reference: Reference) -> dict[str, Any]:
         "samples": workload.n_samples,
         "quality_samples": len(reference.outputs),
         "reference": reference.variant.id,
+        # The worker and chunk size the reference's outputs came from, and the chunk
+        # sizes that failed before it (a model that crashes at one batch size).
+        "reference_outputs": reference.record(),
         "variable_axes": workload.source.variable_axes,
         "batch_axes": workload.source.batch_axes,
         "constants": workload.source.constants,

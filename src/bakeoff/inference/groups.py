@@ -18,8 +18,8 @@ from bakeoff.inference.early import EarlyLoad
 from bakeoff.inference.gate import QualityGate
 from bakeoff.inference.jobs import CandidateJobs
 from bakeoff.inference.options import ScenarioSettings, scenario_settings, trial_settings
+from bakeoff.inference.reference import Reference
 from bakeoff.inference.scenarios import after_rounds, repeat_cold_starts
-from bakeoff.inference.variants import Reference
 from bakeoff.judge.constraints import constraint_violations
 from bakeoff.judge.verdict import Measured, Verdict, decide, objective_for
 from bakeoff.trials.engine import Engine, run_trials

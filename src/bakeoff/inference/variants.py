@@ -20,17 +20,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from bakeoff import cache as variant_cache
 from bakeoff import environment
 from bakeoff.backends import Variant
 from bakeoff.errors import BakeoffError
 from bakeoff.inference.context import RunContext
 from bakeoff.inference.early import EarlyLoad, EarlyLoads
-from bakeoff.trials.jobs import BuildJob, LoadSpec, ReferenceJob
+from bakeoff.inference.reference import (
+    Reference,
+    Running,
+    from_own_load,
+    from_own_process,
+    load_early,
+)
+from bakeoff.trials.jobs import BuildJob
 from bakeoff.trials.launcher import Launcher, Worker, WorkerFailed
-from bakeoff.trials.worker import alt_outputs_path
 
 
 @dataclass
@@ -81,17 +85,6 @@ class Builds:
         )
 
 
-@dataclass(frozen=True)
-class Reference:
-    """The FP32 reference's outputs on the quality hold-out (and at the second
-    shape, when axes are variable), and how long computing them took."""
-
-    variant: Variant
-    outputs: np.ndarray
-    outputs_alt: np.ndarray | None
-    seconds: float
-
-
 def _variants(ctx: RunContext, reference: Variant) -> dict[str, Variant]:
     variants: dict[str, Variant] = {reference.id: reference}
     for c in ctx.candidates:
@@ -110,35 +103,7 @@ class _Build:
     failure: WorkerFailed | None = None
 
 
-class _Running:
-    """The workers of builds in flight, so the orchestrator can stop them all (Ctrl-C,
-    or a reference that failed); one that starts after that is stopped at once."""
-
-    def __init__(self) -> None:
-        self._workers: dict[str, Worker] = {}
-        self._stopped = False
-        self._lock = threading.Lock()
-
-    def add(self, key: str, worker: Worker) -> None:
-        with self._lock:
-            self._workers[key] = worker
-            stopped = self._stopped
-        if stopped:
-            worker.close()
-
-    def remove(self, key: str) -> None:
-        with self._lock:
-            self._workers.pop(key, None)
-
-    def stop(self) -> None:
-        with self._lock:
-            self._stopped = True
-            workers = list(self._workers.values())
-        for worker in workers:
-            worker.close()
-
-
-def _run(ctx: RunContext, launcher: Launcher, job: _Build, running: _Running) -> None:
+def _run(ctx: RunContext, launcher: Launcher, job: _Build, running: Running) -> None:
     """One build in its own process, to its reply (in a thread of its own when builds
     run side by side); `running` lets the orchestrator stop it."""
     vid = job.variant.id
@@ -201,7 +166,7 @@ def _build(ctx: RunContext, launcher: Launcher, builds: Builds, variant: Variant
     ctx.rep.stage(f"building {variant.id}")
     mark = variant_cache.events_offset(ctx.folder.artifacts)
     job = _Build(variant, ctx.threads)
-    _run(ctx, launcher, job, _Running())
+    _run(ctx, launcher, job, Running())
     _record(ctx, builds, job, mark)
 
 
@@ -210,11 +175,6 @@ def side_by_side(threads: int, variants: int) -> int:
     busy), never more than there are variants."""
     cores = environment.physical_cores()
     return max(1, min(cores, threads, variants))
-
-
-# The key under which the reference's outputs job runs among the builds (its
-# worker's log is logs/reference.log); no variant id has a space in it.
-_REFERENCE = "the reference's outputs"
 
 
 class _Slots:
@@ -292,7 +252,7 @@ def _builds_and_reference(
     builds.side_by_side = n
     threads = max(1, ctx.threads // n)
     jobs = [_Build(v, threads) for v in variants]
-    running = _Running()
+    running = Running()
     mark = variant_cache.events_offset(ctx.folder.artifacts)
     total = done + len(jobs)
     at_a_time = f"{n} at a time, {threads} thread(s) each" if n > 1 else "one at a time"
@@ -308,7 +268,7 @@ def _builds_and_reference(
     reference_loads = [] if early is None or n < 2 else early.plan(reference.id)
     own, others = reference_loads[:1], reference_loads[1:]
 
-    def load_early(slots: _Slots, planned: list[EarlyLoad]) -> set[Future[Any]]:
+    def queue_loads(slots: _Slots, planned: list[EarlyLoad]) -> set[Future[Any]]:
         """A built variant's first measuring workers, loading in free slots."""
         assert early is not None or not planned
         new = set()
@@ -316,7 +276,7 @@ def _builds_and_reference(
             ctx.rep.stage(f"loading {load.name} beside the builds (nothing is timed meanwhile)")
             priority = _COMPILING_LOAD if load.compiles else _LOAD
             builds.loaded_early.append(load.name)
-            new.add(slots.submit(priority, _load_early, early, load, running))
+            new.add(slots.submit(priority, load_early, early, load, running))
         loads.update(new)
         return new
 
@@ -327,16 +287,19 @@ def _builds_and_reference(
                 f"loading {own[0].name} beside the builds; its outputs are the reference's"
             )
             builds.loaded_early.append(own[0].name)
-            ref_future = slots.submit(
-                _FIRST, _reference_from_load, reference, early, own[0], running
-            )
+            ref_future = slots.submit(_FIRST, from_own_load, ctx, reference, early, own[0], running)
         else:
+            artifact = builds.built[reference.id]
+            if isinstance(artifact, str):
+                raise BakeoffError(
+                    f"the FP32 reference {reference.id} could not be built: {artifact}"
+                )
             ref_future = slots.submit(
-                _FIRST, _reference_outputs, ctx, launcher, builds, reference, threads, running
+                _FIRST, from_own_process, ctx, launcher, reference, artifact, threads, running
             )
         futures = {slots.submit(_BUILD, _run, ctx, launcher, job, running): job for job in jobs}
         # The reference's variant was built alone, before these.
-        pending: set[Future[Any]] = {ref_future, *futures, *load_early(slots, others)}
+        pending: set[Future[Any]] = {ref_future, *futures, *queue_loads(slots, others)}
         try:
             while pending:
                 slots.dispatch()
@@ -356,7 +319,7 @@ def _builds_and_reference(
                         _record(ctx, builds, job, mark)
                         built = not isinstance(builds.built.get(job.variant.id, ""), str)
                         if early is not None and n > 1 and built:
-                            pending |= load_early(slots, early.plan(job.variant.id))
+                            pending |= queue_loads(slots, early.plan(job.variant.id))
         except BaseException:  # the reference failed, or Ctrl-C: stop every build now
             for f in [ref_future, *futures, *loads]:
                 f.cancel()
@@ -364,81 +327,6 @@ def _builds_and_reference(
             raise
     assert result is not None
     return result
-
-
-def _load_early(
-    early: EarlyLoads, load: EarlyLoad, running: _Running
-) -> dict[str, Any] | WorkerFailed:
-    """One measuring worker loaded into `early.preloads`, stoppable with the builds."""
-    key = f"load {load.name}"  # no variant id has a space in it
-    try:
-        return early.preloads.load(
-            load.job, load.name, early.timeout_s, lambda w: running.add(key, w)
-        )
-    finally:
-        running.remove(key)
-
-
-def _reference_from_load(
-    variant: Variant, early: EarlyLoads, load: EarlyLoad, running: _Running
-) -> Reference:
-    """The reference's outputs from its own candidate's measuring worker, loaded early:
-    the quality outputs it saved are the reference's."""
-    t_ref = time.perf_counter()
-    ready = _load_early(early, load, running)
-    if isinstance(ready, WorkerFailed):
-        raise BakeoffError(
-            f"the FP32 reference ({variant.id}, as {load.name}) failed, so no variant can be "
-            f"quality-checked: {ready}"
-        )
-    return _reference_read(variant, Path(load.job.outputs_path), t_ref)
-
-
-def _reference_outputs(
-    ctx: RunContext,
-    launcher: Launcher,
-    builds: Builds,
-    variant: Variant,
-    threads: int,
-    running: _Running,
-) -> Reference:
-    t_ref = time.perf_counter()
-    artifact = builds.built[variant.id]
-    if isinstance(artifact, str):
-        raise BakeoffError(f"the FP32 reference {variant.id} could not be built: {artifact}")
-    path = ctx.folder.reference
-    first_bs = ctx.batch_sizes[0]
-    job = ReferenceJob(
-        base=ctx.job_base,
-        load=LoadSpec(variant=variant, artifact=artifact, batch_size=first_bs, threads=threads),
-        outputs_path=str(path),
-    )
-    worker: Worker | None = None
-    try:
-        worker = launcher.start(job, "reference")
-        running.add(_REFERENCE, worker)
-        worker.reply(ctx.opts.trial_timeout_s)
-    except WorkerFailed as exc:
-        raise BakeoffError(
-            f"the FP32 reference ({variant.id}, batch {first_bs}) failed, so "
-            f"no variant can be quality-checked: {exc}"
-        ) from None
-    finally:
-        running.remove(_REFERENCE)
-        if worker is not None:
-            worker.close()
-    return _reference_read(variant, path, t_ref)
-
-
-def _reference_read(variant: Variant, path: Path, t_ref: float) -> Reference:
-    """The outputs a worker saved at `path` (and at the second shape), as the reference."""
-    alt_path = alt_outputs_path(path)
-    return Reference(
-        variant,
-        np.load(path, allow_pickle=False),
-        np.load(alt_path, allow_pickle=False) if alt_path.exists() else None,
-        time.perf_counter() - t_ref,
-    )
 
 
 def build_all(

@@ -56,6 +56,15 @@ class TrainCandidate:
             raise ValueError(f"unknown status {status!r}")
         self.status, self.reason = status, reason
 
+    def trained_seeds(self) -> list[dict[str, Any]]:
+        """The seeds that trained to the recipe's end: a seed whose worker failed has
+        only its number and why (`failed`), and the stack is judged on the others."""
+        return [s for s in self.seeds if "failed" not in s]
+
+    def failed_seeds(self) -> list[dict[str, Any]]:
+        """Each seed whose worker failed (crashed, hung, or said why): its number and why."""
+        return [{"seed": s["seed"], "reason": s["failed"]} for s in self.seeds if "failed" in s]
+
     def samples(self) -> np.ndarray:
         """(rounds, steps) matrix of step times in ns."""
         return np.asarray(self.rounds_ns, dtype=np.int64)

@@ -35,7 +35,7 @@ from bakeoff.errors import UserError
 from bakeoff.judge import stats
 from bakeoff.judge.verdict import Measured, decide
 from bakeoff.paths import DEFAULT_STORE, RunFolder, hold_run_lock, resume_command
-from bakeoff.store import Store
+from bakeoff.store import Store, check_store
 from bakeoff.training import tensorboard
 from bakeoff.training.candidate import TrainCandidate
 from bakeoff.training.progress import (
@@ -301,6 +301,7 @@ def train(
     t_start = time.perf_counter()
     if resume_record is not None:
         check_resume_start(resume_record, None if opts.cluster is None else opts.cluster.words)
+    check_store(opts.store)  # a store that cannot be is said before the recipe loads
     recipe, names, seeds = _asked(ref, opts)
     threads = opts.threads or environment.default_threads()
     env = {**environment.fingerprint(), "threads": threads, "seeds": seeds}
@@ -612,9 +613,6 @@ def _train_seeds(
     say: Callable[[str], None],
     progress: Progress,
 ) -> None:
-    if c.stack in progress.failed:
-        c.set_status("failed", progress.failed[c.stack])
-        return
     kept = progress.seeds.get(c.stack, [])
     for seed, init in enumerate(inits):
         if seed < len(kept):  # trained to its end before the interruption
@@ -631,9 +629,13 @@ def _train_seeds(
         try:
             found = launcher.run(job, f"{c.stack}-seed{seed}", opts.trial_timeout_s)
         except WorkerFailed as exc:
-            c.set_status("failed", f"seed {seed}: {exc}")
-            progress.keep_failure(c.stack, c.reason)
-            return
+            # That seed's failure alone: the stack's other seeds still train, and it
+            # is judged on them (a failed seed counts as one that missed the target).
+            failed_seed = {"seed": seed, "failed": str(exc)}
+            c.seeds.append(failed_seed)
+            progress.keep_seed(c.stack, failed_seed)
+            say(f"{c.stack} seed {seed}: failed: {exc}")
+            continue
         result = {"seed": seed, **{k: v for k, v in found.items() if k != "ok"}}
         c.seeds.append(result)
         progress.keep_seed(c.stack, result)
@@ -649,8 +651,18 @@ def _train_seeds(
         )
         if "checkpoint" in found:
             c.checkpoint = found["checkpoint"]
-    if all(s["diverged"] for s in c.seeds):
-        c.set_status("diverged", "the loss went NaN or infinite in every seed")
+    trained = c.trained_seeds()
+    failures = [f"seed {f['seed']} failed: {f['reason']}" for f in c.failed_seeds()]
+    if not trained:
+        c.set_status("failed", "; ".join(failures))
+    elif all(s["diverged"] for s in trained):
+        c.set_status(
+            "diverged", "; ".join(["the loss went NaN or infinite in every seed", *failures])
+        )
+    elif failures:
+        c.set_status(
+            c.status, f"{'; '.join(failures)} (judged on the other {len(trained)} seed(s))"
+        )
 
 
 def _candidate(name: str, recipe: Recipe, cluster: NodeCluster | None) -> TrainCandidate:
@@ -795,7 +807,7 @@ def _parity(candidates: list[TrainCandidate], recipe: Recipe) -> None:
     finals = {
         c.stack: [
             s["final_metric"]
-            for s in c.seeds
+            for s in c.trained_seeds()
             if not s["diverged"] and s["final_metric"] is not None
         ]
         for c in candidates
@@ -866,6 +878,7 @@ def _candidate_document(
 ) -> dict[str, Any]:
     sps = _samples_per_s(c, recipe)
     flops = all_flops.get(c.stack, all_flops.get("*"))
+    trained = c.trained_seeds()
     seeds = [
         {
             "seed": s["seed"],
@@ -876,14 +889,14 @@ def _candidate_document(
             "evals": s["evals"],
             "losses": s["losses"],
         }
-        for s in c.seeds
+        for s in trained
     ]
-    reached = [s["time_to_target_s"] for s in c.seeds if s["time_to_target_s"] is not None]
+    reached = [s["time_to_target_s"] for s in trained if s["time_to_target_s"] is not None]
     finals = [
-        s["final_metric"] for s in c.seeds if s["final_metric"] is not None and not s["diverged"]
+        s["final_metric"] for s in trained if s["final_metric"] is not None and not s["diverged"]
     ]
-    waits = [s["data_wait_share"] for s in c.seeds if s.get("data_wait_share") is not None]
-    compiles = [s["compile_s"] for s in c.seeds]
+    waits = [s["data_wait_share"] for s in trained if s.get("data_wait_share") is not None]
+    compiles = [s["compile_s"] for s in trained]
     return {
         "id": c.id,
         "stack": c.stack,
@@ -900,6 +913,8 @@ def _candidate_document(
         "flops_per_step": flops,
         "efficiency": _efficiency(c, sps, flops, peaks, recipe),
         "seeds": seeds,
+        # Seeds whose worker failed; the score counts them as seeds that missed the target.
+        "failed_seeds": c.failed_seeds(),
         "time_to_target_s": _score(reached, len(c.seeds)) if c.seeds else None,
         "final_metric": {
             "mean": float(np.mean(finals)),

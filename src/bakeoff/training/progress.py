@@ -39,8 +39,8 @@ FILE = "progress.json"
 class Progress:
     path: Path
     rounds: dict[str, Any] | None = None  # candidates, scaling, peaks, rounds_s
-    seeds: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by stack
-    failed: dict[str, str] = field(default_factory=dict)  # stack: why its seed failed
+    # By stack, each seed as it ended: trained to the recipe's end, or failed (why).
+    seeds: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, folder: Path) -> Progress:
@@ -54,14 +54,14 @@ class Progress:
             raise UserError(
                 f"{path}: cannot read what the run finished ({exc}); start a new run"
             ) from None
-        return cls(path, data.get("rounds"), data.get("seeds", {}), data.get("failed", {}))
+        return cls(path, data.get("rounds"), data.get("seeds", {}))
 
     def save(self) -> None:
         """Written whole to a file beside it, then moved over it: a kill leaves the
         old progress or the new, never half of one."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         part = self.path.with_suffix(".part")
-        data = {"rounds": self.rounds, "seeds": self.seeds, "failed": self.failed}
+        data = {"rounds": self.rounds, "seeds": self.seeds}
         part.write_text(json.dumps(data), encoding="utf-8")
         os.replace(part, self.path)
 
@@ -93,10 +93,6 @@ class Progress:
 
     def keep_seed(self, stack: str, result: dict[str, Any]) -> None:
         self.seeds.setdefault(stack, []).append(result)
-        self.save()
-
-    def keep_failure(self, stack: str, reason: str) -> None:
-        self.failed[stack] = reason
         self.save()
 
 

@@ -190,9 +190,36 @@ class Generating:
                 )
 
 
-def _quality(gen: generators.Generator, spec: GenerateSpec, inputs: dict[str, Any]) -> None:
+def progress_path(outputs_path: str | Path) -> Path:
+    """Where a generation worker notes how far it got before its gate figures are
+    written, one line each: `loaded`, `prompt N` as each prompt's request starts (the
+    first request's too), `perplexity`. A worker that died (a crash, a hang killed at
+    the timeout) leaves the prompt it died on as the last line: the reference's
+    worker then runs again without that prompt (`bakeoff.generation.reference`)."""
+    path = Path(outputs_path)
+    return path.with_name(path.stem + ".progress")
+
+
+class _Progress:
+    def __init__(self, spec: GenerateSpec) -> None:
+        self.path = progress_path(spec.outputs_path)
+        self.path.write_text("")
+
+    def note(self, line: str) -> None:
+        # Flushed to the OS at once: it outlives a process that is killed.
+        with self.path.open("a") as f:
+            f.write(line + "\n")
+
+
+def _quality(
+    gen: generators.Generator, spec: GenerateSpec, inputs: dict[str, Any], progress: _Progress
+) -> None:
     """Greedy tokens on every prompt and the held-out text's NLL, for the gate."""
-    tokens = [gen.generate(p, spec.max_new_tokens, lambda _t: None) for p in inputs["prompts"]]
+    tokens = []
+    for i, prompt in enumerate(inputs["prompts"]):
+        progress.note(f"prompt {i}")
+        tokens.append(gen.generate(prompt, spec.max_new_tokens, lambda _t: None))
+    progress.note("perplexity")
     nll, predicted = 0.0, 0
     for passage in inputs["text"]:
         value, n = gen.nll(passage)
@@ -209,15 +236,18 @@ def start_generating(job: GenerateJob, started: float) -> tuple[dict[str, Any], 
     inputs = json.loads(Path(spec.inputs_path).read_text())
     path, build_s, built = model_file(spec)  # a StepFailed is the worker's reason
     gen = generators.load(spec.runtime, path, spec.threads)
+    progress = _Progress(spec)
+    progress.note("loaded")
     # Process start (imports included) to loaded, the build apart: a deployment
     # ships the built file.
     load_s = time.perf_counter() - started - build_s
     generating = Generating(gen, spec, inputs["prompts"])
+    progress.note("prompt 0")
     start, stamps = generating.request(inputs["prompts"][0])
     first_token_s = (stamps[0] - start) / 1e9 if stamps else None
     first_request_s = ((stamps[-1] if stamps else start) - start) / 1e9
     generating.memory.loaded()
-    _quality(gen, spec, inputs)
+    _quality(gen, spec, inputs, progress)
     size = path.stat().st_size if path.is_file() else _folder_bytes(path)
     ready = {
         "ok": True,
