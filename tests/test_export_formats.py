@@ -261,8 +261,9 @@ def test_tfserving_refuses_a_winner_that_is_not_keras_or_tensorflow(
 
 
 def test_triton_config_says_why_batching_is_off() -> None:
-    """Measurements where batch 4 barely beats batch 1: no dynamic_batching, and the
-    reason in a comment; an input batched on another axis: Triton does not batch."""
+    """Measurements where batch 4 barely beats batch 1 (and is quick enough to be
+    considered): no dynamic_batching, and the reason in a comment; an input batched
+    on another axis: Triton does not batch."""
     cand = {"id": "x-b1", "runtime": "onnxruntime", "batch_size": 1, "settings": {}}
     load = {
         "intra_op_num_threads": 2,
@@ -280,8 +281,8 @@ def test_triton_config_says_why_batching_is_off() -> None:
         {
             "candidate": "x-b4",
             "batch_size": 4,
-            "p50_ms": 3.8,
-            "p99_ms": 4.0,
+            "p50_ms": 1.9,  # within auto.LATENCY_MULTIPLE of batch 1's p99: only the
+            "p99_ms": 2.2,  # throughput decides
             "samples_per_s": 1010.0,
         },
     ]

@@ -30,7 +30,6 @@ import numpy as np
 import pytest
 
 from bakeoff import api, export
-from bakeoff.export import auto
 from tiny_mlp import write_tiny_workload
 
 TESTS = Path(__file__).parent
@@ -796,47 +795,6 @@ def test_an_idle_keep_alive_connection_outlives_the_clients_own_expiry(served: S
         assert conn.getresponse().status == 200
     finally:
         conn.close()
-
-
-# -- auto settings ------------------------------------------------------------------
-
-
-def _row(bs: int, sps: float, p50: float, p99: float, streams: int | None = None) -> dict:
-    return {
-        "candidate": f"c-b{bs}",
-        "batch_size": bs,
-        "p50_ms": p50,
-        "p99_ms": p99,
-        "samples_per_s": sps,
-        "offline_streams": streams,
-        "offline_samples_per_s": sps * 1.5 if streams else None,
-    }
-
-
-def test_auto_turns_batching_off_when_it_does_not_pay() -> None:
-    measured = [_row(1, 1000.0, 1.0, 1.2), _row(32, 1010.0, 30.0, 33.0)]
-    chosen = auto.choose(measured, 32, None, None, None)
-    assert (chosen.max_batch_size, chosen.max_queue_delay_ms, chosen.instances) == (1, 0.0, 1)
-    assert any("batching off: batch 32 gave 1.01x" in w for w in chosen.why)
-    # A gain beyond the tie margin, however small, is kept: held to batch 1 the server
-    # could not reach the variant's best throughput.
-    gains = [_row(1, 1000.0, 1.0, 1.2), _row(32, 1050.0, 30.0, 33.0)]
-    assert auto.choose(gains, 32, None, None, None).max_batch_size == 32
-
-
-def test_auto_batches_where_it_pays_within_the_latency_bound() -> None:
-    measured = [
-        _row(1, 1000.0, 1.0, 1.2),
-        _row(8, 3000.0, 2.6, 3.0, streams=2),
-        _row(32, 4000.0, 8.0, 12.0),
-    ]
-    free = auto.choose(measured, 1, None, None, None)
-    assert free.max_batch_size == 32 and free.max_queue_delay_ms == pytest.approx(4.0)
-    bound = auto.choose(measured, 1, None, None, None, latency_bound_ms=4.0)
-    assert bound.max_batch_size == 8 and bound.instances == 2
-    assert bound.max_queue_delay_ms == pytest.approx(1.0)  # 4 ms bound - 3 ms p99 < 1.3 ms
-    given = auto.choose(measured, 1, 4, 0.5, 3)
-    assert (given.max_batch_size, given.max_queue_delay_ms, given.instances) == (4, 0.5, 3)
 
 
 def test_serve_from_a_run_id_exports_the_winner_and_says_why(tiny: Tiny) -> None:

@@ -72,7 +72,11 @@ def serve_cmd(
     ] = None,
     latency_bound_ms: Annotated[
         float | None,
-        typer.Option("--latency-bound-ms", help="auto: the p99 a batch size must meet"),
+        typer.Option(
+            "--latency-bound-ms",
+            help="auto: the p99 a batch size must meet (without it, batch 1's measured "
+            "latency bounds the batch size and queue delay: printed at start)",
+        ),
     ] = None,
     store: StoreOpt = DEFAULT_STORE,
 ) -> None:

@@ -10,8 +10,13 @@ the run:
 - inputs and outputs by the model file's own names, with its datatypes and dims
   (-1 where an axis is free; without the batch axis when Triton batches);
 - ``max_batch_size``, ``dynamic_batching`` and the instance count chosen from the
-  variant's measurements by `bakeoff.export.auto` (as `bakeoff serve` chooses
-  them); where batching does not pay, no ``dynamic_batching``, and a comment says why;
+  variant's measurements by `bakeoff.export.auto` (as `bakeoff serve` with no
+  ``--latency-bound-ms`` chooses them): only batch sizes whose p99 stays within
+  ``auto.LATENCY_MULTIPLE`` times batch 1's, and a queue delay of at most batch 1's
+  p50, which matters more here than in `bakeoff serve`: Triton's dynamic batcher
+  waits out its delay for a lone request, so that is what such a request pays
+  over batch 1; where batching does not pay, no ``dynamic_batching``, and a
+  comment says why;
 - the threads (and the other settings the backend can take) the candidate was
   measured with, as the backend's own parameters, looked up in each backend's
   documentation and source: onnxruntime_backend (``intra_op_thread_count``,
@@ -341,6 +346,10 @@ def config(
             "preferred_batch_size": [max_batch_size],
             "max_queue_delay_microseconds": round(chosen.max_queue_delay_ms * 1000),
         }
+        why.append(
+            f"Triton waits out the delay for company, so a lone request pays up to "
+            f"{chosen.max_queue_delay_ms:.2f} ms over its own run"
+        )
     elif max_batch_size == 1:
         why.append("no dynamic_batching: batches of 1 (each request runs as it comes)")
     parameters, extra, notes = _backend_settings(

@@ -20,7 +20,8 @@ def choose_candidate(
     """The candidate to export from a run, and why: with a batch size, the winner of
     that batch size's verdict (else the first verdict's winner variant, measured at
     the batch size nearest below it); with `auto`, of the verdicts' winners, the
-    variant and batch size with the best throughput within the latency bound."""
+    variant and batch size with the best throughput within the latency bound (without
+    --latency-bound-ms, auto's own: within a multiple of batch 1's latency)."""
     run_id, doc = record["run_id"], record["document"] or {}
     verdicts = [v for v in doc.get("verdicts") or [] if v.get("winner")]
     if not verdicts:
