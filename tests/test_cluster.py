@@ -27,10 +27,9 @@ from bakeoff.cluster.session import Node, Session, parse_cluster
 from bakeoff.cluster.sweep import SweepOptions, run_sweep
 from bakeoff.errors import UserError
 from bakeoff.store import Store
+from extras import require_module
 
-pytest.importorskip(
-    "ray", reason="the cluster extra is not installed: pip install 'bakeoff[cluster]'"
-)
+require_module("ray", "pip install 'bakeoff[cluster]'")
 
 
 def _workload(folder: Path, name: str, options: str) -> str:

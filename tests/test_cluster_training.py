@@ -23,11 +23,10 @@ from bakeoff import api
 from bakeoff.cli import app
 from bakeoff.errors import UserError
 from bakeoff.store import Store
+from extras import require_module
 from short_recipe import SHORT_RECIPE
 
-pytest.importorskip(
-    "ray", reason="the cluster extra is not installed: pip install 'bakeoff[cluster]'"
-)
+require_module("ray", "pip install 'bakeoff[cluster]'")
 
 
 def _listing(folder: Path) -> set[str]:

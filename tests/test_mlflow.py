@@ -4,7 +4,6 @@ MlflowClient; the client missing, a bad URI and a store failing after the run;
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -20,6 +19,7 @@ from bakeoff.cli import app
 from bakeoff.cli.options import OPTIONAL_VALUES, with_optional_values
 from bakeoff.errors import BakeoffError, UserError
 from bakeoff.report import mlflow_log
+from extras import require_module
 from short_recipe import write_mlp_and_digits
 
 if TYPE_CHECKING:
@@ -27,9 +27,7 @@ if TYPE_CHECKING:
 
 # Not imported here: importing mlflow at collection, before conftest points HOME into a
 # temp dir, would write MLflow's telemetry id under the real ~/.config.
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("mlflow") is None, reason="needs the mlflow extra"
-)
+require_module("mlflow", "pip install 'bakeoff[mlflow]'")
 
 ROOT = Path(__file__).resolve().parents[1]
 # int8 loses half its cosine: rejected by the quality gate, with a reason and no timings.

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from bakeoff import api
+from extras import require_program
 from tiny_mlp import TINY_MLP
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -284,11 +285,8 @@ _CLIPPED_PAGE = (
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(
-    not CHROMIUM.exists(),
-    reason="needs Debian's chromium at /usr/bin/chromium (make test-report installs it)",
-)
 def test_report_renders_in_headless_chromium(run: dict[str, Any], tmp_path: Path) -> None:
+    require_program(CHROMIUM, "apt-get install chromium (make browser)")
     page = _html(run)
     out_dir = Path(os.environ.get("BAKEOFF_TEST_OUTPUT") or tmp_path)
     out_dir.mkdir(parents=True, exist_ok=True)
