@@ -257,7 +257,9 @@ ADDED = {"efficiency", "worker"}
 SETTINGS_ADDED = {"worker_per_batch_size", "split_share"}
 # Workload keys added since, likewise.
 #   text  issue 20: where text was tokenized, so an export takes text again (serve)
-WORKLOAD_ADDED = {"text"}
+#   reference_outputs  issue 44: the worker and chunk size the reference's outputs
+#         came from, and the chunk sizes that failed before it
+WORKLOAD_ADDED = {"text", "reference_outputs"}
 
 
 def test_the_result_document_keeps_its_keys(fake_document: dict[str, Any]) -> None:
