@@ -55,32 +55,45 @@ def gemm_peak(monkeypatch: pytest.MonkeyPatch) -> None:
 def triton_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv with only tritonclient (http, and grpc for Triton's model-config schema,
     `tritonclient.grpc.model_config_pb2`) and numpy: its ml-dtypes pin clashes with the
-    frameworks'. Made once per test session (per xdist worker) from the same package
+    frameworks'. Made once per test session (shared by its xdist workers) from the same package
     index; our own pip fills it (`--python`): no pip of its own to install, nothing
     byte-compiled that the client never imports."""
-    venv = tmp_path_factory.mktemp("tritonclient-venv")
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
-    )
+    # The pytest workers of one session share it (their temp folders' common parent):
+    # the first makes it under a lock, the others wait and take it.
+    import fcntl
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # basetemp is the worker's, in the session's
+        shared = shared.parent
+    venv = shared / "tritonclient-venv"
     python = venv / "bin" / "python"
-    pip = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(python),
-            "install",
-            "--quiet",
-            "--no-compile",
-            "tritonclient[http,grpc]==2.73.0",
-            "numpy==2.4.6",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert pip.returncode == 0, pip.stderr[-3000:]
+    with open(shared / "tritonclient-venv.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / "ready").exists():
+            subprocess.run(
+                [sys.executable, "-m", "venv", "--clear", "--without-pip", str(venv)],
+                check=True,
+                timeout=120,
+            )
+            pip = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "--python",
+                    str(python),
+                    "install",
+                    "--quiet",
+                    "--no-compile",
+                    "tritonclient[http,grpc]==2.73.0",
+                    "numpy==2.4.6",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            assert pip.returncode == 0, pip.stderr[-3000:]
+            (venv / "ready").touch()
     return python
 
 

@@ -3,7 +3,9 @@
 the 2-node candidate measured like the single-node one, with its samples/s CI,
 scaling efficiency against itself on one node and the all-reduce's share of step
 time, each rank pinned to its own node's cores. The arguments' checks need no
-cluster."""
+cluster. The training across nodes is `slow` (a minute of a 2-core machine): Ray
+itself is in make test through the sweeps' cluster (tests/test_cluster.py), and ddp
+through torchrun (tests/test_distributed_training.py)."""
 
 from __future__ import annotations
 
@@ -75,6 +77,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_ddp_trains_across_two_nodes_with_its_scaling_against_one_node(
     trained: dict[str, Any],
 ) -> None:
@@ -107,6 +110,7 @@ def test_ddp_trains_across_two_nodes_with_its_scaling_against_one_node(
     assert ddp["peak_rss_mb"]["ranks"] and len(ddp["peak_rss_mb"]["ranks"]) == 2
 
 
+@pytest.mark.slow
 def test_each_rank_ran_on_a_node_of_its_own_pinned_to_that_nodes_cores(
     trained: dict[str, Any],
 ) -> None:
@@ -121,6 +125,7 @@ def test_each_rank_ran_on_a_node_of_its_own_pinned_to_that_nodes_cores(
     assert all(1 <= n["threads"] <= len(n["cores"]) for n in nodes)
 
 
+@pytest.mark.slow
 def test_the_table_says_how_ddp_scaled_across_nodes(trained: dict[str, Any]) -> None:
     out = " ".join(trained["output"].split())
     assert "ddp: 2 nodes x 1 rank x" in out
@@ -130,6 +135,7 @@ def test_the_table_says_how_ddp_scaled_across_nodes(trained: dict[str, Any]) -> 
     assert re.search(r"`bakeoff train --resume train-\S+ .*?--cluster local:2`", out)
 
 
+@pytest.mark.slow
 def test_ray_train_writes_nothing_under_home(trained: dict[str, Any]) -> None:
     assert not trained["new_in_home"], sorted(trained["new_in_home"])[:20]
 

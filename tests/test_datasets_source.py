@@ -97,8 +97,14 @@ RUN_SHORT = (
 
 @pytest.mark.parametrize(
     "dataset",
-    ['{ path = "val.parquet", format = "parquet" }', '{ path = "saved", split = "validation" }'],
-    ids=["parquet", "save_to_disk"],
+    [
+        pytest.param('{ path = "val.parquet", format = "parquet" }', id="parquet"),
+        # slow: the same run on the same rows; make test reads a save_to_disk folder
+        # in the reader's own tests
+        pytest.param(
+            '{ path = "saved", split = "validation" }', id="save_to_disk", marks=pytest.mark.slow
+        ),
+    ],
 )
 def test_a_run_on_a_dataset_reaches_a_verdict_on_accuracy(
     folder: Path, tmp_path: Path, dataset: str

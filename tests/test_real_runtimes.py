@@ -164,9 +164,12 @@ def _by_id(doc: dict) -> dict[str, dict]:
 
 
 @pytest.mark.usefixtures("gemm_peak")
+@pytest.mark.slow
 def test_user_model_on_torch_onnxruntime_openvino(tmp_path: Path, store_path: Path) -> None:
     # One batch size: the two-group path (latency at 1, throughput above) is covered by
     # the offline, timeout and branch tests; this one is every runtime x precision.
+    # Slow: make test has each of these runtimes and INT8 methods in a test of its own
+    # (the segfault test, test_precisions_*, the relative-store CLI test).
     wl = _workload(tmp_path, "build", ["torch", "onnxruntime", "openvino"], ["fp32", "int8"], [32])
     out = tmp_path / "out.json"
     result = api.run(
@@ -196,12 +199,6 @@ def test_user_model_on_torch_onnxruntime_openvino(tmp_path: Path, store_path: Pa
     ):
         assert cands[cid]["status"] in ("ok", "rejected"), cands[cid]["reason"]
         assert cands[cid]["quality"]["metric"] == "cosine"
-    # `import torch` alone is a good part of a second; ONNX Runtime's is far lighter.
-    torch_import = cands["torch-fp32-b32"]["cold_start_s"]["import"]
-    assert (
-        torch_import > 0.2
-        and torch_import > cands["onnxruntime-fp32-b32"]["cold_start_s"]["import"]
-    )
     assert cands["onnxruntime-fp32-b32"]["exporter"] in ("dynamo", "torchscript")
     # OpenVINO's precision hint is explicit and read back
     assert cands["openvino-fp32-b32"]["settings"]["INFERENCE_PRECISION_HINT"] == "f32"
@@ -287,11 +284,17 @@ def test_a_segfault_at_one_batch_size_fails_only_its_candidate(
     result = api.run(str(wl), api.RunOptions(quick=True, store=store_path, budget_s=3))
     assert result.exit_code == 0
     _fell_back_at_32(result.document, "SIGSEGV")
+    for c in result.document["candidates"]:
+        if c["status"] == "ok":  # the runtime's import is timed apart, a share of the load
+            assert 0 < c["cold_start_s"]["import"] < c["cold_start_s"]["load"], c["id"]
 
 
+@pytest.mark.slow
 def test_a_hang_at_one_batch_size_fails_only_its_candidate(
     tmp_path: Path, store_path: Path
 ) -> None:
+    """Slow (two trial timeouts): make test has the same on the fake runtime
+    (test_reference_fallback.py)."""
     wl = _workload(tmp_path, "build_hanging", ["torch", "onnxruntime"], ["fp32"], [1, 32])
     # Long enough for a worker to import torch and load on a busy 2-core machine (with
     # make test's other worker running torchrun and two ranks beside it, 10 s was not).

@@ -33,16 +33,19 @@ def test_the_chunks_tried_after_a_failure_are_the_runs_smaller_batch_sizes_then_
     assert smaller_chunks(failed_at, sizes) == tried
 
 
-def _run(folder: Path, crash_at: int, batch_sizes: list[int]) -> api.RunResult:
-    """fp32 (the reference) crashes at `crash_at`; int8 runs everywhere."""
+def _run(
+    folder: Path, crash_at: int, batch_sizes: list[int], fault: str = "crash_at_batch", **opts: Any
+) -> api.RunResult:
+    """fp32 (the reference) crashes (or hangs) at `crash_at`; int8 runs everywhere."""
     np.savez(folder / "d.npz", input=np.random.default_rng(0).random((64, 8), dtype=np.float32))
     (folder / "w.toml").write_text(
         'name = "fake"\n[model]\nkind = "fake"\n'
-        f"options = {{ crash_at_batch = {{ fp32 = {crash_at} }} }}\n"
+        f"options = {{ {fault} = {{ fp32 = {crash_at} }} }}\n"
         '[data]\npath = "d.npz"\n[search]\nruntimes = ["fake"]\n'
         f'precisions = ["fp32", "int8"]\nbatch_sizes = {batch_sizes}\n'
     )
-    return api.run(str(folder / "w.toml"), api.RunOptions(quick=True, store=folder / "s.db"))
+    options = api.RunOptions(quick=True, store=folder / "s.db", **opts)
+    return api.run(str(folder / "w.toml"), options)
 
 
 @pytest.fixture(params=[1, 2], ids=["one core", "two cores"])
@@ -90,3 +93,26 @@ def test_the_run_gives_up_only_when_the_reference_crashes_in_chunks_of_1_too(
     expected = r"in chunks of 8: .*SIGSEGV.*; in chunks of 1: .*SIGSEGV" if cores > 1 else "SIGSEGV"
     with pytest.raises(BakeoffError, match=r"FP32 reference \(fake-fp32, .*" + expected):
         _run(tmp_path, 1, [1, 8])
+
+
+def test_a_hang_at_the_largest_batch_size_is_killed_and_fails_only_its_candidate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reference's worker, shared by 1 and 32, hangs in its quality pass at 32: it
+    is killed at the trial timeout, the held-out set runs again in chunks of 1, and
+    only fp32 at 32 (whose own worker hangs too) fails. On the fake runtime, whose
+    worker loads in a fraction of a second, a short timeout is safe on a busy
+    machine; the real runtimes' hang is `slow` (test_real_runtimes.py)."""
+    monkeypatch.setattr(environment, "physical_cores", lambda: 2)
+    result = _run(tmp_path, 32, [1, 32], fault="hang_at_batch", trial_timeout_s=8)
+    assert result.exit_code == 0
+    doc: dict[str, Any] = result.document
+    by_id = {c["id"]: c for c in doc["candidates"]}
+    assert by_id["fake-fp32-b32"]["status"] == "failed"
+    assert "trial timeout of 8 s" in by_id["fake-fp32-b32"]["reason"]
+    for cid in ("fake-fp32-b1", "fake-int8-b1", "fake-int8-b32"):
+        assert by_id[cid]["status"] == "ok", (cid, by_id[cid]["reason"])
+    outputs = doc["workload"]["reference_outputs"]
+    assert outputs["chunk_size"] == 1
+    (failed,) = outputs["fell_back_from"]
+    assert failed["chunk_size"] == 32 and "trial timeout of 8 s" in failed["reason"]

@@ -16,8 +16,9 @@ accuracy-aware INT8 does when plain INT8 passes, to test how a run leaves such a
 variant out; ``build_wall_s`` (a real sleep in that precision's build) and
 ``load_error`` (a message its load fails with) let a test see what stops what
 while builds run side by side; ``crash_at_batch`` kills the worker with SIGSEGV on
-a call of that many samples (a kernel that breaks at one shape), to test that the
-crash stays with the batch size it happens at. A labelled
+a call of that many samples (a kernel that breaks at one shape), and ``hang_at_batch``
+makes such a call never return, to test that the crash or hang stays with the batch
+size it happens at. A labelled
 candidate's ``options`` override these for that candidate.
 """
 
@@ -80,6 +81,7 @@ OPTIONS = {
     "seed",
     "model_mb",
     "crash_at_batch",
+    "hang_at_batch",
 }
 
 
@@ -97,6 +99,7 @@ class FakeRunner:
         # Real sleeping per call, so tests can interrupt a run that is in flight.
         self.wall_s = _option(opts, "wall_ms", p, 0.0) / 1000.0
         self.crash_at = int(_option(opts, "crash_at_batch", p, 0.0))
+        self.hang_at = int(_option(opts, "hang_at_batch", p, 0.0))
         name = ctx.candidate_id or f"{variant.id}-b{ctx.batch_size}"
         seed = zlib.crc32(f"{name}/{opts.get('seed', 0)}".encode())
         self.rng = np.random.default_rng(seed)
@@ -120,6 +123,8 @@ class FakeRunner:
             # As a native crash would end it; no core file is left behind.
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
             os.kill(os.getpid(), signal.SIGSEGV)
+        while len(prepared) == self.hang_at:  # until the orchestrator kills the worker
+            time.sleep(60)
         factor = float(self.rng.lognormal(0.0, self.jitter)) if self.jitter > 0 else 1.0
         # The batch is the call's own (a worker goes on at another batch size).
         latency_ns = self.base_ns + self.per_sample_ns * len(prepared)
