@@ -476,7 +476,13 @@ def test_hf_modules_for_both_tasks(minilm_folder: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("task", "metric"), [("feature-extraction", "cosine"), ("sequence-classification", "agreement")]
+    ("task", "metric"),
+    [
+        ("feature-extraction", "cosine"),
+        # slow: the same folder and runtimes with a classification head; make test
+        # builds that head in test_hf_modules_for_both_tasks above
+        pytest.param("sequence-classification", "agreement", marks=pytest.mark.slow),
+    ],
 )
 def test_hf_folder_runs_end_to_end(
     tmp_path: Path, store_path: Path, minilm_folder: str, task: str, metric: str

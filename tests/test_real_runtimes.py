@@ -480,6 +480,7 @@ def test_variable_axes_are_exported_dynamic_and_checked_at_a_second_shape(
     assert dims[0].dim_param and dims[1].dim_param and dims[2].dim_value == 8
 
 
+@pytest.mark.slow  # make test checks the second shape: test_variable_axes_are_exported_dynamic...
 def test_a_length_baked_in_by_the_exporter_is_rejected_at_the_second_shape(
     tmp_path: Path, store_path: Path
 ) -> None:
