@@ -106,7 +106,10 @@ def test_full_and_lora_train_side_by_side_and_say_what_each_trains(lora_run: dic
 
 
 def test_lora_without_adapters_named_is_unavailable_and_says_what_to_add(tmp_path: Path) -> None:
+    """Said before anything trains (the run marks the stack so, `why_unavailable`)."""
     from bakeoff.builtins import digits
+    from bakeoff.training.pipeline import candidate, why_unavailable
+    from bakeoff.training.recipe import load_recipe
 
     x_train, y_train, x_val, y_val = digits.train_and_validation()
     np.savez(tmp_path / "d.npz", x_train=x_train, y_train=y_train, x_val=x_val, y_val=y_val)
@@ -115,12 +118,9 @@ def test_lora_without_adapters_named_is_unavailable_and_says_what_to_add(tmp_pat
         '[train]\ndata = "d.npz"\nlr = 0.002\nsteps = 10\ntarget = { value = 0.5 }\n'
         'stacks = ["torch", "lora"]\n'
     )
-    doc = api.train(
-        str(tmp_path / "recipe.toml"),
-        api.TrainOptions(seeds=1, quick=True, threads=2, budget_s=2, store=tmp_path / "s.db"),
-    ).document
-    lora = next(c for c in doc["candidates"] if c["id"] == "lora")
-    assert lora["status"] == "unavailable" and "[train] lora = { targets" in lora["reason"]
+    recipe = load_recipe(str(tmp_path / "recipe.toml"), quick=True)
+    why = why_unavailable(candidate("lora", recipe, None), recipe, threads=2)
+    assert why is not None and "[train] lora = { targets" in why
 
 
 def test_the_docstring_set_is_real_labelled_text_from_the_standard_library() -> None:

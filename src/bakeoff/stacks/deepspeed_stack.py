@@ -4,8 +4,12 @@ no GPU. The eager model and the reference's optimizer (its state in FP32) are
 handed to `deepspeed.initialize`; each rank steps on its share of the global
 batch through the engine's `backward` and `step`.
 
-On first use DeepSpeed compiles its CPU communication op with the system's C++
-compiler (about 40 s on 2 cores) into torch's extensions folder, then reuses it.
+On a CPU, DeepSpeed's communication backend compiles its shared-memory all-reduce
+op with the system's C++ compiler when it starts (about 40 s on 2 cores, on first
+use). Training never calls that op: ZeRO's all-reduces and reduce-scatters go
+through torch.distributed (gloo) either way, and the op serves only DeepSpeed's
+`inference_all_reduce`. So it is not built here (`_without_shm_op`), and the
+settings say so.
 Its checkpoints are its own (`save_checkpoint` / `load_checkpoint`, one folder),
 read back by DeepSpeed's loader, which unpickles in full: only the file this run
 just wrote is ever read that way. Its communication is not timed (no hook)."""
@@ -34,6 +38,8 @@ class DeepSpeedTrainer(RankShare):
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         import deepspeed
 
+        if not torch.cuda.is_available():
+            _without_shm_op()
         config = {
             "train_batch_size": spec.batch_size,
             "train_micro_batch_size_per_gpu": self.share,
@@ -50,6 +56,8 @@ class DeepSpeedTrainer(RankShare):
             zero_stage=ZERO_STAGE,
             accelerator=deepspeed.get_accelerator().device_name(),
         )
+        if not torch.cuda.is_available():
+            self.settings["shm_comm_op"] = "not built: training communicates through gloo"
 
     def param_groups(self) -> list[dict[str, Any]]:
         # The ZeRO optimizer the engine steps, around ours.
@@ -70,3 +78,16 @@ class DeepSpeedTrainer(RankShare):
     def load(self, path: str) -> None:
         _, client = self.engine.load_checkpoint(path, tag=_TAG)
         self.updates = int(client["updates"])
+
+
+def _without_shm_op() -> None:
+    """DeepSpeed's backend starts without its CPU shared-memory op (see the module's
+    docstring): `TorchBackend` looks `build_shm_op` up when it is made, and None is
+    what it gets where the op cannot be built, a case it handles. Taken from
+    sys.modules: `deepspeed.comm`'s own name `torch` is PyTorch, which `import
+    deepspeed.comm.torch as ...` would bind."""
+    import importlib
+    import sys
+
+    importlib.import_module("deepspeed.comm.torch")
+    sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None

@@ -550,21 +550,9 @@ def _rounds(
     then the GEMM peak: the candidates as the rounds left them."""
     # Steps a cut-short stage timed are not this stage's: it starts again whole.
     store.drop_trials(run_id)
-    candidates = [_candidate(n, recipe, cluster) for n in names]
+    candidates = [candidate(n, recipe, cluster) for n in names]
     for c in candidates:
-        why = stacks.availability(c.stack, recipe.factory)
-        if not why and recipe.batch_size % c.processes:
-            why = (
-                f"the global batch ({recipe.batch_size}) does not split evenly over its "
-                f"{c.processes} processes"
-            )
-        elif not why and c.stack == "lora" and recipe.lora is None:
-            why = (
-                "the recipe names no LoRA adapters: [train] lora = { targets = [...] } "
-                "(the modules that get them, e.g. a transformer's attention projections)"
-            )
-        elif not why and threads < c.processes and not c.nodes:
-            why = f"needs {c.processes} threads, one per process; the run has {threads}"
+        why = why_unavailable(c, recipe, threads)
         if why:
             c.set_status("unavailable", why)
     pending = [c for c in candidates if c.status == "pending"]
@@ -665,7 +653,25 @@ def _train_seeds(
         )
 
 
-def _candidate(name: str, recipe: Recipe, cluster: NodeCluster | None) -> TrainCandidate:
+def why_unavailable(c: TrainCandidate, recipe: Recipe, threads: int) -> str | None:
+    """Why the stack cannot train this recipe here, before anything runs (None: it can)."""
+    why = stacks.availability(c.stack, recipe.factory)
+    if not why and recipe.batch_size % c.processes:
+        why = (
+            f"the global batch ({recipe.batch_size}) does not split evenly over its "
+            f"{c.processes} processes"
+        )
+    elif not why and c.stack == "lora" and recipe.lora is None:
+        why = (
+            "the recipe names no LoRA adapters: [train] lora = { targets = [...] } "
+            "(the modules that get them, e.g. a transformer's attention projections)"
+        )
+    elif not why and threads < c.processes and not c.nodes:
+        why = f"needs {c.processes} threads, one per process; the run has {threads}"
+    return why
+
+
+def candidate(name: str, recipe: Recipe, cluster: NodeCluster | None) -> TrainCandidate:
     """The stack's candidate: on this machine, or, with a cluster, one rank on each of
     its nodes where the stack trains across nodes."""
     if cluster is not None and stacks.BY_NAME[name].across_nodes:
