@@ -90,4 +90,5 @@ def _without_shm_op() -> None:
     import sys
 
     importlib.import_module("deepspeed.comm.torch")
-    sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
+    backend: Any = sys.modules["deepspeed.comm.torch"]
+    backend.build_shm_op = lambda: None
