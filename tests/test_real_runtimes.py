@@ -423,6 +423,7 @@ def test_offline_scenario_sweeps_concurrency_with_loadgen(tmp_path: Path, store_
         assert two["NUM_STREAMS"] == 2 and two["INFERENCE_NUM_THREADS"] == 2
 
 
+@pytest.mark.slow  # make test has the gate's rejections on the fake runtime and INT8
 def test_traced_data_dependent_branch_is_rejected_by_the_quality_gate(
     tmp_path: Path, store_path: Path
 ) -> None:
