@@ -45,6 +45,14 @@ class Served:
     def output(self) -> str:
         return "\n".join(self.lines)
 
+    def wait_for(self, pattern: str, timeout: float = 30) -> str:
+        """The output once a line matches (the reader thread may lag the server's own writes)."""
+        deadline = time.monotonic() + timeout
+        while not any(re.search(pattern, line) for line in list(self.lines)):
+            assert time.monotonic() < deadline, f"no line matches {pattern!r}:\n{self.output()}"
+            time.sleep(0.05)
+        return self.output()
+
     def stop(self, timeout: float = 30) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -800,7 +808,7 @@ def test_an_idle_keep_alive_connection_outlives_the_clients_own_expiry(served: S
 def test_serve_from_a_run_id_exports_the_winner_and_says_why(tiny: Tiny) -> None:
     s = _start(_serve_cli(tiny.run_id[:12], "--store", str(tiny.store)))
     try:
-        out = s.output()
+        out = s.wait_for(r"^ready: ")
         assert "exported to" in out and "onnxruntime-fp32-b" in out
         assert "measured in the run: batch 1:" in out
         assert re.search(r"ready: tiny version 1 \(1 instance\(s\), batches of up to [14] ", out)

@@ -130,8 +130,10 @@ class Serving:
             in_server=lambda: self.in_flight,
         )
         self.batcher.start()
-        self.ready = not self.draining
+        # Announced before readiness flips, so that whoever polls the ready endpoint
+        # finds the "ready:" line already written.
         self.on_ready()
+        self.ready = not self.draining
 
     def _loading_failed(self, message: str) -> None:
         self.failed = message
