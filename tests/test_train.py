@@ -367,36 +367,24 @@ def test_a_toml_recipe_trains_the_users_model_and_an_absurd_lr_diverges(tmp_path
 
     x_train, y_train, x_val, y_val = digits.train_and_validation()
     np.savez(tmp_path / "d.npz", x_train=x_train, y_train=y_train, x_val=x_val, y_val=y_val)
-    # Accumulating in two halves draws other dropout masks than one whole batch, so
-    # after 60 steps the two stacks' accuracies differ by chance: a wide tolerance
-    # keeps the parity check out of the way (the first-loss check has its own).
-    good = _recipe(
+    # One run: torch-accumulate's learning rate is absurd, so it diverges, and torch
+    # still finishes on the user's model (two runs, one of them all good, cost make
+    # test 25 s more; torch-accumulate's parity with torch is checked on the built-in).
+    recipe = _recipe(
         tmp_path,
-        'data = "d.npz"\noptimizer = "sgd"\nlr = 0.1\nsteps = 60\ntolerance = 0.2\n'
-        'stacks = ["torch", "torch-accumulate"]\ntarget = { value = 0.5 }\n',
-    )
-    doc = api.train(
-        str(good), api.TrainOptions(seeds=1, quick=True, budget_s=3, store=tmp_path / "s.db")
-    ).document
-    assert doc["workload"]["name"] == "mlp-digits" and doc["workload"]["optimizer"] == "sgd"
-    for c in doc["candidates"]:
-        assert c["status"] == "ok", c["reason"]
-        assert c["settings"]["optimizer"] == "SGD"
-        assert c["seeds"][0]["final_metric"] > 0.5
-    # Only one stack's rate is absurd: it diverges, and the reference still finishes.
-    one = _recipe(
-        tmp_path,
-        'data = "d.npz"\noptimizer = "sgd"\nlr = 0.1\nsteps = 40\n'
+        'data = "d.npz"\noptimizer = "sgd"\nlr = 0.1\nsteps = 60\n'
         'stack_lr = { torch-accumulate = 1e36 }\nstacks = ["torch", "torch-accumulate"]\n'
         "target = { value = 0.5 }\n",
     )
-    mixed = api.train(
-        str(one), api.TrainOptions(seeds=1, quick=True, budget_s=3, store=tmp_path / "s.db")
+    doc = api.train(
+        str(recipe), api.TrainOptions(seeds=1, quick=True, budget_s=3, store=tmp_path / "s.db")
     ).document
-    by = {c["id"]: c for c in mixed["candidates"]}
+    assert doc["workload"]["name"] == "mlp-digits" and doc["workload"]["optimizer"] == "sgd"
+    by = {c["id"]: c for c in doc["candidates"]}
     assert by["torch-accumulate"]["status"] == "diverged"
     assert by["torch-accumulate"]["seeds"][0]["diverged"] is True
     assert by["torch"]["status"] == "ok", by["torch"]["reason"]
+    assert by["torch"]["settings"]["optimizer"] == "SGD"
     assert by["torch"]["seeds"][0]["diverged"] is False
     assert by["torch"]["seeds"][0]["final_metric"] > 0.5
 
