@@ -19,6 +19,7 @@ from bakeoff.errors import UserError
 from bakeoff.export import tfserving, triton
 from bakeoff.export.predictor import FORMAT, MANIFEST
 from bakeoff.export.program import measured_source, torch_program
+from bakeoff.judge.verdict import chosen
 from bakeoff.paths import RunFolder
 from bakeoff.store import refuse_generative
 from bakeoff.workload.data import TOKENIZER_FILES
@@ -287,12 +288,12 @@ def _choose(record: dict[str, Any], candidate_id: str | None) -> dict[str, Any]:
                 "from; name one with --candidate ID"
             )
         verdict = doc["verdicts"][0]
-        if not verdict.get("winner"):
+        if not chosen(verdict):
             raise UserError(
                 f"run {run_id}: the batch-{verdict['batch_size']} verdict has no winner "
                 f"({verdict.get('reason')}); name a candidate with --candidate ID"
             )
-        candidate_id = str(verdict["winner"])
+        candidate_id = str(chosen(verdict))
     cand = by_id.get(candidate_id)
     if cand is None:
         ok = ", ".join(c["id"] for c in candidates if c["status"] == "ok") or "none"
@@ -434,11 +435,14 @@ def variant_measurements(
 ) -> list[dict[str, Any]]:
     """The figures of `cand`'s variant at every batch size the run measured it (its
     ok candidates in the result document), so a server can choose its batching from
-    them (`bakeoff serve --max-batch-size auto`)."""
-    vid = _variant_id(cand)
+    them (`bakeoff serve --max-batch-size auto`). Hand-written candidates of one
+    variant with their own labels (other options) are not the same variant here."""
+    key = (_variant_id(cand), cand.get("label"))
     rows = []
     for c in candidates:
-        if c["status"] != "ok" or _variant_id(c) != vid or not c.get("latency_ms"):
+        if c["status"] != "ok" or (_variant_id(c), c.get("label")) != key:
+            continue
+        if not c.get("latency_ms"):
             continue
         best = (c.get("offline") or {}).get("best") or {}
         rows.append(

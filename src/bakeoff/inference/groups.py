@@ -21,6 +21,7 @@ from bakeoff.inference.options import ScenarioSettings, scenario_settings, trial
 from bakeoff.inference.reference import Reference
 from bakeoff.inference.scenarios import after_rounds, repeat_cold_starts
 from bakeoff.judge.constraints import constraint_violations
+from bakeoff.judge.recommend import Traits, recommend
 from bakeoff.judge.verdict import Measured, Verdict, decide, objective_for
 from bakeoff.trials.engine import Engine, run_trials
 from bakeoff.trials.launcher import Launcher
@@ -142,8 +143,19 @@ def _decide(
         min_rounds=s.min_rounds,
         excluded=excluded,
     )
+    decided = recommend(decided, {c.id: _traits(c) for c in same_bs if c.status == "ok"})
     caveat = busy_caveat(use, same_bs)
     return decided.with_caveat(caveat) if caveat else decided
+
+
+def _traits(c: Candidate) -> Traits:
+    """What a recommendation among tied candidates weighs, from the candidate's own
+    figures as its document reports them."""
+    return Traits(
+        quality_drop=None if c.quality is None else max(0.0, float(c.quality.drop)),
+        peak_memory_mb=c.peak_mb(),
+        cold_start_s=c.figures().cold_start_s.value,
+    )
 
 
 def _measure_group(

@@ -46,7 +46,8 @@ class RunResult:
 
     @property
     def exit_code(self) -> int:
-        return 0 if any(v.winner for v in self.verdicts) else 1
+        # `recommended` is set exactly where there is a winner (judge.recommend)
+        return 0 if any(v.recommended or v.winner for v in self.verdicts) else 1
 
 
 @dataclass

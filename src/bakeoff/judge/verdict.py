@@ -11,7 +11,9 @@ thresholds holds the numbers both go by.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -74,10 +76,17 @@ class Verdict:
     comparisons: list[dict] = field(default_factory=list)
     level: float | None = None
     margin: float | None = None
+    # What to take: the winner, or among those speed cannot separate from it the one
+    # judge.recommend picks by quality, memory and cold start; `recommendation` says
+    # why when it had to pick. None before recommend runs (and with no winner).
+    recommended: str | None = None
+    recommendation: str = ""
 
     def __post_init__(self) -> None:
         if self.winner is not None and self.winner not in self.ranking:
             raise ValueError("the winner must be ranked")
+        if self.recommended is not None and self.recommended not in self.ranking:
+            raise ValueError("the recommended candidate must be ranked")
         if not self.reason:
             raise ValueError("a verdict needs a reason in words")
 
@@ -100,6 +109,8 @@ class Verdict:
             "batch_size": self.batch_size,
             "objective": self.objective,
             "winner": self.winner,
+            "recommended": self.recommended,
+            "recommendation": self.recommendation,
             "baseline": self.baseline,
             "standing": self.standing,
             "beats_baseline": self.beats_baseline,
@@ -117,6 +128,13 @@ class Verdict:
             "reason": self.reason,
             "excluded_by_constraints": self.excluded,
         }
+
+
+def chosen(verdict: Mapping[str, Any]) -> str | None:
+    """The candidate a verdict in a document says to take: its `recommended` (the
+    winner, or the pick among those tied with it); documents stored before there was
+    a recommendation have only the winner."""
+    return verdict.get("recommended") or verdict.get("winner")
 
 
 def objective_for(batch_size: int, requested: str) -> str:

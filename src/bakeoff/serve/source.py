@@ -10,6 +10,7 @@ from typing import Any
 from bakeoff.errors import UserError
 from bakeoff.export import variant_measurements
 from bakeoff.export.auto import best_batch
+from bakeoff.judge.verdict import chosen
 from bakeoff.paths import RunFolder
 from bakeoff.store import refuse_generative
 
@@ -23,7 +24,7 @@ def choose_candidate(
     variant and batch size with the best throughput within the latency bound (without
     --latency-bound-ms, auto's own: within a multiple of batch 1's latency)."""
     run_id, doc = record["run_id"], record["document"] or {}
-    verdicts = [v for v in doc.get("verdicts") or [] if v.get("winner")]
+    verdicts = [v for v in doc.get("verdicts") or [] if chosen(v)]
     if not verdicts:
         raise UserError(
             f"run {run_id} has no verdict with a winner to serve; name one with --candidate ID"
@@ -32,11 +33,11 @@ def choose_candidate(
     by_id = {c["id"]: c for c in candidates}
     if max_batch_size is not None:
         verdict = next((v for v in verdicts if v["batch_size"] == max_batch_size), verdicts[0])
-        rows = variant_measurements(candidates, by_id[verdict["winner"]])
+        rows = variant_measurements(candidates, by_id[str(chosen(verdict))])
         below = [r for r in rows if r["batch_size"] <= max_batch_size] or rows
         row = max(below, key=lambda r: r["batch_size"])
         return row["candidate"], [
-            f"{row['candidate']}: the batch-{verdict['batch_size']} verdict's winner"
+            f"{row['candidate']}: the batch-{verdict['batch_size']} verdict's recommendation"
             + (
                 f", measured at batch {row['batch_size']}"
                 if row["batch_size"] != max_batch_size
@@ -45,14 +46,18 @@ def choose_candidate(
         ]
     # Each winner's best batch size (the reasons are printed by `auto` once served).
     best = [
-        best_batch(variant_measurements(candidates, by_id[v["winner"]]), latency_bound_ms)[0]
+        best_batch(variant_measurements(candidates, by_id[str(chosen(v))]), latency_bound_ms)[0]
         for v in verdicts
     ]
     measured = [r for r in best if r is not None]
     if not measured:
-        return str(verdicts[0]["winner"]), ["the first verdict's winner (no throughput measured)"]
+        return str(chosen(verdicts[0])), [
+            "the first verdict's recommendation (no throughput measured)"
+        ]
     top = max(measured, key=lambda r: r["samples_per_s"])
-    return top["candidate"], [f"{top['candidate']}: of the verdicts' winners, the best throughput"]
+    return top["candidate"], [
+        f"{top['candidate']}: of the verdicts' recommendations, the best throughput"
+    ]
 
 
 def export_folder(
