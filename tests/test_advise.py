@@ -122,10 +122,19 @@ def test_int8_is_proposed_on_every_x86_profile_with_the_path_it_has(
     assert proposed[("onnxruntime", "int8")].methods == ("dynamic",)
     assert "nncf" in proposed[("openvino", "int8")].methods
     assert ("torch", "int8") in proposed
+    # BF16 joins the grid where the CPU has it natively, for every goal: the default
+    # run measures batch 32, where BF16 pays (and autocast reaches torch-compile too)
+    native_bf16 = profile != "avx2"
     assert report.run_grid() == (
         ["torch", "torch-compile", "onnxruntime", "openvino"],
-        ["fp32", "int8"],
+        ["fp32", "bf16", "int8"] if native_bf16 else ["fp32", "int8"],
     )
+    if native_bf16:
+        bf16 = proposed[("openvino", "bf16")].reason
+        assert "native BF16" in bf16 and "measured at every batch size" in bf16, bf16
+        assert ("torch", "bf16") in proposed
+    else:
+        assert not any(precision == "bf16" for _, precision in proposed)
     why = proposed[("onnxruntime", "int8")].reason
     excluded = {e.what: e.why for e in report.excluded}
     if profile == "avx2":
@@ -337,11 +346,16 @@ def test_json_shape() -> None:
 
 
 def test_default_minilm_run_keeps_its_candidate_grid() -> None:
-    """A benchmark depends on it: torch, torch-compile, onnxruntime, openvino x fp32, int8."""
+    """A benchmark depends on it: torch, torch-compile, onnxruntime, openvino x fp32,
+    int8, and bf16 where this CPU has it natively (each branch is asserted on a
+    simulated CPU above)."""
+    from bakeoff import hardware
+
     report = advise.advise("builtin:minilm", target="server-cpu")
+    native_bf16 = any(f in report.facts.cpu_flags for f in hardware.NATIVE["bf16"])
     assert report.run_grid() == (
         ["torch", "torch-compile", "onnxruntime", "openvino"],
-        ["fp32", "int8"],
+        ["fp32", "bf16", "int8"] if native_bf16 else ["fp32", "int8"],
     )
 
 
