@@ -17,7 +17,7 @@ from bakeoff.source import ModelSource
 from bakeoff.trials.engine import Checked, Engine, run_trials
 from bakeoff.trials.entrant import Entrant
 from bakeoff.trials.jobs import Job, JobBase, LoadJob, LoadSpec, Peak
-from bakeoff.trials.launcher import LocalLauncher, Worker
+from bakeoff.trials.launcher import LocalLauncher, Worker, WorkerProcess
 from bakeoff.trials.settings import TrialSettings
 from bakeoff.trials.shared import SharedWorkers, build_key
 
@@ -194,6 +194,50 @@ def test_racing_starts_further_processes_through_the_gate_without_recording(
     assert ("a-b1", False) in gate.asked and ("b-b1", False) in gate.asked
     assert len(set(a.round_slots)) >= 2  # its rounds came from more than one process
     assert a.status == b.status == "ok"
+
+
+class CacheMarkingLauncher(LocalLauncher):
+    """Marks each candidate's first worker's compile cache, and notes what each
+    further process's own cache held when it started."""
+
+    def __init__(self, logs: Path) -> None:
+        super().__init__(logs)
+        self.seeded: dict[str, list[bool]] = {}
+
+    def start(self, job: Job, name: str) -> WorkerProcess:
+        worker = super().start(job, name)
+        assert worker.compile_cache is not None  # a measuring job gets caches of its own
+        marker = worker.compile_cache / "kernel.so"
+        if isinstance(job, LoadJob) and job.reuse_compiles:
+            self.seeded.setdefault(name, []).append(marker.exists())
+        else:
+            assert not any(worker.compile_cache.iterdir())  # a first worker starts empty
+            marker.write_text(name)
+        return worker
+
+
+def test_further_processes_start_side_by_side_from_the_first_workers_kernels(
+    tmp_path: Path,
+) -> None:
+    """A close call's further processes are no cold starts: they load side by side
+    when the group's first workers did, and start from a copy of their candidate's
+    first worker's compile caches (torch.compile does not compile again); a first
+    worker always starts from empty ones."""
+    a = Candidate(Variant("fake", "fp32"), 1, "a", {"latency_ms": 1.0})
+    b = Candidate(Variant("fake", "fp32"), 1, "b", {"latency_ms": 1.0})
+    entrants = [a, b]
+    launcher = CacheMarkingLauncher(tmp_path / "logs")
+    events = Recorder()
+    settings = _settings(racing=True, max_rounds=12, load_side_by_side=2)
+    run_trials(
+        entrants,
+        _jobs(tmp_path, entrants),
+        Engine(RejectOneGate(reject="none"), launcher, settings, events),
+    )
+    assert launcher.seeded["a-b1"] and all(launcher.seeded["a-b1"])
+    assert launcher.seeded["b-b1"] and all(launcher.seeded["b-b1"])
+    assert a.status == b.status == "ok" and len(set(a.round_slots)) >= 2
+    assert any("starting a second process" in n for n in events.notes)
 
 
 def test_after_race_runs_on_raced_out_candidates_too_then_every_worker_exits(

@@ -115,6 +115,12 @@ class _Job(_Message):
     # one per core). A load beside others gets 1: its g++ processes would take the
     # cores the others use, and the kernels it makes are the same either way.
     compile_threads: int | None = None
+    # A further process of a close call, whose load and first call are not figures
+    # of the run: it starts from a copy of the compile caches of its candidate's
+    # first worker (the kernels that worker compiled), not from empty ones, so a
+    # torch.compile candidate does not compile its model again (tens of seconds of
+    # CPU on MiniLM) to run the same kernels. The launcher does the copying.
+    reuse_compiles: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

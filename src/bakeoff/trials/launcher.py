@@ -11,6 +11,7 @@ would steal half the machine from the worker it measures.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -103,10 +104,21 @@ COMPILE_CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 PRIVATE_CACHE_VARIABLE = "BAKEOFF_WORKER_COMPILE_CACHE"
 
 
-class WorkerProcess:
-    """One worker process with a JSON message channel: a typed job, then commands."""
+def _compiles_of(job: LoadJob) -> str:
+    """Whose compiled kernels a measuring job's worker makes: its candidate's build,
+    at whatever batch size (one worker is timed at several in turn)."""
+    return job.load.candidate_id.removesuffix(f"-b{job.load.batch_size}")
 
-    def __init__(self, job: Job, threads: int, log_path: Path) -> None:
+
+class WorkerProcess:
+    """One worker process with a JSON message channel: a typed job, then commands.
+
+    `seed_cache`: a compile cache folder whose contents the worker's own (empty)
+    one starts from (`reuse_compiles`)."""
+
+    def __init__(
+        self, job: Job, threads: int, log_path: Path, seed_cache: Path | None = None
+    ) -> None:
         parent_sock, child_sock = socket.socketpair()
         self.log_path = log_path
         # A run that stops (its reference failed) closes every worker while the thread
@@ -119,6 +131,10 @@ class WorkerProcess:
         self.compile_cache: Path | None = None
         if isinstance(job, TIMED_JOBS):
             self.compile_cache = Path(tempfile.mkdtemp(prefix="bakeoff-compile-cache-"))
+            if seed_cache is not None:
+                # A kernel it cannot copy is compiled again, as from empty.
+                with contextlib.suppress(OSError):
+                    shutil.copytree(seed_cache, self.compile_cache, dirs_exist_ok=True)
             for name in COMPILE_CACHE_VARIABLES:
                 env[name] = str(self.compile_cache / name.lower())
             env[PRIVATE_CACHE_VARIABLE] = str(self.compile_cache)
@@ -240,9 +256,25 @@ class LocalLauncher:
 
     def __init__(self, logs: Path) -> None:
         self.logs = logs
+        # Each candidate build's first measuring worker, whose compile caches a
+        # further process of a close call starts from (`reuse_compiles`).
+        self._first: dict[str, WorkerProcess] = {}
+        self._lock = threading.Lock()  # workers may start side by side
 
     def start(self, job: Job, name: str) -> WorkerProcess:
-        return WorkerProcess(job, job.threads, self.logs / f"{name}.log")
+        if not isinstance(job, LoadJob):
+            return WorkerProcess(job, job.threads, self.logs / f"{name}.log")
+        key = _compiles_of(job)
+        with self._lock:
+            first = self._first.get(key)
+        seed = first.compile_cache if first is not None and job.reuse_compiles else None
+        if seed is not None and not seed.is_dir():
+            seed = None  # that worker has ended: its caches went with it
+        worker = WorkerProcess(job, job.threads, self.logs / f"{name}.log", seed)
+        with self._lock:
+            if first is None or first.compile_cache is None or not first.compile_cache.is_dir():
+                self._first[key] = worker
+        return worker
 
     def run(self, job: Job, name: str, timeout: float) -> dict[str, Any]:
         return run_job(job, job.threads, self.logs / f"{name}.log", timeout)

@@ -44,6 +44,7 @@ def build_key(job: LoadJob) -> str:
         load.pop(name, None)
     doc["load"] = load
     doc.pop("outputs_path", None)
+    doc.pop("reuse_compiles", None)
     return json.dumps(doc, sort_keys=True)
 
 
