@@ -356,6 +356,9 @@ CALL_SAVEDMODEL = textwrap.dedent(
 )
 
 
+# Slow (about 45 s on 2 cores: a Keras run, then TensorFlow Serving's SavedModel): make
+# test keeps the export's refusals and the Triton repository; make test-slow runs it.
+@pytest.mark.slow
 def test_tfserving_savedmodel_of_a_keras_winner_serves_the_runs_outputs(tmp_path: Path) -> None:
     (tmp_path / "tiny_keras_factory.py").write_text(KERAS_FACTORY)
     x = np.random.default_rng(0).normal(size=(96, 16)).astype(np.float32)

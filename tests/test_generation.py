@@ -91,6 +91,9 @@ def test_torch_reports_each_greedy_token_as_it_arrives_and_scores_text(gpt2: Pat
     assert eager.nll(text[:1]) == (0.0, 0)
 
 
+# Slow (about 45 s on 2 cores: torch.compile compiles a GPT-2 at each shape): make test
+# keeps torch eager and the genai runtimes; make test-slow runs it.
+@pytest.mark.slow
 def test_torch_compile_writes_eagers_greedy_tokens_and_scores_alike(gpt2: Path) -> None:
     """One prompt length: each new length costs torch.compile another compile, and
     the text is what is checked here (the run checks every prompt's)."""
