@@ -239,6 +239,9 @@ def test_tiny_lm_holds_out_whole_files_and_picks_short_and_long_prompts(tmp_path
     assert not set(prompts) & set(text)
 
 
+# Slow (about 30 s on 2 cores, training a 2M-parameter GPT-2 for a few steps): the
+# generative runs in make test use the small GPT-2 of tests/tiny_gpt2.py.
+@pytest.mark.slow
 def test_tiny_lm_builds_an_ordinary_causal_lm_folder_and_caches_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

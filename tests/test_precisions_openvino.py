@@ -132,6 +132,9 @@ def test_fp16_bf16_int8_int4_variants(tmp_path: Path, store_path: Path) -> None:
     assert isinstance(int4["settings"]["DYNAMIC_QUANTIZATION_GROUP_SIZE"], int)
 
 
+# Slow (about 30 s on 2 cores): make test has OpenVINO's direct conversion, dynamic
+# batch and quality-checked at two batch sizes, in test_batch_axes.py's stateful run.
+@pytest.mark.slow
 def test_direct_torch_conversion_matches_torch(tmp_path: Path, store_path: Path) -> None:
     wl = _workload(tmp_path, "build", ["openvino"], ["fp32"], [1, 8])
     result = api.run(str(wl), api.RunOptions(quick=True, store=store_path, budget_s=3))
