@@ -92,7 +92,10 @@ def test_a_lone_request_runs_on_the_loop_thread_once_the_instance_is_known_quick
 def test_company_a_slow_instance_or_two_instances_go_through_the_queue(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(batcher_module, "INLINE_MAX_S", 0.02)
+    # Wide apart, so a busy machine's timing of the quick instance (a thread hand-off,
+    # ms at worst) cannot cross it: 8 of its rows stay well under 0.25 s, and the slow
+    # instance's single row (0.3 s) is over it.
+    monkeypatch.setattr(batcher_module, "INLINE_MAX_S", 0.25)
 
     async def known_quick(runners: list[Recorder], in_server: list[int]) -> Batcher:
         b = _batcher(runners, in_server, [])
@@ -114,7 +117,7 @@ def test_company_a_slow_instance_or_two_instances_go_through_the_queue(
         await _settle()
         await b.stop()
 
-        slow = Recorder(seconds=0.03)  # over INLINE_MAX_S per row
+        slow = Recorder(seconds=0.3)  # over INLINE_MAX_S per row
         b = await known_quick([slow], [1])
         assert await b.run_now(_rows(1), 1, ()) is None  # it would hold the loop up
         await b.stop()
