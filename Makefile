@@ -16,38 +16,31 @@ $(PY):
 # torch is installed first, pinned, with pip: pip takes the CPU wheel that lies on
 # this disk (uv does not look there), so nothing later can pull a CUDA build. The
 # rest goes in through uv, which keeps that torch (it satisfies the pin) and installs
-# make test's 250 packages in about 10 s where pip took 85 s. Neither byte-compiles;
-# compileall does it on every core afterwards. A file that is not Python 3.11 (torch
-# ships one for 3.12) stays uncompiled.
-PIP_INSTALL := $(PIP) install --quiet --no-compile
-UV := $(VENV)/bin/uv
-INSTALL := $(UV) pip install --quiet --python $(PY)
-# bakeoff's own src/ too: it is installed editable, outside the venv. Compiled ahead,
-# all of it: where PYTHONDONTWRITEBYTECODE is set (it is on these machines) Python
-# would otherwise compile every module again in every process that imports it (make
-# test took twice the CPU so; bakeoff's own modules cost 0.1 s of CPU in each process
-# that imports bakeoff.api).
-COMPILE := $(PY) -m compileall -q -j 0 $(VENV)/lib src >/dev/null || true
+# make test's 250 packages in about 10 s where pip took 85 s. Nothing is byte-compiled
+# ahead: compiling the whole venv (5 GB: TensorFlow, JAX, torch, ...) took 60 s of
+# wall time, most of it for modules no command imports. Instead Python writes the
+# bytecode of each module the first time any process imports it, and every later
+# process reads it. Where PYTHONDONTWRITEBYTECODE is set (it is on these machines)
+# every process would compile every module it imports again (make test took twice
+# the CPU so), so make's commands run without it.
+unexport PYTHONDONTWRITEBYTECODE
 
 $(UV): $(PY)
 	$(PIP_INSTALL) torch==2.13.0 uv==0.13.8
 
 $(STAMP): pyproject.toml $(UV)
 	$(INSTALL) -e .
-	$(COMPILE)
 	touch $(STAMP)
 
 # From a fresh venv in one install, not two: the test set includes the base.
 $(TEST_STAMP): pyproject.toml $(UV)
 	$(INSTALL) -e '.[test]'
-	$(COMPILE)
 	touch $(STAMP) $(TEST_STAMP)
 
 # The optional frameworks (Keras 3, JAX, TensorFlow, LiteRT, TVM) for `bakeoff run`;
 # make test installs them too, since its tests run each framework path.
 frameworks: $(STAMP)
 	$(INSTALL) -e '.[frameworks]'
-	$(COMPILE)
 
 demo: $(STAMP)
 	$(VENV)/bin/bakeoff run builtin:minilm
@@ -122,7 +115,6 @@ bench: $(STAMP)
 # bakeoff serve against the runtime in-process, for the MiniLM winner (a run first)
 bench-serve: $(STAMP)
 	$(INSTALL) -e '.[serve]'
-	$(COMPILE)
 	$(PY) benchmarks/serve_overhead.py
 
 clean:

@@ -39,6 +39,44 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["MPLCONFIGDIR"] = str(home / "matplotlib")  # its font cache (the report's charts)
     # schemathesis' Hypothesis keeps a cache of constants in ./.hypothesis otherwise
     os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(home / "hypothesis")
+    _take_the_sessions_digits_weights(tmp_path_factory, home / "bakeoff-cache")
+
+
+def _session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder the pytest workers of one session share: their temp folders' parent."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def _take_the_sessions_digits_weights(
+    tmp_path_factory: pytest.TempPathFactory, cache: Path
+) -> None:
+    """builtin:digits trains its CNN on first use in each cache (about 6 s of CPU), and
+    each pytest worker has a cache of its own: the session trains it once, in a child
+    process (this one imports no framework), and each worker's cache starts with a copy.
+    The training itself is the product's (`digits.train_if_needed`), deterministic."""
+    import fcntl
+    import shutil
+
+    shared = _session_folder(tmp_path_factory) / "digits-weights"
+    with open(_session_folder(tmp_path_factory) / "digits-weights.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (shared / "ready").exists():
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    "from bakeoff.builtins import digits; digits.train_if_needed()",
+                ],
+                env={**os.environ, "BAKEOFF_CACHE_DIR": str(shared)},
+                check=True,
+                capture_output=True,
+                timeout=600,
+            )
+            (shared / "ready").touch()
+    cache.mkdir(parents=True, exist_ok=True)
+    for weights in shared.glob("*.safetensors"):
+        shutil.copy2(weights, cache / weights.name)
 
 
 # bakeoff.efficiency.PEAK_VARIABLE (a string here: conftest imports no bakeoff module)
@@ -62,9 +100,7 @@ def triton_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # the first makes it under a lock, the others wait and take it.
     import fcntl
 
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):  # basetemp is the worker's, in the session's
-        shared = shared.parent
+    shared = _session_folder(tmp_path_factory)
     venv = shared / "tritonclient-venv"
     python = venv / "bin" / "python"
     with open(shared / "tritonclient-venv.lock", "w") as lock:

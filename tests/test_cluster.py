@@ -268,6 +268,8 @@ def ray_tmp() -> Iterator[Path]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+# make test keeps Ray in the node-tagged runs test.
+@pytest.mark.slow  # a second Ray cluster of its own (~20 s)
 def test_per_node_type_measures_on_each_type_and_names_the_cheapest(
     tmp_path: Path, ray_tmp: Path
 ) -> None:
@@ -359,6 +361,8 @@ def _split(workload: str, tmp_path: Path, events: Any, **options: Any) -> dict[s
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
+# make test keeps Ray in the node-tagged runs test.
+@pytest.mark.slow  # a second Ray cluster of its own (~20 s)
 def test_split_judges_each_candidate_by_its_ratio_on_its_node_and_survives_a_lost_node(
     tmp_path: Path,
 ) -> None:
@@ -402,6 +406,8 @@ def test_split_judges_each_candidate_by_its_ratio_on_its_node_and_survives_a_los
         assert node["split_share"][0] == "base"
 
 
+# make test keeps Ray in the node-tagged runs test.
+@pytest.mark.slow  # a second Ray cluster of its own (~25 s)
 def test_a_candidate_on_several_nodes_is_pooled_over_them(tmp_path: Path) -> None:
     wl = _split_workload(
         tmp_path / "w", {"base": "{ latency_ms = 2.0 }", "fast": "{ latency_ms = 1.6 }"}

@@ -187,6 +187,8 @@ def test_lightning_trains_in_one_process_through_its_own_loop(all_run: dict) -> 
     trains_like_the_reference(lit, by["torch"])
 
 
+# make test keeps a rank that fails to start.
+@pytest.mark.slow  # torchrun ranks started to be killed (~11 s)
 def test_a_killed_worker_takes_its_ranks_with_it(
     tmp_path: Path, digits_train_spec: Callable[..., TrainSpec]
 ) -> None:
@@ -207,6 +209,8 @@ def test_a_killed_worker_takes_its_ranks_with_it(
         worker.close()
 
 
+# make test keeps a rank that fails to start.
+@pytest.mark.slow  # torchrun ranks started to be closed (~11 s)
 def test_a_worker_that_exits_closes_its_ranks(
     tmp_path: Path, digits_train_spec: Callable[..., TrainSpec]
 ) -> None:

@@ -277,6 +277,8 @@ SIZE_CHILD = textwrap.dedent(
 )
 
 
+# Make test runs LiteRT INT8 in the three-backend run.
+@pytest.mark.slow  # a LiteRT INT8 conversion of its own (~14 s)
 def test_keras_int8_size_is_its_quantized_weights_not_the_fp32_file(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-c", SIZE_CHILD, str(tmp_path / "m.keras")],

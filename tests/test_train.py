@@ -359,6 +359,8 @@ def _recipe(folder: Path, train: str) -> Path:
     return path
 
 
+# Make test trains a user's model from a TOML recipe in the crash test.
+@pytest.mark.slow  # a whole run (~30 s)
 def test_a_toml_recipe_trains_the_users_model_and_an_absurd_lr_diverges(tmp_path: Path) -> None:
     """The user's own factory (with dropout, which must not trip the first-loss
     check) and data; with 1e36 for one stack's learning rate, that stack diverges and

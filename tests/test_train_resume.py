@@ -44,6 +44,8 @@ def _recipe(folder: Path, lr: float = 0.1) -> Path:
     return path
 
 
+@pytest.mark.slow  # three stacks trained twice over (~40 s of CPU); make test keeps the
+# command's resume by id and inference's resume of an interrupted run (test_racing)
 def test_an_interrupted_training_run_resumes_without_redoing_what_finished(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
