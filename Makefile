@@ -24,6 +24,9 @@ $(PY):
 # every process would compile every module it imports again (make test took twice
 # the CPU so), so make's commands run without it.
 unexport PYTHONDONTWRITEBYTECODE
+PIP_INSTALL := $(PIP) install --quiet --no-compile
+UV := $(VENV)/bin/uv
+INSTALL := $(UV) pip install --quiet --python $(PY)
 
 $(UV): $(PY)
 	$(PIP_INSTALL) torch==2.13.0 uv==0.13.8
