@@ -51,7 +51,7 @@ def export_cmd(
         out.print(f"exported {what} to {out_dir}: {files}, manifest.json", highlight=False)
         out.print(
             f"[dim]load it: bakeoff.export.load({str(out_dir)!r}) -> predict(inputs), "
-            f"or with {manifest['package']} alone (see the README)[/]",
+            f"or with {manifest['package']} alone (see docs/export.md)[/]",
             highlight=False,
         )
         return

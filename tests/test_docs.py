@@ -1,0 +1,101 @@
+"""The README and docs/ cannot go stale on the command line: every `bakeoff ...` command
+quoted in them names a command that exists, and every flag it shows is one that
+command takes. The second test shows the check bites, on a quoted flag that is not."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+
+from bakeoff.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# A quoted command: at the start of a code line (after a prompt, a path to the venv's
+# command or environment variables), or in an inline code span.
+COMMAND = re.compile(r"^(?:\$ )?(?:[A-Z_]+=\S+ )*(?:\.venv/bin/)?bakeoff\s+(.*)$")
+INLINE = re.compile(r"`(?:\.venv/bin/)?bakeoff\s+([^`]*)`")
+FLAG = re.compile(r"(?<![\w-])(--?[a-zA-Z][\w-]*)")
+
+
+def quoted_commands(text: str) -> list[str]:
+    """Each quoted command with the synopsis lines that continue it (indented, in the
+    same code block), comments cut."""
+    commands: list[str] = []
+    fence = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fence = not fence
+            continue
+        if fence:
+            code = line.split(" #")[0].rstrip()
+            found = COMMAND.match(code.strip())
+            if found and not line.startswith(" "):
+                commands.append(found.group(1))
+            elif commands and code.startswith(" ") and code.strip().startswith("["):
+                commands[-1] += " " + code.strip()
+        else:
+            commands += [m.group(1) for m in INLINE.finditer(line)]
+    return commands
+
+
+def problems(command: str, root: Any) -> list[str]:
+    """What in one quoted command the CLI does not have: its command, or its flags."""
+    words = command.split()
+    if not words or words[0].startswith("-"):
+        return [] if not words else _flags(command, root, "bakeoff")
+    cmd = root
+    name = "bakeoff"
+    while hasattr(cmd, "commands") and words and not words[0].startswith(("-", "[")):
+        if words[0] not in cmd.commands:
+            if cmd is root:
+                return [f"no command `bakeoff {words[0]}`"]
+            break
+        cmd, name = cmd.commands[words[0]], f"{name} {words[0]}"
+        words = words[1:]
+    return _flags(" ".join(words), cmd, name)
+
+
+def _flags(rest: str, cmd: Any, name: str) -> list[str]:
+    known = {"--help"}
+    for param in cmd.params:
+        known.update(getattr(param, "opts", []))
+        known.update(getattr(param, "secondary_opts", []))
+    return [f"`{name}` has no {flag}" for flag in FLAG.findall(rest) if flag not in known]
+
+
+def test_every_quoted_command_and_flag_exists() -> None:
+    root = typer.main.get_command(app)
+    assert hasattr(root, "commands")  # typer's own click, vendored or not
+    seen, wrong = 0, []
+    for page in PAGES:
+        for command in quoted_commands(page.read_text(encoding="utf-8")):
+            seen += 1
+            wrong += [f"{page.relative_to(ROOT)}: {p}" for p in problems(command, root)]
+    assert seen > 40, seen  # the pages quote commands: the scan finds them
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize(
+    ("quoted", "said"),
+    [
+        (
+            "```\nbakeoff run builtin:minilm --no-such-flag\n```",
+            "`bakeoff run` has no --no-such-flag",
+        ),
+        ("Run `bakeoff frobnicate RUN_ID`.", "no command `bakeoff frobnicate`"),
+        (
+            "```\nbakeoff cache ls [--json]\n           [--nope]\n```",
+            "`bakeoff cache ls` has no --nope",
+        ),
+    ],
+)
+def test_a_quoted_command_the_cli_lacks_is_caught(quoted: str, said: str) -> None:
+    root = typer.main.get_command(app)
+    assert hasattr(root, "commands")  # typer's own click, vendored or not
+    found = [p for c in quoted_commands(quoted) for p in problems(c, root)]
+    assert found == [said]
