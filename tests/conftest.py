@@ -42,10 +42,22 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     _take_the_sessions_digits_weights(tmp_path_factory, home / "bakeoff-cache")
 
 
-def _session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The folder the pytest workers of one session share: their temp folders' parent."""
+def _made_once_per_session(
+    tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]
+) -> Path:
+    """A folder the pytest workers of one session share (in their temp folders' common
+    parent): the first calls `make(folder)` under a lock, the others wait and take it."""
+    import fcntl
+
     base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = shared / name
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / "ready").exists():
+            make(folder)
+            (folder / "ready").touch()
+    return folder
 
 
 def _take_the_sessions_digits_weights(
@@ -55,25 +67,18 @@ def _take_the_sessions_digits_weights(
     each pytest worker has a cache of its own: the session trains it once, in a child
     process (this one imports no framework), and each worker's cache starts with a copy.
     The training itself is the product's (`digits.train_if_needed`), deterministic."""
-    import fcntl
     import shutil
 
-    shared = _session_folder(tmp_path_factory) / "digits-weights"
-    with open(_session_folder(tmp_path_factory) / "digits-weights.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (shared / "ready").exists():
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-c",
-                    "from bakeoff.builtins import digits; digits.train_if_needed()",
-                ],
-                env={**os.environ, "BAKEOFF_CACHE_DIR": str(shared)},
-                check=True,
-                capture_output=True,
-                timeout=600,
-            )
-            (shared / "ready").touch()
+    def train(folder: Path) -> None:
+        subprocess.run(
+            [sys.executable, "-c", "from bakeoff.builtins import digits; digits.train_if_needed()"],
+            env={**os.environ, "BAKEOFF_CACHE_DIR": str(folder)},
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+
+    shared = _made_once_per_session(tmp_path_factory, "digits-weights", train)
     cache.mkdir(parents=True, exist_ok=True)
     for weights in shared.glob("*.safetensors"):
         shutil.copy2(weights, cache / weights.name)
@@ -96,45 +101,38 @@ def triton_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     frameworks'. Made once per test session (shared by its xdist workers) from the same package
     index; our own uv (or pip) fills it (`--python`): no pip of its own to install,
     nothing byte-compiled that the client never imports."""
-    # The pytest workers of one session share it (their temp folders' common parent):
-    # the first makes it under a lock, the others wait and take it.
-    import fcntl
 
-    shared = _session_folder(tmp_path_factory)
-    venv = shared / "tritonclient-venv"
-    python = venv / "bin" / "python"
-    with open(shared / "tritonclient-venv.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (venv / "ready").exists():
-            subprocess.run(
-                [sys.executable, "-m", "venv", "--clear", "--without-pip", str(venv)],
-                check=True,
-                timeout=120,
-            )
-            # uv, which make installs beside our Python, fills it in about a second
-            # where pip took a minute; pip where there is no uv. Its cache stays in tmp.
-            uv = Path(sys.executable).with_name("uv")
-            installer = (
-                [str(uv), "pip", "install", "--cache-dir", str(shared / "uv-cache")]
-                if uv.exists()
-                else [sys.executable, "-m", "pip", "install"]
-            )
-            pip = subprocess.run(
-                [
-                    *installer,
-                    "--python",
-                    str(python),
-                    "--quiet",
-                    "--no-compile",
-                    "tritonclient[http,grpc]==2.73.0",
-                    "numpy==2.4.6",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
-            assert pip.returncode == 0, pip.stderr[-3000:]
-            (venv / "ready").touch()
+    def make(venv: Path) -> None:
+        subprocess.run(
+            [sys.executable, "-m", "venv", "--clear", "--without-pip", str(venv)],
+            check=True,
+            timeout=120,
+        )
+        # uv, which make installs beside our Python, fills it in about a second
+        # where pip took a minute; pip where there is no uv. Its cache stays in tmp.
+        uv = Path(sys.executable).with_name("uv")
+        installer = (
+            [str(uv), "pip", "install", "--cache-dir", str(venv.parent / "uv-cache")]
+            if uv.exists()
+            else [sys.executable, "-m", "pip", "install"]
+        )
+        pip = subprocess.run(
+            [
+                *installer,
+                "--python",
+                str(venv / "bin" / "python"),
+                "--quiet",
+                "--no-compile",
+                "tritonclient[http,grpc]==2.73.0",
+                "numpy==2.4.6",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert pip.returncode == 0, pip.stderr[-3000:]
+
+    python = _made_once_per_session(tmp_path_factory, "tritonclient-venv", make) / "bin" / "python"
     return python
 
 

@@ -46,8 +46,6 @@ def quoted_commands(text: str) -> list[str]:
 def problems(command: str, root: Any) -> list[str]:
     """What in one quoted command the CLI does not have: its command, or its flags."""
     words = command.split()
-    if not words or words[0].startswith("-"):
-        return [] if not words else _flags(command, root, "bakeoff")
     cmd = root
     name = "bakeoff"
     while hasattr(cmd, "commands") and words and not words[0].startswith(("-", "[")):
