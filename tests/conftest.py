@@ -18,6 +18,10 @@ from typing import Any
 
 import pytest
 
+# The fake runtime and model kind are hidden from users; the suite uses them (set at
+# import, before any test module lists runtimes, and inherited by every subprocess).
+os.environ["BAKEOFF_DEV"] = "1"
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -23,7 +23,9 @@ import pytest
 from bakeoff import api, cache
 from bakeoff.source import ModelSource
 from bakeoff.transforms import StepFailed, cached_step
+from front_door import call
 from tiny_mlp import TINY_MLP, write_tiny_workload
+from widths import WIDTHS, assert_fits, printed_at
 
 MODEL_MODULE = TINY_MLP
 
@@ -312,7 +314,9 @@ def test_export_defaults_to_the_winner_and_refuses_a_tampered_folder(
         export.export(runs.first.run_id, out, store=runs.store)
 
 
-def test_cache_ls_and_clear_and_exports_survive_clearing(runs: Runs, tmp_path: Path) -> None:
+def test_cache_ls_and_clear_and_exports_survive_clearing(
+    runs: Runs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     env = runs.env
     listed = _cli("cache", "ls", "--json", env=env, cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
@@ -324,6 +328,10 @@ def test_cache_ls_and_clear_and_exports_survive_clearing(runs: Runs, tmp_path: P
         assert len(e["model_hash"]) == 64
     table = _cli("cache", "ls", env=env, cwd=tmp_path)
     assert table.returncode == 0 and "ort-int8-static" in table.stdout
+    monkeypatch.setenv("BAKEOFF_CACHE_DIR", env["BAKEOFF_CACHE_DIR"])
+    for width in WIDTHS:  # the short keys whole in an ordinary terminal
+        shown = printed_at(width, lambda: call("cache", "ls").stdout)
+        assert_fits(shown, width, [e["key"][:12] for e in payload["entries"]])
     refused = _cli("cache", "clear", env=env, cwd=tmp_path)  # no --yes, no terminal
     assert refused.returncode == 2 and "--yes" in refused.stderr
     assert len(cache.entries(runs.cache_dir)) == len(payload["entries"])

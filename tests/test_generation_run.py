@@ -15,7 +15,9 @@ from bakeoff import api, generators
 from bakeoff.cli import app
 from bakeoff.errors import UserError
 from bakeoff.workload import parse_spec
+from front_door import call
 from tiny_gpt2 import tiny_gpt2, with_tokenizer
+from widths import WIDTHS, assert_fits, printed_at
 
 SHORT = ["def __init__(self, name):", "return self.name", "self.name = name"]
 LONG = ["def __init__(self, name): return self.name def __init__(self, name): return self"]
@@ -324,3 +326,12 @@ def test_a_runtime_that_crashes_on_one_prompt_length_fails_alone(
     assert "SIGSEGV" in gone["reason"]
     assert f"prompt {gone['prompt']} ({longest} tokens): left out" in result.output
     assert doc["verdict"]["tpot_batch_1"]["winner"] == "onnxruntime-genai-fp32"
+
+
+def test_the_generative_tables_fit_ordinary_terminals(run: tuple[dict, str]) -> None:
+    doc, _ = run
+    store = str(Path(doc["workload"]["folder"]).parent / ".bakeoff" / "bakeoff.db")
+    ids = [doc["run_id"], *(c["id"] for c in doc["candidates"])]
+    for width in WIDTHS:
+        shown = printed_at(width, lambda: call("show", doc["run_id"], "--store", store).stdout)
+        assert_fits(shown, width, ids)

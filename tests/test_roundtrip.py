@@ -12,7 +12,6 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from bakeoff import api
@@ -22,6 +21,7 @@ from bakeoff.errors import UserError
 from bakeoff.judge.quality import Quality
 from bakeoff.paths import RunFolder
 from bakeoff.store import Store
+from fake_workload import write_fake_workload
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -233,12 +233,11 @@ def _shape(doc: dict[str, Any]) -> set[str]:
 @pytest.fixture(scope="module")
 def fake_document(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("shape")
-    np.savez(root / "d.npz", input=np.random.default_rng(0).random((64, 8), dtype=np.float32))
-    (root / "w.toml").write_text(
-        'name = "shape"\n[model]\nkind = "fake"\n'
-        "options = { latency_ms = { fp32 = 2.0, int8 = 1.0 } }\n"
-        '[data]\npath = "d.npz"\n[quality]\nmetric = "cosine"\nmax_drop = 0.01\n'
-        '[search]\nruntimes = ["fake"]\nprecisions = ["fp32", "int8"]\nbatch_sizes = [1]\n'
+    write_fake_workload(
+        root,
+        "shape",
+        '[quality]\nmetric = "cosine"\nmax_drop = 0.01\n'
+        '[search]\nruntimes = ["fake"]\nprecisions = ["fp32", "int8"]\nbatch_sizes = [1]\n',
     )
     out = root / "result.json"
     opts = api.RunOptions(quick=True, store=root / "store" / "bakeoff.db", json_path=out)

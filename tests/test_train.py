@@ -22,7 +22,9 @@ from bakeoff.training.candidate import TrainCandidate
 from bakeoff.training.pipeline import FirstLossGate
 from bakeoff.trials.jobs import TargetJob, TrainJob, TrainSpec, job_from_json
 from bakeoff.trials.launcher import LocalLauncher
+from front_door import call
 from short_recipe import SHORT_RECIPE
+from widths import WIDTHS, assert_fits, printed_at
 
 # What every candidate of a training document carries (the interface other work
 # relies on); `scaling` is null but for the multi-process stacks.
@@ -657,3 +659,12 @@ def test_a_stack_or_a_seed_that_crashes_fails_alone(tmp_path: Path) -> None:
     assert accumulate["samples_per_s"] is not None
     throughput = next(v for v in result.document["verdicts"] if v["objective"] == "samples_per_s")
     assert set(throughput["ranking"]) == {"torch", "torch-accumulate"}
+
+
+def test_the_training_table_fits_ordinary_terminals(trained: dict) -> None:
+    ids = [trained["run_id"], *(c["id"] for c in trained["candidates"])]
+    for width in WIDTHS:
+        shown = printed_at(
+            width, lambda: call("show", trained["run_id"], "--store", trained["store"]).stdout
+        )
+        assert_fits(shown, width, ids)

@@ -603,7 +603,7 @@ def test_data_is_required_for_user_models(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["show"], "Missing argument 'run_id'"),
+        (["show"], "Missing argument 'RUN_ID'"),
         (["run", "--bogus"], "No such option: --bogus"),
         (["nosuchcommand"], "No such command 'nosuchcommand'"),
     ],

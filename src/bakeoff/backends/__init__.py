@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -170,14 +171,27 @@ def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
     return found
 
 
+# The fake runtime (and model kind) is a test double for the engine, statistics and
+# verdict logic: users never see it unless this variable is set (the tests set it).
+DEVELOPMENT_VARIABLE = "BAKEOFF_DEV"
+
+
+def development() -> bool:
+    return os.environ.get(DEVELOPMENT_VARIABLE, "") not in ("", "0")
+
+
+def _builtin_names() -> tuple[str, ...]:
+    return tuple(n for n in BUILTIN_BACKENDS if n != "fake" or development())
+
+
 def runtime_names() -> tuple[str, ...]:
     """Every runtime bakeoff knows: the built-ins in their order, then the registered
     ones by name."""
-    return (*BUILTIN_BACKENDS, *sorted(_entry_points()))
+    return (*_builtin_names(), *sorted(_entry_points()))
 
 
 def is_runtime(name: str) -> bool:
-    return name in BUILTIN_BACKENDS or name in _entry_points()
+    return name in _builtin_names() or name in _entry_points()
 
 
 def runtime_origin(name: str) -> str:

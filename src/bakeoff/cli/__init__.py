@@ -14,13 +14,20 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from typing import Annotated
 
 import typer
 from rich.markup import escape
 
+from bakeoff import __version__
 from bakeoff.cli import advise, cache, env, export, run, runs, serve, sweep, train
-from bakeoff.cli.options import OptionalValueCommand
-from bakeoff.cli.output import err
+from bakeoff.cli.options import (
+    HELP_OPTIONS,
+    BakeoffCommand,
+    BakeoffGroup,
+    OptionalValueCommand,
+)
+from bakeoff.cli.output import err, out
 from bakeoff.errors import BakeoffError, UserError
 
 __all__ = ["app", "main"]
@@ -30,19 +37,44 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Which deep learning stack should run this model, on this machine? Measured.",
     pretty_exceptions_enable=False,
+    context_settings=HELP_OPTIONS,
+    cls=BakeoffGroup,
 )
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        out.print(f"bakeoff {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="print bakeoff's version and exit",
+            is_eager=True,
+            callback=_print_version,
+        ),
+    ] = False,
+) -> None:
+    """Which deep learning stack should run this model, on this machine? Measured."""
+
+
 # `--mlflow` may come without a value (OptionalValueCommand fills in ./mlruns).
 app.command("run", cls=OptionalValueCommand)(run.run)
 app.command("train", cls=OptionalValueCommand)(train.train_cmd)
-app.command("ls")(runs.ls)
-app.command("show")(runs.show)
-app.command("env")(env.env)
-app.command("export")(export.export_cmd)
-app.command("serve")(serve.serve_cmd)
-app.command("advise")(advise.advise_cmd)
-app.command("report")(runs.report_cmd)
-app.command("compare")(runs.compare_cmd)
-app.command("sweep")(sweep.sweep_cmd)
+app.command("ls", cls=BakeoffCommand)(runs.ls)
+app.command("show", cls=BakeoffCommand)(runs.show)
+app.command("env", cls=BakeoffCommand)(env.env)
+app.command("export", cls=BakeoffCommand)(export.export_cmd)
+app.command("serve", cls=BakeoffCommand)(serve.serve_cmd)
+app.command("advise", cls=BakeoffCommand)(advise.advise_cmd)
+app.command("report", cls=BakeoffCommand)(runs.report_cmd)
+app.command("compare", cls=BakeoffCommand)(runs.compare_cmd)
+app.command("sweep", cls=BakeoffCommand)(sweep.sweep_cmd)
 app.add_typer(cache.cache_app, name="cache")
 
 # Set when SIGTERM arrived, so the exit code can say so (Typer turns every

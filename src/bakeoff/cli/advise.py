@@ -13,6 +13,7 @@ from rich.table import Table
 from bakeoff import api
 from bakeoff.cli.options import WorkloadArg
 from bakeoff.cli.output import out
+from bakeoff.report.fit import fitted
 
 
 def advise_cmd(
@@ -49,7 +50,7 @@ def advise_cmd(
         t.add_column(col)
     for p in report.proposed:
         t.add_row(p.runtime, p.precision, ", ".join(p.methods) or "-", escape(p.reason))
-    out.print(t)
+    out.print(fitted(t, out.width))
     if report.excluded:
         x = Table(title="excluded")
         x.add_column("what")

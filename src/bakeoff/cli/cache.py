@@ -9,15 +9,19 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from bakeoff.cli.options import BakeoffCommand, BakeoffGroup
 from bakeoff.cli.output import mb, out, when
 from bakeoff.errors import UserError
+from bakeoff.report.fit import fitted
 
 cache_app = typer.Typer(
-    no_args_is_help=True, help="The variant cache: built variants shared between runs."
+    cls=BakeoffGroup,
+    no_args_is_help=True,
+    help="The variant cache: built variants shared between runs.",
 )
 
 
-@cache_app.command("ls")
+@cache_app.command("ls", cls=BakeoffCommand)
 def cache_ls(
     as_json: Annotated[bool, typer.Option("--json", help="print the entries as JSON")] = False,
 ) -> None:
@@ -46,12 +50,12 @@ def cache_ls(
             when(e.created),
             when(e.last_used),
         )
-    out.print(t)
+    out.print(fitted(t, out.width))
     total = sum(e.bytes for e in found)
     out.print(f"{len(found)} entries, {mb(total)}", highlight=False)
 
 
-@cache_app.command("clear")
+@cache_app.command("clear", cls=BakeoffCommand)
 def cache_clear(
     yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
 ) -> None:

@@ -15,6 +15,7 @@ from bakeoff.cli.output import err, out
 from bakeoff.cli.sweep import Progress
 from bakeoff.errors import UserError
 from bakeoff.inference.pipeline import workload_ref
+from bakeoff.report.fit import fitted
 
 
 def run_on_cluster(
@@ -108,7 +109,7 @@ def print_per_type(doc: dict[str, Any]) -> None:
             _figure(r["throughput"], "samples_per_s", ".4g"),
             _figure(r["cost"], "usd_per_million", ".4g"),
         )
-    out.print(table)
+    out.print(fitted(table, out.width))
     for node_type, t in doc["types"].items():
         if t["status"] != "done":
             out.print(f"  {node_type}: {t['status']}: {escape(t['reason'])}", highlight=False)
@@ -138,7 +139,7 @@ def print_split(doc: dict[str, Any]) -> None:
             ratio,
             escape(r["decision"] if r else c["reason"]),
         )
-    out.print(table)
+    out.print(fitted(table, out.width))
     for n in doc["nodes"]:
         if n["status"] != "done":
             out.print(f"  node {n['node_id'][:8]}: {escape(n['reason'])}", highlight=False)

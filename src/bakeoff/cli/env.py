@@ -12,9 +12,14 @@ from rich.table import Table
 
 from bakeoff import environment
 from bakeoff.cli.output import out
+from bakeoff.report.fit import fitted
 
 
-def env(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def env(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print the fingerprint and runtimes as JSON")
+    ] = False,
+) -> None:
     """This machine's fingerprint and every runtime's availability."""
     fp = environment.fingerprint()
     rts = environment.runtimes()
@@ -53,4 +58,4 @@ def env(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
         if r.get("origin", "built-in") != "built-in":  # registered by another package
             name += f"\n[dim]{escape(r['origin'])}[/]"
         t.add_row(name, avail, escape(r["version"] or "-"), escape(why))
-    out.print(t)
+    out.print(fitted(t, out.width))

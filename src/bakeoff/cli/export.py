@@ -17,6 +17,7 @@ def export_cmd(
         Path,
         typer.Option(
             "--out",
+            "-o",
             help="the folder to write (new or empty); triton/tfserving: the model "
             "repository to add the model's folder to",
         ),

@@ -11,6 +11,7 @@ from rich.table import Table
 from bakeoff import api
 from bakeoff.cli.output import err, out
 from bakeoff.errors import UserError
+from bakeoff.report.fit import fitted
 from bakeoff.workload import GenerationWorkload
 
 
@@ -110,7 +111,7 @@ def print_generation(doc: dict[str, Any]) -> None:
             if cold["load"] is None
             else f"{cold['build'] or 0:.1f} / {cold['load']:.1f} / {cold['first_token'] or 0:.3f}",
         )
-    out.print(table)
+    out.print(fitted(table, out.width))
     out.print(
         f"  prompts: {wl['prompts']}, {lengths['min']:.0f}-{lengths['max']:.0f} tokens "
         f"(median {lengths['p50']:.0f}); {wl['max_new_tokens']} new tokens each; reference "
@@ -162,7 +163,7 @@ def _print_concurrency(doc: dict[str, Any]) -> None:
             lo, hi = rate["ci95"]
             cells.append(f"{rate['value']:.0f} [{lo:.0f}-{hi:.0f}] / {ttft['p99']:.1f}")
         table.add_row(c["id"], *cells, escape(str(c["settings"].get("batching", ""))))
-    out.print(table)
+    out.print(fitted(table, out.width))
     for c in swept:
         if c.get("concurrency_lost"):
             out.print(f"  {c['id']}: {escape(c['concurrency_lost'])}", highlight=False)

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import inspect
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperCommand
+from rich.markup import escape
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from bakeoff.paths import DEFAULT_STORE
 from bakeoff.report.mlflow_log import DEFAULT_URI as MLFLOW_DEFAULT_URI
 
 __all__ = [
     "DEFAULT_STORE",
+    "HELP_OPTIONS",
+    "BakeoffCommand",
+    "BakeoffGroup",
     "MlflowOpt",
     "OptionalValueCommand",
     "RunIdArg",
@@ -56,7 +62,68 @@ def with_optional_values(args: list[str], defaults: dict[str, str]) -> list[str]
     return out
 
 
-class OptionalValueCommand(TyperCommand):
+# `-h` as well as `--help`, on every command (click's contexts inherit it).
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+
+
+def readable_help(text: str) -> str:
+    """`text` (a docstring or an option's help) as the terminal should show it: Typer
+    renders help as Rich markup, which would eat a bracketed word ("a .toml with a
+    [train] section" lost "[train]"), and in that mode keeps a docstring's line breaks,
+    which then break mid-sentence in the commands list; so it is escaped and each
+    paragraph joined into one line for the terminal to wrap."""
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return escape("\n\n".join(" ".join(p.split()) for p in paragraphs))
+
+
+class _Readable:
+    """What BakeoffCommand and BakeoffGroup share: help read as written, a flag with
+    no `<bool>` type, arguments in capitals in the usage line (`RUN_ID`, not
+    Typer's `{run_id}`)."""
+
+    params: list[Any]
+    help: str | None
+
+    def _make_readable(self) -> None:
+        if self.help:
+            self.help = readable_help(self.help)
+        for param in self.params:
+            text = getattr(param, "help", None)
+            if text:
+                param.help = readable_help(text)
+            if isinstance(param, TyperArgument) and param.metavar is None and param.name:
+                param.metavar = param.name.upper()
+            elif getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces: list[str] = super().collect_usage_pieces(ctx)  # type: ignore[misc]
+        return [re.sub(r"^\{(.+)\}", r"\1", p) for p in pieces]
+
+
+class BakeoffCommand(_Readable, TyperCommand):
+    """Every bakeoff command's class (see _Readable)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._make_readable()
+
+
+class BakeoffGroup(_Readable, TyperGroup):
+    """The `bakeoff` and `bakeoff cache` groups' class (see _Readable)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._make_readable()
+
+
+class OptionalValueCommand(BakeoffCommand):
     """A command whose options in OPTIONAL_VALUES may be given without a value."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:

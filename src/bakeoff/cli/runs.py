@@ -16,13 +16,25 @@ from bakeoff.cli.options import DEFAULT_STORE, RunIdArg, StoreOpt
 from bakeoff.cli.output import err, out, when
 from bakeoff.errors import UserError
 from bakeoff.paths import check_writable, resume_command
+from bakeoff.report.fit import fitted
 
 
-def ls(store: StoreOpt = DEFAULT_STORE, limit: int = 20) -> None:
+def ls(
+    store: StoreOpt = DEFAULT_STORE,
+    limit: Annotated[int, typer.Option("--limit", help="how many runs to list, newest first")] = 20,
+) -> None:
     """List stored runs, newest first."""
     runs = api.list_runs(store, limit)
     if not runs:
-        out.print(f"no runs in {store}")
+        # The store is relative to the folder a command runs in: run elsewhere and an
+        # empty list would say nothing of where the runs went.
+        where = (
+            f"; the store is {DEFAULT_STORE} under the folder a command runs in: run this "
+            "where you ran `bakeoff run`, or pass --store PATH"
+            if store == DEFAULT_STORE
+            else ""
+        )
+        out.print(f"no runs in {store.resolve()}{where}", highlight=False, soft_wrap=True)
         return
     t = Table()
     for col in ("run id", "when", "workload", "status", "candidates", "winners"):
@@ -36,7 +48,8 @@ def ls(store: StoreOpt = DEFAULT_STORE, limit: int = 20) -> None:
             or "-"
         )
         t.add_row(r["run_id"], created, r["workload"], r["status"], str(r["candidates"]), winners)
-    out.print(t)
+    out.print(fitted(t, out.width))
+    out.print(f"store: {store.resolve()}", style="dim", highlight=False)
 
 
 def show(

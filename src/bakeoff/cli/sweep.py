@@ -14,6 +14,7 @@ from bakeoff.cli.options import DEFAULT_STORE, StoreOpt
 from bakeoff.cli.output import err, out
 from bakeoff.errors import UserError
 from bakeoff.paths import check_writable
+from bakeoff.report.fit import fitted
 
 
 class Progress:
@@ -118,4 +119,4 @@ def _print(doc: dict[str, Any]) -> None:
             speedups,
             r["node_type"] or "-",
         )
-    out.print(table)
+    out.print(fitted(table, out.width))

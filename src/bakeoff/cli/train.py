@@ -17,6 +17,7 @@ from bakeoff.cli import tracking
 from bakeoff.cli.options import DEFAULT_STORE, MlflowOpt, StoreOpt
 from bakeoff.cli.output import err, out
 from bakeoff.efficiency import percent
+from bakeoff.report.fit import fitted
 
 
 def train_cmd(
@@ -215,7 +216,7 @@ def print_training(doc: dict[str, Any]) -> None:
             f"{ck['size_mb']:.2f} MB, reload "
             + ("identical" if ck["reload_identical"] else "DIFFERS"),
         )
-    out.print(table)
+    out.print(fitted(table, out.width))
     for c in doc["candidates"]:
         words = _fine_tuning_words(c)
         if words:

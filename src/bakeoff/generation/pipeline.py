@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from bakeoff import environment, generators
-from bakeoff.errors import UserError
+from bakeoff.errors import UserError, did_you_mean
 from bakeoff.generation.candidate import ConcurrentRound, GenCandidate
 from bakeoff.generation.reference import GenReference, reference_outputs
 from bakeoff.judge import generation as gen
@@ -249,8 +249,8 @@ def _grid(opts: GenerateOptions) -> list[tuple[str, str]]:
         unknown = [r for r in opts.runtimes if r not in known]
         if unknown:
             raise UserError(
-                f"--runtimes: no generative runtime {', '.join(map(repr, unknown))} "
-                f"(have: {', '.join(sorted(known))})"
+                f"--runtimes: no generative runtime {', '.join(map(repr, unknown))}"
+                f"{did_you_mean(unknown[0], known)} (have: {', '.join(sorted(known))})"
             )
         grid = [g for g in grid if g[0] in opts.runtimes]
     if opts.precisions:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.backends import runtime_names
-from bakeoff.errors import UserError
+from bakeoff.errors import UserError, did_you_mean
 from bakeoff.paths import DEFAULT_STORE
 from bakeoff.trials.settings import TrialSettings
 from bakeoff.workload import PRECISIONS, ConstraintsSpec
@@ -104,7 +104,10 @@ _BEFORE_IT_WAS_STORED: dict[str, Any] = {"worker_per_batch_size": True}
 def _check_choices(values: list[str] | None, allowed: tuple[str, ...], flag: str) -> None:
     for v in values or []:
         if v not in allowed:
-            raise UserError(f"{flag}: unknown value {v!r}; expected one of {', '.join(allowed)}")
+            raise UserError(
+                f"{flag}: unknown value {v!r}{did_you_mean(v, allowed)}; "
+                f"expected one of {', '.join(allowed)}"
+            )
 
 
 def _check_numbers(opts: RunOptions) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bakeoff.report.charts import num
+from bakeoff.report.fit import fitted
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -20,7 +21,7 @@ def print_comparison(cmp: Comparison, out: Console) -> None:
     """The comparison as text: differences first, then one row per candidate."""
     out.print(f"[bold]compare {cmp.run_a} (A) -> {cmp.run_b} (B)[/]", highlight=False)
     _differences(cmp, out)
-    out.print(_table(cmp))
+    out.print(fitted(_table(cmp), out.width))
     for cid, why in cmp.not_compared.items():
         out.print(f"  {cid}: not compared ({why})", highlight=False)
     if cmp.only_a:

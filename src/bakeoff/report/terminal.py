@@ -19,6 +19,7 @@ from bakeoff.efficiency import percent
 from bakeoff.judge.verdict_words import statement
 from bakeoff.report.charts import num
 from bakeoff.report.data import flagged, leaders, status_label
+from bakeoff.report.fit import fitted
 
 _STATUS_STYLE = {
     "ok": "green",
@@ -93,7 +94,9 @@ class RichReporter:
     def _render(self) -> Group:
         elapsed = time.perf_counter() - self.started
         stage = Text(f"{self.stage_text}  ({elapsed:.0f} s)", style="bold")
-        return Group(stage, self.progress_bar, _live_table(self._candidates))
+        return Group(
+            stage, self.progress_bar, fitted(_live_table(self._candidates), self.console.width)
+        )
 
     def stage(self, text: str) -> None:
         if not self.console.is_terminal:
@@ -198,7 +201,7 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
     and the advice among them, and what the run took."""
     console = console or Console()
     candidates = document["candidates"]
-    console.print(results_table(document))
+    console.print(fitted(results_table(document), console.width))
     console.print(
         "[dim]* winner; ~ leads, but not separated (see the verdict); ? marks a p99 with "
         "too few samples to support it[/]"

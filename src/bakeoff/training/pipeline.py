@@ -31,7 +31,7 @@ import numpy as np
 
 from bakeoff import environment, stacks
 from bakeoff.efficiency import PeakProbe, candidate_efficiency
-from bakeoff.errors import UserError
+from bakeoff.errors import UserError, did_you_mean
 from bakeoff.judge import stats
 from bakeoff.judge.verdict import Measured, decide
 from bakeoff.paths import DEFAULT_STORE, RunFolder, hold_run_lock, resume_command
@@ -343,7 +343,7 @@ def _asked(ref: str, opts: TrainOptions) -> tuple[Recipe, tuple[str, ...], int]:
     if unknown:
         raise UserError(
             f"{'--stacks' if opts.stacks else 'train.stacks'}: no training stack "
-            f"{', '.join(map(repr, unknown))} "
+            f"{', '.join(map(repr, unknown))}{did_you_mean(unknown[0], stacks.NAMES)} "
             f"(stacks: {', '.join(stacks.NAMES)})"
         )
     if opts.stacks:

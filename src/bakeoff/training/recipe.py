@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bakeoff.errors import UserError
+from bakeoff.errors import UserError, did_you_mean
 from bakeoff.stacks import DEFAULT_STACKS, FINE_TUNING, NAMES, REFERENCE
 from bakeoff.user_files import read_npz
 from bakeoff.workload import parse_spec_file
@@ -97,7 +97,8 @@ def load_recipe(ref: str, quick: bool) -> Recipe:
     unknown = sorted(set(t.stack_lr) - set(NAMES))
     if unknown:
         raise UserError(
-            f"{path}: train.stack_lr: no training stack {unknown[0]!r} (stacks: {', '.join(NAMES)})"
+            f"{path}: train.stack_lr: no training stack {unknown[0]!r}"
+            f"{did_you_mean(unknown[0], NAMES)} (stacks: {', '.join(NAMES)})"
         )
     default = DEFAULT_STACKS + (("lora",) if lora else ())
     names = tuple(t.stacks) if t.stacks else default

@@ -8,6 +8,7 @@ model's own kind, of the data's own source) with the closest one as a hint.
 from __future__ import annotations
 
 import difflib
+import re
 import tomllib
 import typing
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from bakeoff.errors import UserError
+from bakeoff.errors import UserError, did_you_mean
 from bakeoff.user_files import read_text
 from bakeoff.workload.spec import DataSpec, ModelSpec, WorkloadSpec
 
@@ -36,6 +37,9 @@ def _format_validation_error(
             lines.append(f"  {key}: required key is missing")
         else:
             msg = e["msg"].removeprefix("Value error, ")
+            if e["type"] == "literal_error":  # a kind, a task, a metric: one of some names
+                names = re.findall(r"'([^']*)'", str(e.get("ctx", {}).get("expected", "")))
+                msg += did_you_mean(str(e.get("input")), names)
             lines.append(f"  {key}: {msg} (got {e.get('input')!r})")
     return "\n".join(lines)
 

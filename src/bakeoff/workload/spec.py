@@ -8,7 +8,6 @@ what is on disk is checked by `bakeoff.workload.checks` and `bakeoff.workload.da
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -23,7 +22,8 @@ from pydantic import (
     model_validator,
 )
 
-from bakeoff.backends import is_runtime, runtime_names
+from bakeoff.backends import DEVELOPMENT_VARIABLE, development, is_runtime, runtime_names
+from bakeoff.errors import did_you_mean
 from bakeoff.source import PICKLE_SUFFIXES
 
 # Runtime names are checked against the one registry, `bakeoff.backends.runtime_names`
@@ -88,8 +88,7 @@ MXNET_RETIRED = (
 def _check_runtime(name: str) -> None:
     if not is_runtime(name):
         known = runtime_names()
-        hint = difflib.get_close_matches(name, known, n=1)
-        more = f" (did you mean {hint[0]!r}?)" if hint else ""
+        more = did_you_mean(name, known)
         raise ValueError(f"unknown runtime {name!r}{more}; expected one of {', '.join(known)}")
 
 
@@ -156,6 +155,12 @@ class ModelSpec(_Strict):
     def _not_mxnet_kind(cls, kind: Any) -> Any:
         if isinstance(kind, str) and kind.lower() == "mxnet":
             raise ValueError(MXNET_RETIRED)
+        if kind == "fake" and not development():
+            raise ValueError(
+                'kind = "fake" is bakeoff\'s test double, not a model: give torch, hf, onnx, '
+                f"openvino, keras, jax, savedmodel or builtin ({DEVELOPMENT_VARIABLE}=1 allows "
+                "it, for bakeoff's own tests)"
+            )
         return kind
 
     @field_validator("path", mode="before")
