@@ -341,7 +341,7 @@ def test_text_data_is_tokenized_by_the_folders_tokenizer(
 
 def test_builtin_minilm_uses_the_text_path_at_length_128(minilm_folder: str) -> None:
     from bakeoff.builtins import load_builtin
-    from bakeoff.builtins.minilm import sentences_path
+    from bakeoff.data import sentences_path
 
     wl = load_builtin("minilm")
     assert wl.spec.data is not None and wl.spec.data.text == str(sentences_path())

@@ -14,12 +14,14 @@ from typing import Any
 
 from bakeoff.builtins import GENERATIVE_BUILTINS, load_builtin, load_generation_builtin
 from bakeoff.errors import UserError
+from bakeoff.model_file import is_model_path, spec_for_model, spec_toml
 from bakeoff.workload import (
     GenerationWorkload,
     Workload,
     WorkloadSpec,
     generation_workload_from_spec,
     is_generation,
+    parse_spec,
     parse_spec_file,
     workload_from_spec,
 )
@@ -35,6 +37,13 @@ def load_generation(
     if ref.startswith("builtin:"):
         name = ref.removeprefix("builtin:")
         return load_generation_builtin(name, say) if name in GENERATIVE_BUILTINS else None
+    if is_model_path(ref):
+        if not (Path(ref) / "config.json").is_file():
+            return None  # no Hugging Face folder: load_workload takes it (or refuses it)
+        spec = parse_spec(spec_toml(spec_for_model(ref), ref), ref)
+        if not is_generation(spec):
+            return None
+        return generation_workload_from_spec(spec, ref, str(Path(ref).resolve().parent))
     path = Path(ref)
     if not path.is_file():
         return None
@@ -44,11 +53,25 @@ def load_generation(
     return generation_workload_from_spec(spec, str(path), str(path.resolve().parent))
 
 
-def load_workload(ref: str | None) -> Workload:
-    """Load `builtin:NAME` or a workload TOML path, with its data."""
+def load_workload(ref: str | None, data: str | None = None) -> Workload:
+    """Load `builtin:NAME`, a workload TOML path or a model file or folder given alone
+    (with the data file `data`, or data made for it), with its data."""
     ref = ref or "builtin:minilm"
+    if data is not None and not is_model_path(ref):
+        raise UserError(
+            f"--data {data}: goes with a model file or folder given alone; {ref} names its "
+            "own data ([data] in the workload)"
+        )
     if ref.startswith("builtin:"):
         return load_builtin(ref.removeprefix("builtin:"))
+    if is_model_path(ref):
+        spec = parse_spec(spec_toml(spec_for_model(ref, data), ref), ref)
+        if is_generation(spec):
+            raise UserError(
+                f"{ref}: a text-generation model: `bakeoff run {ref}` measures it; this "
+                "command does not take generative models yet"
+            )
+        return workload_from_spec(spec, origin=ref, base_dir=str(Path(ref).resolve().parent))
     path = Path(ref)
     if not path.is_file():
         raise UserError(

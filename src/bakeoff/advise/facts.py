@@ -17,7 +17,8 @@ from typing import Any
 from bakeoff import hardware
 from bakeoff.backends import gpu
 from bakeoff.errors import UserError
-from bakeoff.workload import check_model_files, parse_spec_file
+from bakeoff.model_file import is_model_path, spec_for_model, spec_toml
+from bakeoff.workload import check_model_files, parse_spec, parse_spec_file
 
 # Hugging Face config.json names that mark a generative (token-producing) model.
 _GENERATIVE_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
@@ -294,11 +295,15 @@ def facts_for_ref(ref: str | None) -> Facts:
         kind, path, factory = _builtin_model(ref.removeprefix("builtin:"))
         return detect_facts(ref, kind, path, None, factory)
     file = Path(ref)
-    if not file.is_file():
+    if is_model_path(ref):  # a model given alone: the spec `bakeoff run` would use
+        spec = parse_spec(spec_toml(spec_for_model(ref), ref), ref)
+        file = Path(ref).resolve()
+    elif not file.is_file():
         raise UserError(
             f"{ref}: no such workload file (give a .toml path or builtin:minilm / builtin:digits)"
         )
-    spec = parse_spec_file(file, ref)
+    else:
+        spec = parse_spec_file(file, ref)
     model = spec.model
     if model.kind == "builtin":
         assert model.name is not None

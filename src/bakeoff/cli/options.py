@@ -19,6 +19,7 @@ __all__ = [
     "HELP_OPTIONS",
     "BakeoffCommand",
     "BakeoffGroup",
+    "DataOpt",
     "MlflowOpt",
     "OptionalValueCommand",
     "RunIdArg",
@@ -29,7 +30,20 @@ __all__ = [
 StoreOpt = Annotated[Path, typer.Option("--store", help="SQLite store of runs")]
 RunIdArg = Annotated[str, typer.Argument(help="a run id (or a unique prefix)")]
 WorkloadArg = Annotated[
-    str | None, typer.Argument(help="a workload .toml or builtin:NAME (default builtin:minilm)")
+    str | None,
+    typer.Argument(
+        help="a workload .toml; a model file or folder alone (ONNX, OpenVINO IR .xml, a "
+        "Hugging Face folder); or builtin:NAME (default builtin:minilm)"
+    ),
+]
+DataOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--data",
+        help="with a model file or folder alone: its data, an .npz / .npy of its inputs "
+        "or a .txt of texts (one a line) for a Hugging Face folder; without it, inputs "
+        "are generated from the model's signature",
+    ),
 ]
 MlflowOpt = Annotated[
     str | None,

@@ -9,7 +9,7 @@ import typer
 
 from bakeoff import api
 from bakeoff.cli import tracking
-from bakeoff.cli.options import DEFAULT_STORE, MlflowOpt, StoreOpt, WorkloadArg
+from bakeoff.cli.options import DEFAULT_STORE, DataOpt, MlflowOpt, StoreOpt, WorkloadArg
 from bakeoff.cli.output import err, out
 from bakeoff.errors import UserError
 from bakeoff.paths import check_writable
@@ -191,6 +191,7 @@ def _measure(
 
 def run(
     workload: WorkloadArg = None,
+    data: DataOpt = None,
     runtimes: RuntimesOpt = None,
     precisions: PrecisionsOpt = None,
     batch_sizes: BatchSizesOpt = None,
@@ -270,6 +271,7 @@ def run(
                 ),
                 "--mlflow": mlflow_uri is not None,
                 "--cluster": cluster is not None,
+                "--data": data is not None,
             }
         )
         gen_opts = api.GenerateOptions(
@@ -302,6 +304,8 @@ def run(
         cold_starts=cold_starts,
         worker_per_batch_size=worker_per_batch_size,
         target=target,
+        # absolute: a resume may run in another folder
+        data=str(data.resolve()) if data is not None else None,
         constraints=_constraints(
             max_p50_ms=max_p50_ms,
             max_p99_ms=max_p99_ms,

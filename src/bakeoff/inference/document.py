@@ -43,6 +43,9 @@ def _workload_section(ctx: RunContext, reference: Reference) -> dict[str, Any]:
         "constants": workload.source.constants,
         "constraints": workload.limits,
         "notes": list(workload.notes),
+        # "generated": made from the model's signature (no data given), so the quality
+        # gate ran on them and not on the user's data
+        "inputs": "generated" if workload.spec.data and workload.spec.data.generate else "given",
         # where text was tokenized, so an export can take text again (`bakeoff serve`)
         "text": _text_section(workload),
     }

@@ -48,6 +48,8 @@ class RunOptions:
     # A split's share (`bakeoff run --split`): the candidates this run measures, by their
     # id without the batch size ("onnxruntime-int8-dynamic", a label); None: all.
     share: list[str] | None = None
+    # `--data`: the data file of a model file or folder given alone (None: made for it).
+    data: str | None = None
 
     def to_settings(self) -> dict[str, Any]:
         """What a run's stored settings keep of its options: all a resume needs to
@@ -90,6 +92,7 @@ _STORED = {
     "explicit_constraints": "constraints",
     "worker_per_batch_size": "worker_per_batch_size",
     "split_share": "share",
+    "data": "data",
 }
 
 

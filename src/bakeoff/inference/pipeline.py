@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -232,7 +233,7 @@ def plan_shares(ref: str | None, opts: RunOptions) -> tuple[list[str], str]:
     (the reference variant; hand-written candidates without it: their first), for a
     split to share out. Loads the workload and its advice, builds nothing."""
     opts = checked(opts)
-    workload = _with_flags(load_workload(ref), opts)
+    workload = _with_flags(load_workload(ref, opts.data), opts)
     advice = advice_for(workload, opts.target)
     grid, batch_sizes, _ = _plan(workload, opts, advice, None)
     candidates = _candidates(workload, dataclasses.replace(opts, share=None), grid, batch_sizes)
@@ -311,7 +312,9 @@ def run(
     rep = reporter or NullReporter()
     t_start = time.perf_counter()
     rep.stage("loading workload")
-    workload = load_workload(ref)
+    with warnings.catch_warnings():  # its notes, printed here, not as warnings too
+        warnings.simplefilter("ignore", UserWarning)
+        workload = load_workload(ref, opts.data)
     for note in workload.notes:
         rep.stage(f"note: {note}")
     workload = _with_flags(workload, opts)

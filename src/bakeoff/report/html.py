@@ -22,6 +22,7 @@ from bakeoff.report import html_charts
 from bakeoff.report.charts import num
 from bakeoff.report.data import StoredRun, flagged, leaders, load, status_label
 from bakeoff.report.html_environment import environment
+from bakeoff.workload.generated import GENERATED_NOTE
 
 CSS = """
 body { font-family: sans-serif; margin: 24px auto; max-width: 1100px; color: #222; }
@@ -99,6 +100,8 @@ def _verdicts(run: StoredRun) -> str:
             )
             + "</div>"
         )
+    if run.document["workload"].get("inputs") == "generated":
+        out.append(f'<p class="note generated">{_e(GENERATED_NOTE)}.</p>')
     return "".join(out)
 
 

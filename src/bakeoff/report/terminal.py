@@ -20,6 +20,7 @@ from bakeoff.judge.verdict_words import statement
 from bakeoff.report.charts import num
 from bakeoff.report.data import flagged, leaders, status_label
 from bakeoff.report.fit import fitted
+from bakeoff.workload.generated import GENERATED_NOTE
 
 _STATUS_STYLE = {
     "ok": "green",
@@ -221,6 +222,8 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
     _server(console, candidates)
     _offline(console, candidates)
     _verdicts(console, document["verdicts"])
+    if document["workload"].get("inputs") == "generated":
+        console.print(f"  [yellow]{escape(GENERATED_NOTE)}[/]", highlight=False)
     _advice(console, document)
     _listing(
         console,

@@ -13,7 +13,9 @@ The modules, bottom first; each imports only from those below it:
 - `parse`: TOML text to a `WorkloadSpec`, pydantic's errors rewritten for people;
 - `checks`: the model files and folders the spec names, checked on disk;
 - `datasets_source`: a Hugging Face dataset's columns, read offline (`[data] dataset`);
-- `data`: the data read (factory, .npz / .npy, tokenized text, a dataset) and normalized;
+- `generated`: inputs made from a model file's own signature (`[data] generate`);
+- `data`: the data read (factory, .npz / .npy, tokenized text, a dataset, generated)
+  and normalized;
 - `build`: `Workload` and `workload_from_spec`, which put the others together;
 - `generation`: a text-generation workload (`GenerationWorkload`): the folder, its
   prompts and held-out text as token ids.

@@ -23,6 +23,7 @@ from bakeoff.workload.checks import (
     check_weights,
 )
 from bakeoff.workload.data import check_variable_axes, normalize_data, read_data
+from bakeoff.workload.generated import GENERATED_NOTE
 from bakeoff.workload.spec import DEFAULT_HF_TASK, ModelSpec, WorkloadSpec
 
 
@@ -61,6 +62,8 @@ def workload_from_spec(spec: WorkloadSpec, origin: str, base_dir: str | None) ->
         raise ValueError("a built-in model's spec is loaded by bakeoff.loader.load_workload")
     assert spec.data is not None
     model_path, weights, hf_config, notes = _check_model(spec.model, base_dir, origin)
+    if spec.data.generate is not None:
+        notes = [*notes, GENERATED_NOTE]
     raw = read_data(spec.data, model_path, hf_config, base_dir, origin)
     inputs, labels, layout = normalize_data(raw, origin, spec.data.batch_axes, spec.data.constants)
     check_variable_axes(spec.data.variable_axes, inputs, layout, origin)

@@ -19,6 +19,7 @@ from bakeoff.errors import UserError
 from bakeoff.source import import_factory, on_path
 from bakeoff.user_files import read_npy, read_npz, read_text
 from bakeoff.workload.datasets_source import read_dataset
+from bakeoff.workload.generated import generated_inputs, signature_of
 from bakeoff.workload.spec import DEFAULT_MAX_LENGTH, TEXT_INPUT, DataSpec, resolve_path
 
 
@@ -42,6 +43,12 @@ def read_data(
         return text_data(data, model_path, hf_config, base_dir, origin)
     if data.dataset is not None:
         return dataset_data(data, model_path, hf_config, base_dir, origin)
+    if data.generate is not None:
+        if model_path is None:
+            raise UserError(f"{origin}: data.generate needs the model's file (model.path)")
+        gen = data.generate
+        signature = signature_of(model_path, origin)
+        return generated_inputs(signature, gen.samples, gen.sequence_length, gen.seed)
     assert data.path is not None
     return load_data_file(Path(base_dir or ".", data.path), origin)
 

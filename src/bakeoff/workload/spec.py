@@ -240,8 +240,23 @@ class DatasetSource(_Strict):
     )
 
 
+class GeneratedSpec(_Strict):
+    """`[data] generate`: inputs made from the model's signature (workload/generated.py)."""
+
+    samples: PositiveInt = Field(128, description="how many samples to make")
+    sequence_length: PositiveInt = Field(
+        128, description="the length of every dynamic axis but the batch"
+    )
+    seed: NonNegativeInt = 0
+
+
 class DataSpec(_Strict):
     factory: str | None = None
+    generate: GeneratedSpec | None = Field(
+        None,
+        description="onnx / openvino: inputs made from the model's own signature, "
+        "e.g. generate = { samples = 128, sequence_length = 128 }",
+    )
     path: str | None = None
     text: str | None = Field(
         None, description="hf: a UTF-8 file, one text per line, tokenized by the model's folder"
@@ -298,12 +313,12 @@ class DataSpec(_Strict):
 
     @model_validator(mode="after")
     def _one_source(self) -> DataSpec:
-        sources = (self.factory, self.path, self.text, self.dataset, self.prompts)
+        sources = (self.factory, self.path, self.text, self.dataset, self.prompts, self.generate)
         if sum(x is not None for x in sources) != 1:
             raise ValueError(
                 'give exactly one of factory = "module:callable", path = "x.npz", '
-                'text = "lines.txt", dataset = { path = "..." } or prompts = "prompts.txt" '
-                "(text-generation)"
+                'text = "lines.txt", dataset = { path = "..." }, generate = {} (inputs '
+                'from the model\'s signature) or prompts = "prompts.txt" (text-generation)'
             )
         if self.dataset is None and (self.columns or self.labels is not None):
             raise ValueError('columns and labels go with dataset = { path = "..." }')
