@@ -59,7 +59,7 @@ def problems(command: str, root: Any) -> list[str]:
 
 
 def _flags(rest: str, cmd: Any, name: str) -> list[str]:
-    known = {"--help"}
+    known = {"--help", "-h"}
     for param in cmd.params:
         known.update(getattr(param, "opts", []))
         known.update(getattr(param, "secondary_opts", []))
