@@ -31,8 +31,9 @@ INSTALL := $(UV) pip install --quiet --python $(PY)
 $(UV): $(PY)
 	$(PIP_INSTALL) torch==2.13.0 uv==0.13.8
 
+# The serve extra too: the README's next step after `make demo` is `bakeoff serve`.
 $(STAMP): pyproject.toml $(UV)
-	$(INSTALL) -e .
+	$(INSTALL) -e '.[serve]'
 	touch $(STAMP)
 
 # From a fresh venv in one install, not two: the test set includes the base.

@@ -500,7 +500,7 @@ def test_advice_picks_the_candidates_of_a_run_and_is_confirmed_in_its_document(
     console = Console(record=True, width=160)
     print_result(doc, console)
     shown = console.export_text()
-    assert "confirmed fake FP32" in shown
+    assert "✓ fake FP32" in shown
     assert doc["settings"]["left_out"] == {"fake-fp32-other": "not for this model"}
     assert "Left out (not built" in shown and "fake-fp32-other: not for this model" in shown
     from bakeoff.report.data import load

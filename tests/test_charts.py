@@ -219,3 +219,26 @@ def test_charts_inline_cleanly_side_by_side() -> None:
     assert len(_marks(svgs[3], "point")) == 2 and len(_marks(svgs[3], "line")) == 1
     texts = [t.text for t in cold.iter("text")]
     assert "5.30 (mean of 5) (imports 5.10 s)" in texts  # as <text>, not glyph paths
+
+
+def test_the_gate_is_drawn_and_what_it_rejected_beyond_it() -> None:
+    """A rejected candidate has a quality and no speed (the gate stopped it before it
+    was timed): a cross at the plot's left edge, beyond the dotted gate line."""
+    rejected = {
+        "id": "int8-b1",
+        "batch_size": 1,
+        "status": "rejected",
+        "quality": {"metric": "cosine", "value": 0.97, "reference": 1.0, "max_drop": 0.01},
+    }
+    ok = [_candidate("fp32-b1", 1.0, 1.0), _candidate("fast-b1", 0.5, 0.995)]
+    for c in ok:
+        c["quality"]["reference"] = 1.0
+    page = html_charts.quality_speed(_run([*ok, rejected], winner="fast-b1"))
+    (svg,) = _svgs(page)
+    (gate,) = _marks(svg, "gate")
+    assert (gate.findtext("title") or "") == "the quality gate: 0.990"
+    (cross,) = _marks(svg, "rejected")
+    assert (cross.findtext("title") or "").startswith("int8-b1: rejected by the quality gate")
+    assert "int8-b1 (rejected by the gate, not timed)" in ET.tostring(svg, encoding="unicode")
+    values = [float(t) for t in _y_tick_labels(svg)]
+    assert min(values) <= 0.975  # the axis reaches down to the rejected one

@@ -61,6 +61,10 @@ def test_an_onnx_file_alone_runs_to_a_verdict_and_says_its_inputs_were_generated
     assert result["workload"]["inputs"] == "generated"
     assert result["verdicts"][0]["winner"] == "onnxruntime-fp32-b1"
     assert GENERATED_NOTE in " ".join(done.stdout.split())  # beside the verdict
+    # The run's last lines: the exact commands that take it further.
+    rid = result["run_id"]
+    for step in ("report", "export", "serve"):
+        assert f"bakeoff {step} {rid} --store {store}" in done.stdout
     # `bakeoff init` writes that workload; run as a file, it measures the same.
     workload = tmp_path / "w.toml"
     assert call("init", str(model), "-o", str(workload)).code == 0

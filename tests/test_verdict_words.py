@@ -158,3 +158,18 @@ def test_statement_reads_a_run_stored_before_verdicts_had_a_headline() -> None:
         [],
         [],
     )
+
+
+def test_the_verdict_says_what_the_pick_cost_in_quality() -> None:
+    from bakeoff.judge.verdict_words import pick_quality
+
+    q = {"metric": "cosine", "value": 0.9961, "reference": 1.0, "drop": 0.0039, "max_drop": 0.01}
+    candidates = [{"id": "ov-int8-b1", "quality": q}, {"id": "tied-b1", "quality": None}]
+    said = pick_quality({"winner": "ov-int8-b1"}, candidates)
+    assert said == (
+        "Quality of ov-int8-b1: cosine 0.9961 against the reference's 1.0000, "
+        "a drop of 0.0039 within the gate (max_drop 0.01)."
+    )
+    # The recommendation among tied leaders is the pick; no quality, nothing said.
+    assert pick_quality({"winner": "ov-int8-b1", "recommended": "tied-b1"}, candidates) is None
+    assert pick_quality({"winner": None}, candidates) is None

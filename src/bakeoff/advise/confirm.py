@@ -108,6 +108,38 @@ def _standing(
     return against
 
 
+def _objective(c: dict[str, Any], objective: str) -> float | None:
+    """A candidate's figure for a verdict's objective, higher is better."""
+    if objective == "latency":
+        lat = c.get("latency_ms")
+        return 1.0 / lat["p50"] if lat and lat.get("p50") else None
+    thr = c.get("throughput")
+    return thr["samples_per_s"] if thr else None
+
+
+def _not_the_leader(ok: list[dict[str, Any]], doc: dict[str, Any]) -> str:
+    """What was measured of proposed candidates that ran but lead nowhere: the best of
+    them against the baseline at each batch size, and who led there ("measured:
+    torch-compile-fp32-b1 1.28× over the baseline torch-fp32-b1, not the leader
+    openvino-int8-nncf-b1")."""
+    by_id = {c["id"]: c for c in doc["candidates"]}
+    said = []
+    for v in doc.get("verdicts", []):
+        base = by_id.get(v.get("baseline") or "")
+        here = [c for c in ok if c["batch_size"] == v["batch_size"] and c["id"] != v["baseline"]]
+        figures = [(_objective(c, v["objective"]), c["id"]) for c in here]
+        scored = [(f, cid) for f, cid in figures if f is not None]
+        base_figure = base and _objective(base, v["objective"])
+        leader = f"not the leader {v['winner']}" if v.get("winner") else "no leader"
+        if scored and base_figure:
+            best, cid = max(scored)
+            gain = f"{best / base_figure:.2f}× over the baseline {v['baseline']}"
+            said.append(f"{cid} {gain}, {leader}")
+        elif v.get("winner"):
+            said.append(f"batch {v['batch_size']}: {leader}")
+    return "measured: " + ("; ".join(said) or f"{ok[0]['id']} is ok but leads nowhere")
+
+
 def _confirm_one(
     item: dict[str, Any], doc: dict[str, Any], excluded: list[dict] | None = None
 ) -> tuple[bool | None, str]:
@@ -144,10 +176,7 @@ def _confirm_one(
     if standing is not None:
         return standing
     if ok:
-        beaten = ", ".join(
-            f"batch {v['batch_size']}: {v['winner']}" for v in verdicts if v.get("winner")
-        )
-        return False, f"measured: {ok[0]['id']} is ok but not the leader ({beaten or 'none'})"
+        return False, _not_the_leader(ok, doc)
     rejected = [c for c in cands if c["status"] == "rejected"]
     if rejected:
         c = rejected[0]

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from bakeoff import api
 from bakeoff.cli import tracking
@@ -169,6 +170,7 @@ def _resume(
     print_result(resumed.document, out)
     if mlflow is not None:
         tracking.log(mlflow, resumed.document, store)
+    _next_steps(resumed.document, store, resumed.exit_code)
     return resumed.exit_code
 
 
@@ -186,7 +188,29 @@ def _measure(
         out.print(f"[dim]wrote {json_path}[/]")
     if mlflow is not None:
         tracking.log(mlflow, result.document, opts.store)
+    _next_steps(result.document, Path(opts.store), result.exit_code)
     return result.exit_code
+
+
+def _next_steps(document: dict, store: Path, exit_code: int) -> None:
+    """The exact commands that take a run with a winner further: its report, its
+    files, and the winner served."""
+    if exit_code != 0:
+        return
+    import importlib.util
+
+    rid = document["run_id"]
+    where = "" if store == DEFAULT_STORE else f" --store {store}"
+    serve = f"bakeoff serve {rid}{where}"
+    if importlib.util.find_spec("fastapi") is None:
+        serve += "   (needs the serve extra: pip install 'bakeoff[serve]')"
+    out.print("\n[bold]Next[/]", highlight=False)
+    for command, what in (
+        (f"bakeoff report {rid}{where} -o report-{rid}.html", "the HTML report"),
+        (f"bakeoff export {rid}{where} -o {rid}-winner", "the winner's files, to deploy"),
+        (serve, "the winner over HTTP (Open Inference Protocol v2)"),
+    ):
+        out.print(f"  {escape(command)}   [dim]# {what}[/]", highlight=False, soft_wrap=True)
 
 
 def run(

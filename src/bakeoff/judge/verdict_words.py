@@ -181,3 +181,19 @@ def statement(v: dict) -> tuple[str, list[str], list[str]]:
     if not v.get("headline"):
         return str(v.get("reason", "")), [], []
     return str(v["headline"]), list(v.get("points") or []), list(v.get("details") or [])
+
+
+def pick_quality(v: dict, candidates: Sequence[Mapping]) -> str | None:
+    """The pick's quality against the gate, for the verdict's first lines: a speed-up
+    means little until it is known what it cost. The pick is the recommendation
+    among tied leaders where there is one, else the winner."""
+    pick = v.get("recommended") or v.get("winner")
+    c = next((c for c in candidates if c["id"] == pick), None)
+    q = c and c.get("quality")
+    if not q or q.get("drop") is None:
+        return None
+    return (
+        f"Quality of {pick}: {q['metric']} {q['value']:.4f} against the reference's "
+        f"{q['reference']:.4f}, a drop of {q['drop']:.4f} within the gate "
+        f"(max_drop {q['max_drop']:g})."
+    )

@@ -14,6 +14,7 @@ needs it. `num` and `color` need nothing.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -37,6 +38,8 @@ PALETTE = (
 )
 WINNER = "#d62728"
 FRONT = "#2ca02c"
+# The quality gate's line and the candidates it rejected.
+GATE = "#7f7f7f"
 
 
 def color(i: int) -> str:
@@ -79,9 +82,14 @@ def scatter(
     resolution: float,
     lower_x: bool = True,
     metric: str = "",
+    gate: float | None = None,
+    rejected: Sequence[tuple[str, float]] = (),
 ) -> str:
     """Quality (y) against speed (x), the Pareto front as a dashed step line, the
-    winner ringed and named. The quality axis spans at least `resolution`.
+    winner ringed and named. The quality axis spans at least `resolution`. With
+    `gate`, the quality gate as a dotted line, and the `rejected` candidates (label,
+    quality) beyond it as crosses at the left edge: the gate stopped them before they
+    were timed, so they have a quality and no speed.
 
     Points are named in a legend below the plot (labels beside the points would
     overlap, since many variants share one quality); the winner is also named inline.
@@ -89,7 +97,8 @@ def scatter(
     legend_rows = (len(points) + 1) // 2
     with svg.figure(chart_id, 330 + 17 * legend_rows) as (fig, ax, marks):
         _speed_axis(ax, points)
-        tip_d = _quality_axis(ax, points, resolution, metric)
+        extra = [q for _, q in rejected] + ([gate] if gate is not None else [])
+        tip_d = _quality_axis(ax, points, resolution, metric, extra)
         _front_line(ax, marks, points, lower_x)
         handles: list[Any] = []
         labels: list[str] = []
@@ -99,6 +108,7 @@ def scatter(
             mark = f" ({p.winner_word})" if p.winner else (" (Pareto front)" if p.on_front else "")
             handles.append(handle)
             labels.append(p.label + mark)
+        _gate_and_rejected(ax, marks, gate, rejected, handles, labels)
         ax.set_xlabel(x_label)
         ax.set_ylabel(y_label)
         fig.legend(handles, labels, loc="outside lower center", ncols=2)
@@ -115,12 +125,55 @@ def _speed_axis(ax: Axes, points: list[Point]) -> None:
     scales.plain_numbers(ax, "x", log_x)
 
 
-def _quality_axis(ax: Axes, points: list[Point], resolution: float, metric: str) -> int:
-    """The y axis over at least `resolution` of quality, ticked with the fewest
-    decimals that tell its ticks apart; returns the decimals for the hover text."""
+def _gate_and_rejected(
+    ax: Axes,
+    marks: svg.Marks,
+    gate: float | None,
+    rejected: Sequence[tuple[str, float]],
+    handles: list[Any],
+    labels: list[str],
+) -> None:
+    from matplotlib.lines import Line2D
+
+    if gate is not None:
+        ax.axhline(
+            gate,
+            color=GATE,
+            linestyle=":",
+            linewidth=1.4,
+            zorder=1,
+            clip_on=False,  # no clip path: the page refers to nothing by url()
+            gid=marks.add("gate", f"the quality gate: {num(gate)}"),
+        )
+        handles.append(Line2D([], [], color=GATE, linestyle=":", linewidth=1.4))
+        labels.append("the quality gate")
+    left = ax.get_xlim()
+    for label, q in rejected:
+        ax.plot(
+            [left[0]],
+            [q],
+            marker="X",
+            markersize=9,
+            linestyle="none",
+            color=GATE,
+            zorder=3,
+            clip_on=False,
+            gid=marks.add("rejected", f"{label}: rejected by the quality gate at {num(q)}"),
+        )
+        handles.append(Line2D([], [], marker="X", linestyle="none", color=GATE, markersize=9))
+        labels.append(f"{label} (rejected by the gate, not timed)")
+    ax.set_xlim(left)  # the crosses sit on the edge; they do not move it
+
+
+def _quality_axis(
+    ax: Axes, points: list[Point], resolution: float, metric: str, extra: Sequence[float] = ()
+) -> int:
+    """The y axis over at least `resolution` of quality (and the `extra` values: the
+    gate, the rejected), ticked with the fewest decimals that tell its ticks apart;
+    returns the decimals for the hover text."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator
 
-    lo, hi = scales.quality_limits([p.y for p in points], resolution, metric)
+    lo, hi = scales.quality_limits([p.y for p in points] + list(extra), resolution, metric)
     pad = (hi - lo) * 0.1
     ax.set_ylim(lo - pad, hi + pad)
     ticks = [

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.efficiency import percent
-from bakeoff.judge.verdict_words import statement
+from bakeoff.judge.verdict_words import pick_quality, statement
 from bakeoff.report import html_charts
 from bakeoff.report.charts import num
 from bakeoff.report.data import StoredRun, flagged, leaders, load, status_label
@@ -81,6 +81,8 @@ def _verdicts(run: StoredRun) -> str:
     out = []
     for v in run.verdicts:
         head, points, details = statement(v)
+        quality = pick_quality(v, run.document["candidates"])
+        points = [quality, *points] if quality else points
         standing = v.get("standing") or ("clear" if v["winner"] else "none")
         cls = "verdict" + {"none": " none", "baseline-tied": " open", "no-baseline": " open"}.get(
             standing, ""
@@ -201,11 +203,11 @@ def _advice(run: StoredRun) -> str:
     rows = [a for a in advice.get("advice", []) if a.get("confirm")]
     if not rows:
         return ""
-    marks = {True: ("ok", "confirmed"), False: ("rejected", "not confirmed")}
+    marks = {True: ("ok", "✓"), False: ("rejected", "✗")}
     body = "".join(
         "<tr><td>{}</td><td><span class='{}'>{}</span></td><td>{}</td></tr>".format(
             _e(a["text"]),
-            *marks.get(a.get("confirmed"), ("unavailable", "not measured")),
+            *marks.get(a.get("confirmed"), ("unavailable", "-")),
             _e(a.get("why", "")),
         )
         for a in rows
@@ -215,7 +217,8 @@ def _advice(run: StoredRun) -> str:
     return (
         f"<p class='note'>Target {_e(advice['target'])}; candidates from: {_e(source)} "
         "(<code>bakeoff advise</code> shows every rule and why).</p>"
-        f'<table id="advice"><tr><th>advice</th><th>measured</th><th>why</th></tr>{body}</table>'
+        '<table id="advice"><tr><th>advice</th><th>held</th><th>what the run measured</th></tr>'
+        f"{body}</table>"
     )
 
 

@@ -119,6 +119,17 @@ def _quality_speed_at(run: StoredRun, bs: int, led: dict[str, bool], gate: dict[
         for c, q, sp in rows
     ]
     better = "lower" if scales.lower_is_better(metric) else "higher"
+    reference = rows[0][0]["quality"].get("reference")
+    gate_line = None
+    if reference is not None and max_drop is not None:
+        lower = scales.lower_is_better(metric)
+        gate_line = reference + max_drop if lower else reference - max_drop
+    rejected = [
+        (c["id"], q)
+        for c in run.candidates
+        if c["batch_size"] == bs and c["status"] == "rejected"
+        if (q := _quality_value(c)) is not None
+    ]
     chart = charts.scatter(
         f"chart-quality-speed-b{bs}",
         f"Quality against {objective} at batch {bs}",
@@ -128,6 +139,8 @@ def _quality_speed_at(run: StoredRun, bs: int, led: dict[str, bool], gate: dict[
         resolution=resolution,
         lower_x=lower_x,
         metric=metric,
+        gate=gate_line,
+        rejected=rejected,
     )
     return (
         f"<h3>Batch {bs}</h3>{chart}"

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from bakeoff.candidates import Candidate
 from bakeoff.efficiency import percent
-from bakeoff.judge.verdict_words import statement
+from bakeoff.judge.verdict_words import pick_quality, statement
 from bakeoff.report.charts import num
 from bakeoff.report.data import flagged, leaders, status_label
 from bakeoff.report.fit import fitted
@@ -221,7 +221,7 @@ def print_result(document: dict[str, Any], console: Console | None = None) -> No
     _not_ok(console, candidates)
     _server(console, candidates)
     _offline(console, candidates)
-    _verdicts(console, document["verdicts"])
+    _verdicts(console, document["verdicts"], candidates)
     if document["workload"].get("inputs") == "generated":
         console.print(f"  [yellow]{escape(GENERATED_NOTE)}[/]", highlight=False)
     _advice(console, document)
@@ -395,10 +395,14 @@ def _offline(console: Console, candidates: list[dict[str, Any]]) -> None:
         )
 
 
-def _verdicts(console: Console, verdicts: list[dict[str, Any]]) -> None:
+def _verdicts(
+    console: Console, verdicts: list[dict[str, Any]], candidates: list[dict[str, Any]]
+) -> None:
     console.print("\n[bold]Verdict[/]")
     for v in verdicts:
         head, points, _ = statement(v)
+        quality = pick_quality(v, candidates)
+        points = [quality, *points] if quality else points
         style = _VERDICT_STYLE.get(v.get("standing") or "clear", "") if v["winner"] else "red"
         console.print(
             f"  [bold]batch {v['batch_size']} ({v['objective']}):[/] [{style}]{escape(head)}[/]",
@@ -415,11 +419,13 @@ def _advice(console: Console, document: dict[str, Any]) -> None:
         return
     source = document.get("settings", {}).get("candidates_from", "-")
     console.print(f"\n[bold]Advice[/] for target {advice['target']} (candidates from: {source})")
-    marks = {True: "[green]confirmed[/]", False: "[yellow]not confirmed[/]"}
+    # The advice, then what the run measured of it: the measurement speaks, the mark
+    # says which way (✓ it held, ✗ it did not, - nothing here measured it).
+    marks = {True: "[green]✓[/]", False: "[yellow]✗[/]"}
     for a in advice["advice"]:
         if a.get("confirm") is None:
             continue  # text-only advice: shown by `bakeoff advise` and in the JSON
-        mark = marks.get(a.get("confirmed"), "[dim]not measured[/]")
+        mark = marks.get(a.get("confirmed"), "[dim]-[/]")
         console.print(f"  {mark} {escape(a['text'])}: {escape(a['why'])}", highlight=False)
 
 
