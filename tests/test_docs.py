@@ -1,6 +1,7 @@
-"""The README and docs/ cannot go stale on the command line: every `bakeoff ...` command
-quoted in them names a command that exists, and every flag it shows is one that
-command takes. The second test shows the check bites, on a quoted flag that is not."""
+"""The README and docs/ cannot go stale: every `bakeoff ...` command quoted in them
+names a command that exists, and every flag it shows is one that command takes; every
+verdict sentence they quote is one the program writes. A test beside each shows the
+check bites (a quoted flag that is not; a sentence changed)."""
 
 from __future__ import annotations
 
@@ -97,3 +98,55 @@ def test_a_quoted_command_the_cli_lacks_is_caught(quoted: str, said: str) -> Non
     assert hasattr(root, "commands")  # typer's own click, vendored or not
     found = [p for c in quoted_commands(quoted) for p in problems(c, root)]
     assert found == [said]
+
+
+# A verdict sentence the docs quote: X, Y, Z stand for candidates and B for the
+# baseline; "…" for what the quote leaves out.
+QUOTED_VERDICT = re.compile(r'"((?:X |No candidate )[^"]*)"')
+
+
+def _verdict_sentences() -> list[str]:
+    """Every form of a verdict's first sentence, as the program writes it."""
+    from bakeoff.judge.stats import Interval
+    from bakeoff.judge.verdict_words import headline
+
+    gain = Interval(1.38, 1.23, 1.45)
+    return [
+        headline(standing, "X", "B", tied, gain, 3, baseline_out="failed")
+        for standing, tied in (
+            ("clear", []),
+            ("leads", ["Y", "Z"]),
+            ("no-baseline", []),
+            ("no-baseline", ["Y"]),
+            ("baseline-tied", ["B"]),
+            ("baseline-tied", ["B", "Y"]),
+            ("baseline-tied", ["B", "Y", "Z"]),
+        )
+    ] + [headline("baseline-leads", "B", "B", tied, None, 3) for tied in ([], ["Y"])]
+
+
+def unmatched_verdict_quotes(text: str) -> list[str]:
+    """The quoted verdict sentences in `text` that the program does not write."""
+    sentences = _verdict_sentences()
+    wrong = []
+    for quote in QUOTED_VERDICT.findall(" ".join(text.split())):
+        pattern = ".*".join(re.escape(part) for part in quote.split("…"))
+        if not any(re.match(pattern, s) for s in sentences):
+            wrong.append(quote)
+    return wrong
+
+
+def test_every_quoted_verdict_sentence_is_one_the_program_writes() -> None:
+    quotes = [q for page in PAGES for q in QUOTED_VERDICT.findall(page.read_text("utf-8"))]
+    assert len(quotes) >= 3, quotes  # docs/measuring.md quotes the three forms
+    wrong = [w for page in PAGES for w in unmatched_verdict_quotes(page.read_text("utf-8"))]
+    assert not wrong, wrong
+
+
+def test_a_changed_verdict_sentence_is_caught() -> None:
+    page = (ROOT / "docs" / "measuring.md").read_text("utf-8")
+    assert not unmatched_verdict_quotes(page)
+    changed = page.replace('"X is fastest:', '"X is the fastest:')
+    assert unmatched_verdict_quotes(changed) == [
+        "X is the fastest: 1.38× (CI 1.23–1.45) over the baseline B"
+    ]
