@@ -69,6 +69,7 @@ def test_run_options_round_trip_through_the_stored_settings(tmp_path: Path) -> N
         constraints={"max_p99_ms": 12.5},
         worker_per_batch_size=True,
         share=["torch-fp32", "onnxruntime-int8-dynamic"],
+        data="/data/inputs.npz",
     )
     assert _unexercised(opts, api.RunOptions(), NOT_STORED - {"store", "json_path"}) == []
     settings = _through_json(opts.to_settings())
@@ -93,6 +94,7 @@ def test_run_options_round_trip_through_the_stored_settings(tmp_path: Path) -> N
         "explicit_constraints",
         "worker_per_batch_size",
         "split_share",
+        "data",
     }
 
 
@@ -253,16 +255,14 @@ ADDED = {"efficiency", "worker"}
 # Run settings added since, likewise.
 #   worker_per_batch_size  issue 19: --worker-per-batch-size
 #   split_share            issue 23: a node's share of `bakeoff run --split` (None: all)
-SETTINGS_ADDED = {"worker_per_batch_size", "split_share"}
+#   data                   issue 47: `--data`, the data of a model file given alone
+SETTINGS_ADDED = {"worker_per_batch_size", "split_share", "data"}
 # Workload keys added since, likewise.
 #   text  issue 20: where text was tokenized, so an export takes text again (serve)
 #   reference_outputs  issue 44: the worker and chunk size the reference's outputs
 #         came from, and the chunk sizes that failed before it
-WORKLOAD_ADDED = {"text", "reference_outputs"}
-# Verdict keys added since, likewise.
-#   recommended, recommendation  issue 45: the candidate a careful engineer would take
-#         among those speed does not separate, and the rule that named it
-VERDICT_ADDED = {"recommended", "recommendation"}
+#   inputs  issue 47: "generated" from the model's signature, or "given"
+WORKLOAD_ADDED = {"text", "reference_outputs", "inputs"}
 # Verdict keys added since, likewise.
 #   recommended, recommendation  issue 45: the candidate a careful engineer would take
 #         among those speed does not separate, and the rule that named it

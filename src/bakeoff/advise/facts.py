@@ -19,6 +19,7 @@ from bakeoff.backends import gpu
 from bakeoff.errors import UserError
 from bakeoff.model_file import is_model_path, spec_for_model, spec_toml
 from bakeoff.workload import check_model_files, parse_spec, parse_spec_file
+from bakeoff.workload.generated import signature_of
 
 # Hugging Face config.json names that mark a generative (token-producing) model.
 _GENERATIVE_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
@@ -298,6 +299,8 @@ def facts_for_ref(ref: str | None) -> Facts:
     if is_model_path(ref):  # a model given alone: the spec `bakeoff run` would use
         spec = parse_spec(spec_toml(spec_for_model(ref), ref), ref)
         file = Path(ref).resolve()
+        if spec.model.path and spec.data and spec.data.generate is not None:
+            signature_of(spec.model.path, ref)  # a file that is no model is said now
     elif not file.is_file():
         raise UserError(
             f"{ref}: no such workload file (give a .toml path or builtin:minilm / builtin:digits)"

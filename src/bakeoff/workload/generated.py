@@ -62,9 +62,11 @@ def signature_of(model_path: str, origin: str) -> list[InputSignature]:
     except UserError:
         raise
     except Exception as exc:
+        what = "an ONNX" if suffix == ".onnx" else "an OpenVINO IR"
+        gist = " ".join(str(exc).split())[:200]
         raise UserError(
-            f"{origin}: cannot read the inputs of {model_path} "
-            f'({type(exc).__name__}: {exc}); give data = {{ path = "inputs.npz" }} instead'
+            f"{origin}: {model_path} is not a readable {what} model "
+            f"({type(exc).__name__}: {gist}); check the file, or export the model again"
         ) from None
     raise UserError(
         f"{origin}: generated inputs need an ONNX (.onnx) or OpenVINO IR (.xml) model, "
