@@ -223,8 +223,12 @@ def test_cluster_arguments_are_checked(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.delenv("RAY_ADDRESS")
     got = CliRunner().invoke(app, ["sweep", "builtin:digits", "--store", str(tmp_path / "s.db")])
     assert isinstance(got.exception, UserError) and "needs --cluster" in str(got.exception)
-    got = CliRunner().invoke(app, ["sweep", str(tmp_path / "nope.toml"), "--cluster", "local:1"])
+    store = tmp_path / "new" / "s.db"
+    got = CliRunner().invoke(
+        app, ["sweep", str(tmp_path / "nope.toml"), "--cluster", "local:1", "--store", str(store)]
+    )
     assert isinstance(got.exception, UserError) and "no such workload file" in str(got.exception)
+    assert not store.parent.exists()  # refused before the store was made
 
 
 def test_without_ray_the_cluster_flag_exits_2_with_the_install_command(tmp_path: Path) -> None:

@@ -174,6 +174,11 @@ def run_sweep(workloads: list[str], opts: SweepOptions, events: SweepEvents) -> 
     if spec is None:
         raise UserError("bakeoff sweep needs --cluster (local:N, a Ray address, or RAY_ADDRESS)")
     check_store(opts.store)  # a store that cannot be is said before Ray is imported
+    if not opts.resume:  # bad input is said before the store is made (it loses nothing)
+        workloads = _resolve(workloads)
+        if not workloads:
+            raise UserError("bakeoff sweep: name at least one workload")
+        check_run_options(opts.run_options)
     import_ray()  # before anything is recorded: without Ray, say how to install it
     store_path = Path(opts.store).resolve()
     with Store(store_path) as store:
@@ -185,11 +190,7 @@ def run_sweep(workloads: list[str], opts: SweepOptions, events: SweepEvents) -> 
             store.set_sweep_status(sweep_id, "running")
             before = record["attempts"]
         else:
-            workloads = _resolve(workloads)
-            if not workloads:
-                raise UserError("bakeoff sweep: name at least one workload")
             sweep_id = time.strftime("sweep-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
-            check_run_options(opts.run_options)
             settings = {
                 "cluster": spec.words(),
                 "run_options": opts.run_options,
