@@ -127,9 +127,12 @@ def test_a_workload_that_is_not_utf8_is_refused(folder: Path, command: str) -> N
 def test_a_model_file_given_alone_that_is_no_model_is_refused(folder: Path, command: str) -> None:
     """A model file alone is a workload (test_model_file); one that is not a model
     (bytes, or a truncated protobuf) is said in one line, by run and advise alike."""
-    for content in (bytes(range(256)) * 4, b"\x08\x01\x12\x04onnx"):
+    for content, said in (
+        (bytes(range(256)) * 4, "not a readable ONNX model"),
+        (b"\x08\x01\x12\x04onnx", "has no inputs"),  # parses: an empty graph
+    ):
         (folder / "model.onnx").write_bytes(content)
-        refused_in_one_line(call(command, "model.onnx"), "model.onnx", "not a readable ONNX")
+        refused_in_one_line(call(command, "model.onnx"), "model.onnx", said)
 
 
 def test_advise_checks_that_the_model_files_are_there_as_run_does(folder: Path) -> None:

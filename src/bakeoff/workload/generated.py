@@ -53,25 +53,29 @@ class InputSignature:
 
 
 def signature_of(model_path: str, origin: str) -> list[InputSignature]:
+    """The model file's inputs; a UserError for a file that is no model."""
     suffix = Path(model_path).suffix
+    readers = {".onnx": _onnx_signature, ".xml": _openvino_signature}
+    if suffix not in readers:
+        raise UserError(
+            f"{origin}: generated inputs need an ONNX (.onnx) or OpenVINO IR (.xml) model, "
+            f"got {model_path}; give the model's inputs as data (an .npz) instead"
+        )
     try:
-        if suffix == ".onnx":
-            return _onnx_signature(model_path)
-        if suffix == ".xml":
-            return _openvino_signature(model_path)
-    except UserError:
-        raise
+        found = readers[suffix](model_path)
     except Exception as exc:
-        what = "an ONNX" if suffix == ".onnx" else "an OpenVINO IR"
+        what = "ONNX" if suffix == ".onnx" else "OpenVINO IR"
         gist = " ".join(str(exc).split())[:200]
         raise UserError(
             f"{origin}: {model_path} is not a readable {what} model "
             f"({type(exc).__name__}: {gist}); check the file, or export the model again"
         ) from None
-    raise UserError(
-        f"{origin}: generated inputs need an ONNX (.onnx) or OpenVINO IR (.xml) model, "
-        f"got {model_path}; give the model's inputs as data (an .npz) instead"
-    )
+    if not found:  # a protobuf that parses, with an empty graph: no model to run
+        raise UserError(
+            f"{origin}: {model_path} has no inputs, so it is no model bakeoff can run "
+            "(an empty or cut-short file?); check the file, or export the model again"
+        )
+    return found
 
 
 def _onnx_signature(path: str) -> list[InputSignature]:
