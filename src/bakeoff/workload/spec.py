@@ -308,8 +308,9 @@ class DataSpec(_Strict):
 
     @property
     def tokenizes_text(self) -> bool:
-        """Texts are tokenized by the model folder: data.text, or a dataset's text column."""
-        return self.text is not None or TEXT_INPUT in self.columns
+        """Texts are tokenized by the model folder: data.text, a dataset's text column, or
+        (kind hf) generated inputs, bakeoff's sample sentences."""
+        return self.text is not None or TEXT_INPUT in self.columns or self.generate is not None
 
     @model_validator(mode="after")
     def _one_source(self) -> DataSpec:
