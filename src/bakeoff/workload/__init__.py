@@ -8,8 +8,9 @@ that names the file, the key and what was expected.
 
 The modules, bottom first; each imports only from those below it:
 
-- `spec`: the pydantic models, the runtime and precision defaults, and the checks
-  of the spec's own values;
+- `data_spec`: the `[data]` table's models, and `Strict`, the base of every spec model;
+- `spec`: the rest of the pydantic models, the runtime and precision defaults, and the
+  checks of the spec's own values;
 - `parse`: TOML text to a `WorkloadSpec`, pydantic's errors rewritten for people;
 - `checks`: the model files and folders the spec names, checked on disk;
 - `datasets_source`: a Hugging Face dataset's columns, read offline (`[data] dataset`);
@@ -26,6 +27,13 @@ Everything other modules use is imported from here, `bakeoff.workload`.
 from bakeoff.workload.build import Workload, workload_from_spec
 from bakeoff.workload.checks import check_model_files
 from bakeoff.workload.data import normalize_data, read_text_lines, tokenize_texts
+from bakeoff.workload.data_spec import (
+    DEFAULT_MAX_LENGTH,
+    DatasetFormat,
+    DatasetSource,
+    DataSpec,
+    GeneratedSpec,
+)
 from bakeoff.workload.generation import (
     GenerationWorkload,
     generation_workload_from_spec,
@@ -34,7 +42,6 @@ from bakeoff.workload.generation import (
 from bakeoff.workload.parse import MODEL_KEYS_BY_KIND, parse_spec, parse_spec_file
 from bakeoff.workload.spec import (
     DEFAULT_HF_TASK,
-    DEFAULT_MAX_LENGTH,
     DEFAULT_PRECISIONS,
     DEFAULT_RUNTIMES,
     DEFAULT_RUNTIMES_BY_KIND,
@@ -48,9 +55,6 @@ from bakeoff.workload.spec import (
     CandidateSpec,
     ConstraintsSpec,
     CostSpec,
-    DatasetFormat,
-    DatasetSource,
-    DataSpec,
     HfTask,
     Metric,
     ModelSpec,
@@ -82,6 +86,7 @@ __all__ = [
     "DataSpec",
     "DatasetFormat",
     "DatasetSource",
+    "GeneratedSpec",
     "GenerationWorkload",
     "HfTask",
     "Metric",

@@ -19,9 +19,10 @@ from bakeoff.data import sentences_path
 from bakeoff.errors import UserError
 from bakeoff.source import import_factory, on_path
 from bakeoff.user_files import read_npy, read_npz, read_text
+from bakeoff.workload.data_spec import DEFAULT_MAX_LENGTH, TEXT_INPUT, DataSpec
 from bakeoff.workload.datasets_source import read_dataset
 from bakeoff.workload.generated import generated_inputs, signature_of
-from bakeoff.workload.spec import DEFAULT_MAX_LENGTH, TEXT_INPUT, DataSpec, resolve_path
+from bakeoff.workload.spec import resolve_path
 
 
 def read_data(

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from bakeoff.errors import UserError
-from bakeoff.workload.spec import TEXT_INPUT, DatasetSource, DataSpec, resolve_path
+from bakeoff.workload.data_spec import TEXT_INPUT, DatasetSource, DataSpec
+from bakeoff.workload.spec import resolve_path
 
 INSTALL = "pip install 'bakeoff[datasets]'"
 # File suffix -> the `datasets` reader, where `format` is left out.

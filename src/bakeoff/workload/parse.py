@@ -18,7 +18,8 @@ from pydantic import BaseModel, ValidationError
 
 from bakeoff.errors import UserError, did_you_mean
 from bakeoff.user_files import read_text
-from bakeoff.workload.spec import DataSpec, ModelSpec, WorkloadSpec
+from bakeoff.workload.data_spec import DataSpec
+from bakeoff.workload.spec import ModelSpec, WorkloadSpec
 
 
 def _format_validation_error(

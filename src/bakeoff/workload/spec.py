@@ -1,9 +1,10 @@
 """The workload spec: what a TOML file may say, as pydantic models.
 
-The bottom of `bakeoff.workload`: every other module of the package builds on
-these models and names, and this one imports none of them. Each check here looks
-at the spec's own values (a runtime name, a file suffix, keys that go together);
-what is on disk is checked by `bakeoff.workload.checks` and `bakeoff.workload.data`.
+Next to the bottom of `bakeoff.workload`: it builds on `data_spec` (the `[data]`
+table), and every other module of the package builds on these models and names.
+Each check here looks at the spec's own values (a runtime name, a file suffix, keys
+that go together); what is on disk is checked by `bakeoff.workload.checks` and
+`bakeoff.workload.data`.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     NonNegativeInt,
     PositiveInt,
@@ -25,6 +24,11 @@ from pydantic import (
 from bakeoff.backends import DEVELOPMENT_VARIABLE, development, is_runtime, runtime_names
 from bakeoff.errors import did_you_mean
 from bakeoff.source import PICKLE_SUFFIXES
+from bakeoff.workload.data_spec import (
+    TEXT_INPUT,
+    DataSpec,
+)
+from bakeoff.workload.data_spec import Strict as _Strict
 
 # Runtime names are checked against the one registry, `bakeoff.backends.runtime_names`
 # (the built-ins and what the `bakeoff.backends` entry points register).
@@ -61,15 +65,10 @@ Metric = Literal["accuracy", "agreement", "cosine", "max_abs", "perplexity"]
 # one machine, the most samples/s; across a cluster's machine types, the cheapest).
 Objective = Literal["auto", "latency", "throughput", "cost"]
 HfTask = Literal["feature-extraction", "sequence-classification", "text-generation"]
-# [data] dataset formats: datasets' packaged readers of local files, and save_to_disk folders.
-DatasetFormat = Literal["parquet", "csv", "json", "arrow", "disk"]
-# The model input that a dataset's text column feeds (hf): tokenized as data.text is.
-TEXT_INPUT = "text"
 DEFAULT_HF_TASK: HfTask = "feature-extraction"
 # Checkpoint formats model.weights accepts. safetensors holds tensors only; the
 # pickle-based ones are read with torch.load(weights_only=True) and nothing else.
 SAFETENSORS_SUFFIXES = (".safetensors",)
-DEFAULT_MAX_LENGTH = 128
 # kind = "jax" parameter files: numpy arrays (read with allow_pickle=False) or Flax msgpack.
 JAX_PARAMS_SUFFIXES = (".npz", ".msgpack")
 
@@ -120,10 +119,6 @@ def resolve_path(base_dir: str | None, name: str) -> Path:
     """A path from the spec, relative to the workload file, made absolute: build
     steps change the working directory, so workers must never see a relative one."""
     return Path(base_dir or ".", name).absolute()
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class ModelSpec(_Strict):
@@ -218,129 +213,6 @@ class ModelSpec(_Strict):
             raise ValueError(f'task is for kind = "hf" only, not kind = "{self.kind}"')
         if self.num_labels is not None and self.task != "sequence-classification":
             raise ValueError('num_labels needs kind = "hf" and task = "sequence-classification"')
-        return self
-
-
-class DatasetSource(_Strict):
-    """`[data] dataset`: a Hugging Face `datasets` dataset in local files, read offline."""
-
-    path: str = Field(
-        min_length=1,
-        description="a data file or a folder of them, or a save_to_disk folder; relative to "
-        "the workload file",
-    )
-    split: str | None = Field(
-        None,
-        description="the split to read (default: the only one; a single file is one split)",
-    )
-    format: DatasetFormat | None = Field(
-        None,
-        description="parquet, csv, json (JSON lines too), arrow, or disk (a save_to_disk "
-        "folder); default: from the file's suffix, or disk for a save_to_disk folder",
-    )
-
-
-class GeneratedSpec(_Strict):
-    """`[data] generate`: inputs made from the model's signature (workload/generated.py)."""
-
-    samples: PositiveInt = Field(128, description="how many samples to make")
-    sequence_length: PositiveInt = Field(
-        128, description="the length of every dynamic axis but the batch"
-    )
-    seed: NonNegativeInt = 0
-
-
-class DataSpec(_Strict):
-    factory: str | None = None
-    generate: GeneratedSpec | None = Field(
-        None,
-        description="onnx / openvino: inputs made from the model's own signature, "
-        "e.g. generate = { samples = 128, sequence_length = 128 }",
-    )
-    path: str | None = None
-    text: str | None = Field(
-        None, description="hf: a UTF-8 file, one text per line, tokenized by the model's folder"
-    )
-    dataset: DatasetSource | None = Field(
-        None, description='a local Hugging Face dataset: { path = "...", split, format }'
-    )
-    columns: dict[str, str] = Field(
-        default_factory=dict,
-        description='dataset: model input name -> column, e.g. { text = "sentence" } '
-        "(hf: the input text is tokenized by the model's folder)",
-    )
-    labels: str | None = Field(
-        None, description="dataset: the column of integer class labels (the accuracy metric)"
-    )
-    max_length: PositiveInt | None = Field(
-        None,
-        description=f"text: tokens per text, padded or truncated (default {DEFAULT_MAX_LENGTH})",
-    )
-    quality_samples: PositiveInt | None = Field(
-        None, description="how many held-out samples the quality gate uses"
-    )
-    variable_axes: dict[str, list[NonNegativeInt]] = Field(
-        default_factory=dict,
-        description="input name -> axes besides the batch axis whose size may vary, "
-        "e.g. { input_ids = [1], attention_mask = [1] } for the sequence length",
-    )
-    batch_axes: dict[str, NonNegativeInt] = Field(
-        default_factory=dict,
-        description="input name -> the axis its samples are on, where that is not 0, "
-        "e.g. { state = 1 } for a recurrent state [layers, batch, hidden]",
-    )
-    constants: list[str] = Field(
-        default_factory=list,
-        description="inputs with no batch axis, fed unchanged to every call (a sample "
-        "rate, say); a 0-d array is one by default",
-    )
-    prompts: str | None = Field(
-        None, description="text-generation: a UTF-8 file, one prompt per line"
-    )
-    max_new_tokens: PositiveInt | None = Field(
-        None, description="text-generation: tokens generated per prompt (greedy; default 32)"
-    )
-    perplexity_text: str | None = Field(
-        None,
-        description="text-generation: a UTF-8 file of held-out text, one passage per line, "
-        "for the perplexity gate (default: the prompts)",
-    )
-
-    @property
-    def tokenizes_text(self) -> bool:
-        """Texts are tokenized by the model folder: data.text, a dataset's text column, or
-        (kind hf) generated inputs, bakeoff's sample sentences."""
-        return self.text is not None or TEXT_INPUT in self.columns or self.generate is not None
-
-    @model_validator(mode="after")
-    def _one_source(self) -> DataSpec:
-        sources = (self.factory, self.path, self.text, self.dataset, self.prompts, self.generate)
-        if sum(x is not None for x in sources) != 1:
-            raise ValueError(
-                'give exactly one of factory = "module:callable", path = "x.npz", '
-                'text = "lines.txt", dataset = { path = "..." }, generate = {} (inputs '
-                'from the model\'s signature) or prompts = "prompts.txt" (text-generation)'
-            )
-        if self.dataset is None and (self.columns or self.labels is not None):
-            raise ValueError('columns and labels go with dataset = { path = "..." }')
-        if self.dataset is not None and not self.columns:
-            raise ValueError(
-                'dataset needs columns = { input_name = "column" }: which columns feed which '
-                'model inputs, e.g. columns = { text = "sentence" } for a text column'
-            )
-        for name, column in self.columns.items():
-            if not name or not column:
-                raise ValueError(f"columns: empty name in {{ {name!r} = {column!r} }}")
-        if self.prompts is None and (
-            self.max_new_tokens is not None or self.perplexity_text is not None
-        ):
-            raise ValueError('max_new_tokens and perplexity_text go with prompts = "prompts.txt"')
-        if self.max_length is not None and not self.tokenizes_text:
-            raise ValueError(
-                'max_length goes with text = "lines.txt" or a dataset\'s columns = { text = "..." }'
-            )
-        if self.factory is not None and ":" not in self.factory:
-            raise ValueError(f'factory must look like "module:callable", got {self.factory!r}')
         return self
 
 
