@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from bakeoff import efficiency, hardware
+from bakeoff import efficiency, flops, hardware
 from bakeoff.trials.launcher import worker_env
 
 # ---------------------------------------------------------------- FLOPs from the graph
@@ -69,10 +69,10 @@ def test_the_flops_of_a_small_mlp(tmp_path: Path) -> None:
     path = _export(Mlp(), torch.zeros(2, 64), tmp_path / "mlp.onnx")
     # Two GEMMs per sample, 2*K*N each; bias adds and ReLU are not GEMM work.
     expected = 2 * (64 * 32 + 32 * 10)
-    assert efficiency.flops_per_sample(path) == expected
+    assert flops.flops_per_sample(path) == expected
     # The same count per sample from a batch of 8, however the batch is given.
-    assert efficiency.flops_per_sample(path, batch_size=8) == expected
-    assert efficiency.flops_per_sample(path, {"input": [8, 64]}, batch_size=8) == expected
+    assert flops.flops_per_sample(path, batch_size=8) == expected
+    assert flops.flops_per_sample(path, {"input": [8, 64]}, batch_size=8) == expected
 
 
 def test_the_flops_of_a_small_cnn(tmp_path: Path) -> None:
@@ -100,7 +100,7 @@ def test_the_flops_of_a_small_cnn(tmp_path: Path) -> None:
     # Both of bakeoff's exporters: the dynamo one and its TorchScript fallback.
     for dynamo in (True, False):
         path = _export(Cnn(), example, tmp_path / f"cnn-{dynamo}.onnx", dynamo=dynamo)
-        assert efficiency.flops_per_sample(path, batch_size=4) == expected, dynamo
+        assert flops.flops_per_sample(path, batch_size=4) == expected, dynamo
 
 
 def test_attention_counts_as_its_matmuls(tmp_path: Path) -> None:
@@ -127,7 +127,7 @@ def test_attention_counts_as_its_matmuls(tmp_path: Path) -> None:
     projections = 2 * length * width * 3 * width
     scores = 2 * heads * length * length * (width // heads)  # Q·Kᵀ
     weighted = 2 * heads * length * length * (width // heads)  # softmax(...)·V
-    assert efficiency.flops_per_sample(path) == projections + scores + weighted
+    assert flops.flops_per_sample(path) == projections + scores + weighted
 
 
 def _onnx_file(path: Path, nodes: list[Any], inputs: list[Any], opset: int = 18) -> Path:
@@ -145,22 +145,20 @@ def test_gemm_einsum_and_the_onnx_attention_operator(tmp_path: Path) -> None:
     x = helper.make_tensor_value_info("x", f32, ["batch", 16])
     w = helper.make_tensor_value_info("w", f32, [8, 16])
     gemm = helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)
-    assert efficiency.flops_per_sample(_onnx_file(tmp_path / "g.onnx", [gemm], [x, w])) == (
-        2 * 16 * 8
-    )
+    assert flops.flops_per_sample(_onnx_file(tmp_path / "g.onnx", [gemm], [x, w])) == (2 * 16 * 8)
     # An Einsum with a contraction: 2 per point of its joint index space.
     a = helper.make_tensor_value_info("a", f32, ["batch", 5, 7])
     b = helper.make_tensor_value_info("b", f32, [7, 3])
     einsum = helper.make_node("Einsum", ["a", "b"], ["y"], equation="...ij,jk->...ik")
     path = _onnx_file(tmp_path / "e.onnx", [einsum], [a, b])
-    assert efficiency.flops_per_sample(path) == 2 * 5 * 7 * 3
+    assert flops.flops_per_sample(path) == 2 * 5 * 7 * 3
     # ONNX's Attention (opset 23): 4-D [B, H, L, D], 3 query and 4 key positions.
     q = helper.make_tensor_value_info("q", f32, ["batch", 2, 3, 4])
     k = helper.make_tensor_value_info("k", f32, ["batch", 2, 4, 4])
     v = helper.make_tensor_value_info("v", f32, ["batch", 2, 4, 5])
     attention = helper.make_node("Attention", ["q", "k", "v"], ["y"])
     path = _onnx_file(tmp_path / "a.onnx", [attention], [q, k, v], opset=23)
-    assert efficiency.flops_per_sample(path) == 2 * 2 * 3 * 4 * (4 + 5)
+    assert flops.flops_per_sample(path) == 2 * 2 * 3 * 4 * (4 + 5)
 
 
 def test_no_count_rather_than_a_wrong_one(tmp_path: Path) -> None:
@@ -170,16 +168,16 @@ def test_no_count_rather_than_a_wrong_one(tmp_path: Path) -> None:
     # A sequence axis of unknown length: counted only when the call's shapes are given.
     x = helper.make_tensor_value_info("x", f32, ["batch", "length", 16])
     path = _onnx_file(tmp_path / "seq.onnx", [matmul], [x, w])
-    assert efficiency.flops_per_sample(path) is None
+    assert flops.flops_per_sample(path) is None
     shapes = {"x": [2, 10, 16], "w": [16, 8]}
-    assert efficiency.flops_per_sample(path, shapes, batch_size=2) == 2 * 10 * 16 * 8
+    assert flops.flops_per_sample(path, shapes, batch_size=2) == 2 * 10 * 16 * 8
     # No GEMM work at all: a GEMM peak says nothing about it.
     relu = helper.make_node("Relu", ["x"], ["y"])
     x = helper.make_tensor_value_info("x", f32, ["batch", 16])
-    assert efficiency.flops_per_sample(_onnx_file(tmp_path / "r.onnx", [relu], [x])) is None
+    assert flops.flops_per_sample(_onnx_file(tmp_path / "r.onnx", [relu], [x])) is None
     # A file that is not ONNX: no count, and no error for the run.
     (tmp_path / "bad.onnx").write_bytes(b"not a model")
-    assert efficiency.flops_per_sample(tmp_path / "bad.onnx") is None
+    assert flops.flops_per_sample(tmp_path / "bad.onnx") is None
 
 
 # ---------------------------------------------------------------- the fraction

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.batching import read_split
-from bakeoff.efficiency import PeakProbe, candidate_efficiency, flops_per_sample
+from bakeoff.efficiency import PeakProbe, candidate_efficiency
+from bakeoff.flops import flops_per_sample
 from bakeoff.inference.context import RunContext
 from bakeoff.trials.launcher import worker_env
 
