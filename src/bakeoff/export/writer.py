@@ -17,12 +17,18 @@ from bakeoff.batching import Layout, read_split, split_names
 from bakeoff.cache import sha256_file
 from bakeoff.errors import UserError
 from bakeoff.export import tfserving, triton
+from bakeoff.export.files import (
+    artifact_of,
+    copy_artifact,
+    copy_tokenizer,
+    tokenized,
+    variant_id,
+)
 from bakeoff.export.predictor import FORMAT, MANIFEST
 from bakeoff.export.program import measured_source, torch_program
 from bakeoff.judge.verdict import chosen
 from bakeoff.paths import RunFolder
 from bakeoff.store import refuse_generative
-from bakeoff.workload.data import TOKENIZER_FILES
 
 EXPORTABLE = ("onnxruntime", "openvino", "torch", "torch-compile", "litert")
 FORMATS = ("plain", "triton", "tfserving")
@@ -39,7 +45,6 @@ _PACKAGE = {
     "tensorflow": "tensorflow-cpu",
 }
 # The exported name of a runtime's model file (its side files keep theirs).
-_MAIN_FILE = {"onnxruntime": "model.onnx", "openvino": "model.xml", "litert": "model.tflite"}
 
 
 def export(
@@ -90,7 +95,7 @@ def export(
             artifact, described = _tfserving(record, cand, run, examples, target.name, tmp)
         else:
             artifact, described = _plain(record, cand, run, examples, layout, tmp), None
-            text = _copy_tokenizer(record, tmp)
+            text = copy_tokenizer(record, tmp)
         files = {
             p.relative_to(tmp).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
             for p in sorted(tmp.rglob("*"))
@@ -102,7 +107,7 @@ def export(
         candidates = (record["document"] or {}).get("candidates", [])
         manifest["measured_by_batch_size"] = variant_measurements(candidates, cand)
         if described is not None:
-            if _tokenized(record):
+            if tokenized(record):
                 described["notes"].append(
                     "the run tokenized text for this model; the server takes token ids (its "
                     "tokenizer is not part of the repository; the plain format copies it)"
@@ -144,7 +149,7 @@ def _plain(
     if cand["runtime"] in ("torch", "torch-compile"):
         threads = _threads(record, cand)
         return torch_program(record, cand, run, examples, layout, threads, dest)
-    return _copy_artifact(cand, run, dest)
+    return copy_artifact(cand, run, dest)
 
 
 def _triton(
@@ -183,7 +188,7 @@ def _triton(
             not_batchable = not_batchable or "the TorchScript trace fixed the batch size"
         outputs = [triton.Tensor("output__0", "TYPE_FP32", shape)]
     else:
-        artifact = _copy_artifact(cand, run, version)
+        artifact = copy_artifact(cand, run, version)
         inputs, outputs = triton.model_tensors(backend, version / artifact["file"])
     cpu_flags = list(((record["environment"] or {}).get("cpu") or {}).get("flags") or [])
     header = [
@@ -237,7 +242,7 @@ def _tfserving(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The model's folder for TF Serving in `dest`: the SavedModel as version 1."""
     source, verified = measured_source(record, run)
-    artifact = {} if source.kind == "savedmodel" else _artifact_of(cand, run)
+    artifact = {} if source.kind == "savedmodel" else artifact_of(cand, run)
     doc = record["document"] or {}
     variable_axes = dict((doc.get("workload") or {}).get("variable_axes") or {})
     saved = tfserving.savedmodel(
@@ -306,120 +311,6 @@ def _choose(record: dict[str, Any], candidate_id: str | None) -> dict[str, Any]:
     return dict(cand)
 
 
-def _variant_id(cand: dict[str, Any]) -> str:
-    parts = [cand["runtime"], cand["precision"]] + ([cand["method"]] if cand["method"] else [])
-    return "-".join(parts)
-
-
-def _artifact_of(cand: dict[str, Any], run: RunFolder) -> dict[str, Any]:
-    from bakeoff.cache import VARIANTS_FILE
-
-    path = run.artifacts / VARIANTS_FILE
-    try:
-        variants = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(
-            f"{path} is missing: the run was made by a bakeoff without export, or its "
-            "folder was removed; run it again to export"
-        ) from None
-    vid = _variant_id(cand)
-    if vid not in variants:
-        raise UserError(f"{path} has no artifact for {vid}")
-    return dict(variants[vid])
-
-
-def _check_measured(src: Path, run: RunFolder) -> bool:
-    """The run folder's file must still be the file that was measured; False when
-    nothing was recorded to check it against (the user's own ONNX or IR file)."""
-    from bakeoff.cache import ORIGIN_FILE
-
-    if not src.is_file():
-        raise UserError(f"artifact {src} is missing (was the run folder {run.path} cleaned up?)")
-    artifacts = run.artifacts.resolve()
-    try:
-        rel = src.resolve().relative_to(artifacts)
-    except ValueError:
-        return False
-    origin_path = artifacts / rel.parts[0] / ORIGIN_FILE
-    if not origin_path.exists():
-        return False
-    files = json.loads(origin_path.read_text()).get("files", {})
-    recorded = files.get(Path(*rel.parts[1:]).as_posix())
-    if recorded is None:
-        return False
-    if sha256_file(src) != recorded["sha256"]:
-        raise UserError(f"{src} changed after it was built and measured (sha256 differs)")
-    return True
-
-
-def _copy_artifact(cand: dict[str, Any], run: RunFolder, dest: Path) -> dict[str, Any]:
-    """The measured file(s): the model file renamed model.onnx / model.xml, an IR's
-    weights as model.bin, ONNX external data under the names the graph gives them."""
-    from bakeoff.sizes import artifact_files
-
-    artifact = _artifact_of(cand, run)
-    src = Path(artifact["path"])
-    if not src.is_file():
-        raise UserError(f"artifact {src} is missing (was the run folder {run.path} cleaned up?)")
-    main = _MAIN_FILE[cand["runtime"]]
-    verified = True
-    for f in artifact_files(src):
-        if f == src:
-            name = main
-        elif f.suffix == ".bin" and main == "model.xml":
-            name = "model.bin"
-        else:
-            name = f.relative_to(src.parent).as_posix()
-        verified = _check_measured(f, run) and verified
-        (dest / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(f, dest / name)
-    return {
-        "file": main,
-        "exporter": artifact.get("exporter"),
-        "dynamic_batch": True,
-        # the files' sha256 match what the run recorded when it built them
-        "model_verified_against_run": verified,
-    }
-
-
-# What AutoTokenizer reads from a model folder (the vocabulary files, and its
-# settings); the weights stay behind.
-_TOKENIZER_FILES = (
-    *TOKENIZER_FILES,
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "config.json",
-)
-TOKENIZER_DIR = "tokenizer"
-
-
-def _tokenized(record: dict[str, Any]) -> bool:
-    text = ((record["document"] or {}).get("workload") or {}).get("text")
-    return bool(text and text.get("tokenizer"))
-
-
-def _copy_tokenizer(record: dict[str, Any], dest: Path) -> dict[str, Any] | None:
-    """The model folder's tokenizer, when the run tokenized text with it, so the export
-    takes text again (`bakeoff serve` accepts BYTES inputs); None otherwise, or when
-    the folder is gone (the export still takes token ids)."""
-    if not _tokenized(record):
-        return None
-    text = record["document"]["workload"]["text"]
-    folder = Path(text["tokenizer"])
-    found = [folder / n for n in _TOKENIZER_FILES if (folder / n).is_file()]
-    if not any(f.name != "config.json" for f in found):
-        return None
-    (dest / TOKENIZER_DIR).mkdir()
-    for f in found:
-        shutil.copy2(f, dest / TOKENIZER_DIR / f.name)
-    return {
-        "tokenizer": TOKENIZER_DIR,
-        "max_length": int(text["max_length"]),
-        "inputs": list(text["inputs"]),
-    }
-
-
 def _outputs(cand: dict[str, Any], run: RunFolder) -> list[dict[str, Any]] | None:
     """The one output `load` returns, with its shape at the candidate's batch size
     (read from the outputs the quality gate judged); None when those are gone."""
@@ -437,10 +328,10 @@ def variant_measurements(
     ok candidates in the result document), so a server can choose its batching from
     them (`bakeoff serve --max-batch-size auto`). Hand-written candidates of one
     variant with their own labels (other options) are not the same variant here."""
-    key = (_variant_id(cand), cand.get("label"))
+    key = (variant_id(cand), cand.get("label"))
     rows = []
     for c in candidates:
-        if c["status"] != "ok" or (_variant_id(c), c.get("label")) != key:
+        if c["status"] != "ok" or (variant_id(c), c.get("label")) != key:
             continue
         if not c.get("latency_ms"):
             continue
