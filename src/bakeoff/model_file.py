@@ -99,7 +99,7 @@ def _hf_task(folder: Path, ref: str) -> str:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise UserError(f"{ref}/config.json: not a readable JSON file ({exc})") from None
-    architectures = config.get("architectures") or [] if isinstance(config, dict) else []
+    architectures = (config.get("architectures") or []) if isinstance(config, dict) else []
     names = " ".join(str(a) for a in architectures)
     if "ForSequenceClassification" in names:
         return "sequence-classification"

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.report import charts, scales
+from bakeoff.report import charts, scales, scatter
 from bakeoff.report.charts import num
 from bakeoff.report.data import StoredRun, leaders
 
@@ -105,7 +105,7 @@ def _quality_speed_at(run: StoredRun, bs: int, led: dict[str, bool], gate: dict[
         lower_y=scales.lower_is_better(metric),
     )
     points = [
-        charts.Point(
+        scatter.Point(
             c["id"],
             sp[0],
             drawn[c["id"]],
@@ -130,7 +130,7 @@ def _quality_speed_at(run: StoredRun, bs: int, led: dict[str, bool], gate: dict[
         if c["batch_size"] == bs and c["status"] == "rejected"
         if (q := _quality_value(c)) is not None
     ]
-    chart = charts.scatter(
+    chart = scatter.scatter(
         f"chart-quality-speed-b{bs}",
         f"Quality against {objective} at batch {bs}",
         points,

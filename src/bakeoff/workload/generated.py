@@ -32,7 +32,6 @@ from bakeoff.errors import UserError
 
 __all__ = [
     "GENERATED_NOTE",
-    "GENERATED_SUFFIXES",
     "InputSignature",
     "generated_inputs",
     "signature_of",
@@ -43,9 +42,6 @@ GENERATED_NOTE = (
     "Hugging Face text model, its own sample sentences): the quality gate compared the "
     "candidates on them; pass --data FILE to check them on your own data"
 )
-
-# The model files whose signature bakeoff reads without importing a framework.
-GENERATED_SUFFIXES = (".onnx", ".xml")
 
 
 @dataclass(frozen=True)
