@@ -12,7 +12,7 @@ from bakeoff.candidates import Candidate
 from bakeoff.judge.quality import Quality, evaluate
 from bakeoff.trials.engine import Checked, GateFailed
 from bakeoff.trials.jobs import LoadJob, MeasuredJob
-from bakeoff.trials.worker import alt_outputs_path
+from bakeoff.trials.quality_outputs import alt_outputs_path
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from bakeoff.inference.context import RunContext
 from bakeoff.inference.early import EarlyLoad, EarlyLoads
 from bakeoff.trials.jobs import LoadSpec, ReferenceJob
 from bakeoff.trials.launcher import Launcher, Worker, WorkerFailed
-from bakeoff.trials.worker import alt_outputs_path
+from bakeoff.trials.quality_outputs import alt_outputs_path
 
 # The name of a reference process of its own (its worker's log is logs/reference.log).
 OWN_PROCESS = "reference"

@@ -29,10 +29,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, assert_never
 
-import numpy as np
-
 from bakeoff.backends import BuildContext, LoadContext, Runner, any_batch_size, get_backend
-from bakeoff.batching import Layout, has_split, read_split
+from bakeoff.batching import read_split
 from bakeoff.cache.events import BUILD_VARIABLE
 from bakeoff.sizes import model_bytes
 from bakeoff.transforms import StepFailed, StepNotNeeded
@@ -63,6 +61,7 @@ from bakeoff.trials.jobs import (
 )
 from bakeoff.trials.launcher import PRIVATE_CACHE_VARIABLE
 from bakeoff.trials.memory import PeakMemory
+from bakeoff.trials.quality_outputs import alt_outputs_path, batches, save_quality_outputs
 
 
 def send(conn: Connection, msg: dict[str, Any]) -> None:
@@ -95,96 +94,6 @@ def timed_calls(
         run(x)
         latencies[i] = clock() - t0
     return latencies, clock() - block_start
-
-
-def _batches(
-    arrays: dict[str, np.ndarray], layout: Layout, batch_size: int, count: int
-) -> list[dict]:
-    """`count` batches of exactly `batch_size`, cycling through the samples, each
-    input cut along its own batch axis; constants go into every batch unchanged.
-
-    Always full batches: a short last batch would change the shape, and a
-    compiled model would recompile (or fail) on it.
-    """
-    n = layout.count(arrays)
-    idx = np.arange(count * batch_size) % n
-    return [
-        layout.contiguous(layout.take(arrays, idx[i * batch_size : (i + 1) * batch_size]))
-        for i in range(count)
-    ]
-
-
-def _outputs(
-    runner: Runner, arrays: dict[str, np.ndarray], layout: Layout, batch_size: int
-) -> tuple[np.ndarray, float]:
-    """The first output on every sample, and the seconds of the first call. It is
-    taken as batched on axis 0 (whatever axis the inputs' batch is on): the batches'
-    outputs are joined there and the repeats that filled the last batch dropped."""
-    clock: Callable[[], int] = getattr(runner, "clock_ns", time.perf_counter_ns)
-    n = layout.count(arrays)
-    count = -(-n // batch_size)
-    outs, first_s = [], 0.0
-    for i, batch in enumerate(_batches(arrays, layout, batch_size, count)):
-        prepared = runner.prepare(batch)
-        t0 = clock()
-        out = runner.run(prepared)
-        if i == 0:
-            first_s = (clock() - t0) / 1e9
-        outs.append(runner.to_numpy(out))
-    return np.concatenate(outs)[:n], first_s
-
-
-# The quality hold-out again with the workload's variable axes cut to half: every
-# variant is checked at a second shape (a dynamic axis that was exported static,
-# or a kernel that is only right at one size, shows up here).
-ALT_SPLIT = "quality_alt"
-
-
-def alt_outputs_path(outputs_path: str | Path) -> Path:
-    path = Path(outputs_path)
-    return path.with_name(path.stem + ".alt.npy")
-
-
-def _quality_outputs(runner: Runner, job: ReferenceJob | LoadJob, batch_size: int) -> float:
-    """Saves the outputs; returns the seconds of the first call (at a shape the
-    process had not run, the runtime's compile for it, if any, is in it)."""
-    data_path, names = job.base.data_path, job.base.input_names
-    quality, layout = read_split(data_path, "quality", names)
-    outputs, first_s = _outputs(runner, quality, layout, batch_size)
-    np.save(job.outputs_path, outputs)
-    if has_split(data_path, ALT_SPLIT, names):
-        alt, _ = read_split(data_path, ALT_SPLIT, names)
-        try:
-            outputs, _ = _outputs(runner, alt, layout, batch_size)
-        except Exception as exc:
-            shapes = ", ".join(f"{k} {layout.sample_shape(k, v.shape)}" for k, v in alt.items())
-            raise RuntimeError(
-                f"the variant does not run at the second shape (variable axes halved: {shapes}"
-                f" per sample): {type(exc).__name__}: {exc}"
-            ) from exc
-        np.save(alt_outputs_path(job.outputs_path), outputs)
-    return first_s
-
-
-def _save_quality_outputs(runner: Runner, job: ReferenceJob | LoadJob) -> dict[str, Any]:
-    """The quality outputs, at the job's quality batch size: where the variant fails
-    there (a model exported for one batch size), at its own, and says why."""
-    own = job.load.batch_size
-    at = job.load.quality_batch_size or own
-    if at == own:
-        _quality_outputs(runner, job, own)
-        return {"quality_batch_size": own}
-    try:
-        # The first call at the larger shape: that batch size's first call, where the
-        # runtime compiles for it (torch.compile), reported for it (trials.shared).
-        first_s = _quality_outputs(runner, job, at)
-        return {"quality_batch_size": at, "first_call_at_quality_batch_size_s": first_s}
-    except Exception as exc:
-        _quality_outputs(runner, job, own)
-        return {
-            "quality_batch_size": own,
-            "not_at": f"batch size {at} failed: {type(exc).__name__}: {exc}"[:300],
-        }
 
 
 class ImportClock:
@@ -283,7 +192,7 @@ def _cpu_s() -> float:
 
 def do_reference(job: ReferenceJob) -> dict[str, Any]:
     runner = _load_runner(job.base, job.load)
-    _save_quality_outputs(runner, job)
+    save_quality_outputs(runner, job)
     return {"ok": True, "settings": runner.settings}
 
 
@@ -293,7 +202,7 @@ def do_cold_start(job: ColdStartJob, started: float) -> dict[str, Any]:
     load_s = time.perf_counter() - started
     clock: Callable[[], int] = getattr(runner, "clock_ns", time.perf_counter_ns)
     pool, layout = read_split(job.base.data_path, "pool", job.base.input_names)
-    batch = runner.prepare(_batches(pool, layout, job.load.batch_size, 1)[0])
+    batch = runner.prepare(batches(pool, layout, job.load.batch_size, 1)[0])
     t0 = clock()
     runner.run(batch)
     return {
@@ -308,7 +217,7 @@ def _timing_pool(runner: Runner, base: JobBase, batch_size: int) -> list[Any]:
     """Distinct real batches, cycled: docs/method.md rule 5 (never one tensor repeated)."""
     arrays, layout = read_split(base.data_path, "pool", base.input_names)
     count = min(16, max(4, -(-layout.count(arrays) // batch_size)))
-    return [runner.prepare(b) for b in _batches(arrays, layout, batch_size, count)]
+    return [runner.prepare(b) for b in batches(arrays, layout, batch_size, count)]
 
 
 class Serving:
@@ -434,7 +343,7 @@ def serve_measure(conn: Connection, job: LoadJob, started: float) -> None:
     serving = Serving(runner, job)
     first_call_s = serving.first_call()
     serving.memory.loaded()
-    quality = _save_quality_outputs(runner, job)
+    quality = save_quality_outputs(runner, job)
     at = int(quality["quality_batch_size"])
     quality_samples, layout = read_split(job.base.data_path, "quality", job.base.input_names)
     serving.quality_calls[at] = -(-layout.count(quality_samples) // at)
