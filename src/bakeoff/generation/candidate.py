@@ -19,6 +19,10 @@ from bakeoff.judge.generation import GenerationQuality
 STATUSES = ("pending", "ok", "rejected", "failed", "unavailable")
 
 
+# The generative bake-off's reference and baseline: PyTorch at FP32.
+REFERENCE = ("torch", "fp32")
+
+
 @dataclass(frozen=True)
 class ConcurrentRound:
     """One round of the sweep at one concurrency: each request's time to first token
