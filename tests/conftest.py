@@ -99,6 +99,15 @@ def gemm_peak(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="session")
+def tf_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SavedModel and a Keras file, written once per session (tests/tf_models.py)."""
+    pytest.importorskip("tensorflow")  # test extras install it: under CI it must be there
+    from tf_models import write_tf_models
+
+    return _made_once_per_session(tmp_path_factory, "tf-models", write_tf_models)
+
+
+@pytest.fixture(scope="session")
 def triton_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv with only tritonclient (http, and grpc for Triton's model-config schema,
     `tritonclient.grpc.model_config_pb2`) and numpy: its ml-dtypes pin clashes with the

@@ -170,7 +170,7 @@ def test_charts_inline_cleanly_side_by_side() -> None:
     page = "".join(
         [
             charts.bars("chart-cold-load", "Cold start: load", bars, "seconds"),
-            charts.bars("chart-memory", "Peak memory", bars, "MB"),
+            charts.bars("chart-memory", "Peak memory", bars, "MiB"),
             charts.boxes(
                 "chart-latency-b1",
                 "Latency",

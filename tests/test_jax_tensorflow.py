@@ -16,6 +16,7 @@ import pytest
 
 from bakeoff.errors import UserError
 from bakeoff.loader import load_workload
+from tf_models import SAVEDMODEL
 
 JAX_FUNCTION = textwrap.dedent(
     """
@@ -35,31 +36,6 @@ DATA = textwrap.dedent(
 
     def inputs():
         return {"x": np.random.default_rng(0).standard_normal((96, 64)).astype(np.float32)}
-    """
-)
-
-SAVEDMODEL = textwrap.dedent(
-    """
-    import sys
-
-    import numpy as np
-    import tensorflow as tf
-
-
-    class Mlp(tf.Module):
-        def __init__(self):
-            r = np.random.default_rng(1)
-            self.w1 = tf.Variable((r.standard_normal((64, 32)) * 0.1).astype("float32"))
-            self.b1 = tf.Variable(np.zeros(32, "float32"))
-            self.w2 = tf.Variable((r.standard_normal((32, 10)) * 0.1).astype("float32"))
-
-        @tf.function(input_signature=[tf.TensorSpec([None, 64], tf.float32, name="x")])
-        def serve(self, x):
-            return {"y": tf.matmul(tf.nn.relu(tf.matmul(x, self.w1) + self.b1), self.w2)}
-
-
-    m = Mlp()
-    tf.saved_model.save(m, sys.argv[1], signatures={"serving_default": m.serve})
     """
 )
 
@@ -123,25 +99,18 @@ def _jax_workload(tmp_path: Path, extra: str = "") -> Path:
     return path
 
 
-def test_jax_function_and_savedmodel_with_xla_on_and_off(tmp_path: Path) -> None:
+def test_jax_function_and_savedmodel_with_xla_on_and_off(tmp_path: Path, tf_models: Path) -> None:
     _jax_workload(tmp_path)
     # A CPU without native BF16, simulated on every machine: bf16 asked for is still
     # built and measured by XLA (which emulates it), with a note that says so.
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "BAKEOFF_CPU_FLAGS": "avx2"}
-    subprocess.run(
-        [sys.executable, "-c", SAVEDMODEL, str(tmp_path / "sm")],
-        check=True,
-        env=env,
-        capture_output=True,
-        timeout=300,
-    )
     (tmp_path / "tf.toml").write_text(
         textwrap.dedent(
-            """
+            f"""
             name = "tiny-tf"
             [model]
             kind = "savedmodel"
-            path = "sm"
+            path = "{tf_models / SAVEDMODEL}"
             [data]
             factory = "tiny_data:inputs"
             [search]

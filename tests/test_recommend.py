@@ -101,7 +101,7 @@ def test_each_step_narrows_within_its_tolerance_and_unknowns_are_kept() -> None:
     choice, why = pick(["x", "y", "z"], t)
     assert choice == "z"
     assert why.startswith("quality drop ") and "against x 0.004" in why
-    assert "peak memory z 200 MB against y 300 MB" in why
+    assert "peak memory z 200 MiB against y 300 MiB" in why
     # memory within 5% is equal: the cold start decides
     t2 = {
         "p": Traits(0.0, 100.0, 3.0),

@@ -124,7 +124,7 @@ IN_TRIALS = {"warmup_ns", "rounds_ns", "block_ns", "round_slots"}
 
 def _candidate() -> Candidate:
     """Every documented field away from its default, with values the document keeps
-    exactly (it rounds peak RSS to 0.1 MB, model size to 0.001 MiB, cold starts to µs)."""
+    exactly (it rounds peak RSS to 0.1 MiB, model size to 0.001 MiB, cold starts to µs)."""
     return Candidate(
         Variant("onnxruntime", "int8", "static"),
         4,

@@ -138,9 +138,14 @@ def fingerprint() -> dict[str, Any]:
         "memory_gb": round(mem.total / 2**30, 1),
         # Every NVIDIA GPU's model, driver and memory (nvidia-smi); None without one.
         "gpu": gpu_info() or None,
-        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "load_average": _load_average(),
         "packages": versions(),
     }
+
+
+def _load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages, to the hundredth (what a reader can use)."""
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
 
 
 def noise_snapshot(sample_s: float = 0.2) -> dict[str, Any]:
@@ -169,7 +174,7 @@ def noise_snapshot(sample_s: float = 0.2) -> dict[str, Any]:
     busy.sort(key=lambda b: -b["cpu_percent"])
     freq = psutil.cpu_freq() if hasattr(psutil, "cpu_freq") else None
     return {
-        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "load_average": _load_average(),
         "cpu_frequency_mhz": round(freq.current) if freq else None,
         "busy_processes": busy[:10],
     }

@@ -85,8 +85,8 @@ def print_generation(doc: dict[str, Any]) -> None:
         "TTFT p99 ms",
         "tokens/s [95% CI]",
         "quality",
-        "peak MB",
-        "size MB",
+        "peak MiB",
+        "size MiB",
         "build / load / first token s",
     ):
         left = col in ("candidate", "status")

@@ -19,7 +19,8 @@ def init_cmd(
     model: Annotated[
         str,
         typer.Argument(
-            help="a model file or folder: ONNX, OpenVINO IR .xml, a Hugging Face folder"
+            help="a model file or folder: ONNX, OpenVINO IR .xml, Keras .keras, a "
+            "TensorFlow SavedModel or Hugging Face folder"
         ),
     ],
     data: DataOpt = None,
@@ -35,8 +36,9 @@ def init_cmd(
 
     if not is_model_path(model):
         raise UserError(
-            f"{model}: not a model file or folder (ONNX .onnx, OpenVINO IR .xml, a Hugging "
-            "Face folder); a workload .toml is already a workload"
+            f"{model}: not a model file or folder (ONNX .onnx, OpenVINO IR .xml, Keras "
+            ".keras, a TensorFlow SavedModel or Hugging Face folder); a workload .toml is "
+            "already a workload"
         )
     text = spec_toml(spec_for_model(model, str(data) if data else None), model)
     parse_spec(text, model)  # what it writes, `bakeoff run` takes

@@ -32,17 +32,19 @@ RunIdArg = Annotated[str, typer.Argument(help="a run id (or a unique prefix)")]
 WorkloadArg = Annotated[
     str | None,
     typer.Argument(
-        help="a workload .toml; a model file or folder alone (ONNX, OpenVINO IR .xml, a "
-        "Hugging Face folder); or builtin:NAME (default builtin:minilm)"
+        help="a workload .toml; a model file or folder alone (ONNX, OpenVINO IR .xml, Keras "
+        ".keras, a TensorFlow SavedModel or Hugging Face folder); or builtin:NAME (default "
+        "builtin:minilm)"
     ),
 ]
 DataOpt = Annotated[
     Path | None,
     typer.Option(
         "--data",
-        help="with a model file or folder alone: its data, an .npz / .npy of its inputs "
-        "or a .txt of texts (one a line) for a Hugging Face folder; without it, inputs "
-        "are generated from the model's signature",
+        help="with a model file or folder alone: its data, an .npz / .npy of its inputs, "
+        "a Parquet / CSV / JSON lines table with a column per input (named after it), or "
+        "for a Hugging Face folder a .txt of texts (one a line) or a table with a text "
+        "column; without it, inputs are generated from the model's signature",
     ),
 ]
 MlflowOpt = Annotated[

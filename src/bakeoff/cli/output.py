@@ -15,12 +15,13 @@ if not err.is_terminal:
 
 
 def mb(n: float) -> str:
-    """A size in bytes, in the unit that shows it best."""
-    for unit in ("B", "KB", "MB"):
-        if n < 1000:
+    """A size in bytes, in the binary unit that shows it best (bakeoff's one unit
+    system: every size and memory figure is in KiB, MiB or GiB)."""
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.2f} GB"
+        n /= 1024
+    return f"{n:.2f} GiB"
 
 
 def when(ts: float) -> str:

@@ -119,10 +119,10 @@ MaxP50Opt = Annotated[
 ]
 MaxP99Opt = Annotated[float | None, typer.Option(help="constraint: the winner's p99 latency, ms")]
 MaxPeakMemoryOpt = Annotated[
-    float | None, typer.Option(help="constraint: the winner's peak memory (RSS), MB")
+    float | None, typer.Option(help="constraint: the winner's peak memory (RSS), MiB")
 ]
 MaxModelSizeOpt = Annotated[
-    float | None, typer.Option(help="constraint: the winner's model size on disk, MB")
+    float | None, typer.Option(help="constraint: the winner's model size on disk, MiB")
 ]
 MaxColdStartOpt = Annotated[
     float | None, typer.Option(help="constraint: the winner's load + first call, s")

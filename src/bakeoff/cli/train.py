@@ -188,7 +188,7 @@ def print_training(doc: dict[str, Any]) -> None:
         f"time to {wl['target']['metric']} {wl['target']['value']:g}",
         f"final {wl['target']['metric']}",
         "data wait",
-        "peak MB",
+        "peak MiB",
         "GFLOP/s (of peak)",
         "compile s",
         "checkpoint",
@@ -213,7 +213,7 @@ def print_training(doc: dict[str, Any]) -> None:
             "-"
             if not ck
             else f"save {ck['save_s'] * 1e3:.0f} ms, load {ck['load_s'] * 1e3:.0f} ms, "
-            f"{ck['size_mb']:.2f} MB, reload "
+            f"{ck['size_mb']:.1f} MiB, reload "
             + ("identical" if ck["reload_identical"] else "DIFFERS"),
         )
     out.print(fitted(table, out.width))

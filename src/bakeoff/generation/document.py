@@ -48,7 +48,7 @@ def candidate_document(c: GenCandidate) -> dict[str, Any]:
         "tpot_ms": None,
         "tokens_per_s": None,
         "peak_rss_mb": None if c.peak_rss_mb is None else round(c.peak_rss_mb, 1),
-        "model_size_mb": None if c.model_bytes is None else round(c.model_bytes / 1e6, 3),
+        "model_size_mb": None if c.model_bytes is None else round(c.model_bytes / 2**20, 3),
         "quality": None if c.quality is None else c.quality.to_json(),
         "cold_start_s": {
             "build": c.worker.get("build_s"),

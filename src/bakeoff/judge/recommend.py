@@ -59,7 +59,7 @@ _STEPS = (
         "peak memory",
         lambda t: t.peak_memory_mb,
         lambda v, best: v <= max(best * (1 + MEMORY_TOLERANCE), best + MEMORY_TOLERANCE_MB),
-        lambda v: f"{v:.0f} MB",
+        lambda v: f"{v:.0f} MiB",
     ),
     _Step(
         "cold start",

@@ -121,7 +121,7 @@ def _results_table(run: StoredRun) -> str:
         "samples/s [95% CI]",
         *(("% of GEMM peak",) if with_peak else ()),
         "rounds × calls",
-        "peak MB",
+        "peak MiB",
         "size MiB",
         "load s",
         "1st call s",
@@ -143,7 +143,7 @@ def _results_table(run: StoredRun) -> str:
             *((_of_peak(c.get("efficiency")),) if with_peak else ()),
             "–" if not lat else f"{lat['rounds']} × {lat['calls_per_round']}",
             _fmt(c.get("peak_rss_mb"), 0),
-            _fmt(c.get("model_size_mb"), 3),
+            _fmt(c.get("model_size_mb"), 1),
             _cold(c.get("cold_start_s") or {}, "load"),
             _cold(c.get("cold_start_s") or {}, "first_call"),
         ]

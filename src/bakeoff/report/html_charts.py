@@ -265,7 +265,7 @@ def resources(run: StoredRun) -> str:
     ]
     if mem:
         out.append("<h3>Peak memory (resident set of the worker process)</h3>")
-        out.append(charts.bars("chart-memory", "Peak memory (RSS)", mem, "MB"))
+        out.append(charts.bars("chart-memory", "Peak memory (RSS)", mem, "MiB"))
     load_rows: list[charts.Bar] = []
     first_rows: list[charts.Bar] = []
     for c in ok:

@@ -193,7 +193,8 @@ def _noise(noise: dict[str, Any]) -> str | None:
         return None
     b, a = noise.get("before") or {}, noise.get("after") or {}
     text = (
-        f"load average {b.get('load_average')} before, {a.get('load_average')} after; "
+        f"load average {_loads(b.get('load_average'))} before, "
+        f"{_loads(a.get('load_average'))} after; "
         f"busy processes: {len(b.get('busy_processes') or [])} before, "
         f"{len(a.get('busy_processes') or [])} after"
     )
@@ -205,6 +206,11 @@ def _noise(noise: dict[str, Any]) -> str | None:
             f"(gate {g['gate_cores']:.2f}{over})"
         )
     return text
+
+
+def _loads(loads: list[float] | None) -> str:
+    """1, 5 and 15 minute load averages, rounded (older documents kept raw floats)."""
+    return "not recorded" if not loads else " / ".join(f"{x:.2f}" for x in loads)
 
 
 def _runtime_settings(run: StoredRun) -> str:

@@ -148,8 +148,8 @@ def results_table(document: dict[str, Any]) -> Table:
         ("p99 ms", "right"),
         ("samples/s [95% CI]", "right"),
         *((("% of peak", "right"),) if with_peak else ()),
-        ("peak MB", "right"),
-        ("size MB", "right"),
+        ("peak MiB", "right"),
+        ("size MiB", "right"),
         ("load s", "right"),
         ("1st call s", "right"),
     ):

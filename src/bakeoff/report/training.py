@@ -118,7 +118,7 @@ def _bars(doc: dict[str, Any], colors: dict[str, str]) -> str:
                     )
                     for c in mem
                 ],
-                "MB (lower is better)",
+                "MiB (lower is better)",
             )
         )
     ttt = [c for c in cands if c["time_to_target_s"]]
@@ -185,7 +185,7 @@ def _table(doc: dict[str, Any]) -> str:
     head = (
         "stack", "status", "processes × threads", "samples/s [95% CI]", "tokens/s",
         "data wait", f"time to {wl['target']['metric']} {wl['target']['value']:g}",
-        f"final {wl['target']['metric']}", "peak MB (sum)", "GFLOP/s (of peak)",
+        f"final {wl['target']['metric']}", "peak MiB (sum)", "GFLOP/s (of peak)",
         "compile s", "checkpoint", "trainable parameters",
     )  # fmt: skip
     rows = []
@@ -210,7 +210,7 @@ def _table(doc: dict[str, Any]) -> str:
             "-"
             if not ck
             else f"save {num(ck['save_s'] * 1e3)} ms, load {num(ck['load_s'] * 1e3)} ms, "
-            f"{num(ck['size_mb'])} MB, reload "
+            f"{num(ck['size_mb'])} MiB, reload "
             + ("identical" if ck["reload_identical"] else "DIFFERS"),
             "-" if c["trainable_parameters"] is None else f"{c['trainable_parameters']:,}",
         ]
@@ -352,7 +352,7 @@ def markdown(run: StoredRun) -> str:
     lines += [
         "",
         f"| stack | status | samples/s [95% CI] | time to {metric} {wl['target']['value']:g} | "
-        f"final {metric} | peak MB | checkpoint reload |",
+        f"final {metric} | peak MiB | checkpoint reload |",
         "|---|---|---|---|---|---|---|",
     ]
     for c in doc["candidates"]:

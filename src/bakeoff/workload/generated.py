@@ -1,8 +1,10 @@
 """Inputs made from a model's own signature, for a model given with no data.
 
 A user's first run is often a model file alone. Its inputs are read from the file
-(ONNX: the graph's inputs; OpenVINO IR: the model's parameters) and filled by
-stated rules, so the run measures the model at the shapes it was made for:
+(ONNX: the graph's inputs; OpenVINO IR and a TensorFlow SavedModel, read by
+OpenVINO without TensorFlow: the model's parameters; Keras: the input layers in the
+config.json of its zip, nothing in the file loaded or run) and filled by stated
+rules, so the run measures the model at the shapes it was made for:
 
 - the first axis, where it is dynamic, is the batch (the samples are on it);
 - every other dynamic axis is `sequence_length` long (128 unless the workload says);
@@ -22,6 +24,8 @@ which is why a run on generated inputs says so and names `--data`.
 
 from __future__ import annotations
 
+import json
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,17 +58,20 @@ class InputSignature:
 
 def signature_of(model_path: str, origin: str) -> list[InputSignature]:
     """The model file's inputs; a UserError for a file that is no model."""
-    suffix = Path(model_path).suffix
-    readers = {".onnx": _onnx_signature, ".xml": _openvino_signature}
-    if suffix not in readers:
+    path = Path(model_path)
+    if path.is_dir() and (path / "saved_model.pb").is_file():
+        what, read = "TensorFlow SavedModel", _openvino_signature  # OpenVINO reads it, no TF
+    elif path.suffix in _READERS:
+        what, read = _READERS[path.suffix]
+    else:
         raise UserError(
-            f"{origin}: generated inputs need an ONNX (.onnx) or OpenVINO IR (.xml) model, "
-            f"got {model_path}; give the model's inputs as data (an .npz) instead"
+            f"{origin}: generated inputs need an ONNX (.onnx), OpenVINO IR (.xml) or Keras "
+            f"(.keras) file or a TensorFlow SavedModel folder, got {model_path}; give the "
+            "model's inputs as data (an .npz) instead"
         )
     try:
-        found = readers[suffix](model_path)
+        found = read(model_path)
     except Exception as exc:
-        what = "ONNX" if suffix == ".onnx" else "OpenVINO IR"
         gist = " ".join(str(exc).split())[:200]
         raise UserError(
             f"{origin}: {model_path} is not a readable {what} model "
@@ -131,8 +138,90 @@ def _openvino_signature(path: str) -> list[InputSignature]:
     return found
 
 
+def _keras_signature(path: str) -> list[InputSignature]:
+    """A Keras 3 file's inputs, read from the config.json in its zip: nothing in the
+    file is loaded or run. A functional model names its input layers; a Sequential
+    one has one input (its InputLayer, or the shape it was built with)."""
+    with zipfile.ZipFile(path) as archive:
+        config = json.loads(archive.read("config.json"))
+    body = config.get("config") or {}
+    layers = body.get("layers") or []
+    input_layers = {
+        layer["config"]["name"]: layer["config"]
+        for layer in layers
+        if layer.get("class_name") == "InputLayer"
+    }
+    vocabulary = _keras_vocabulary(layers)
+    if config.get("class_name") == "Sequential":
+        first = next(iter(input_layers.values()), None)
+        if first is not None:
+            shape, dtype, name = first.get("batch_shape"), first.get("dtype"), first["name"]
+        else:
+            shape = body.get("build_input_shape") or (config.get("build_config") or {}).get(
+                "input_shape"
+            )
+            dtype, name = "float32", "input"
+        if shape is None:
+            return []  # never built: its inputs are unknown
+        embedding: dict[str, Any] = next(
+            (x for x in layers if x.get("class_name") != "InputLayer"), {}
+        )
+        rows = (embedding.get("config") or {}).get("input_dim")
+        rows = rows if embedding.get("class_name") == "Embedding" else None
+        return [InputSignature(name, _keras_dtype(dtype), _keras_dims(shape), rows)]
+    order = [entry[0] for entry in body.get("input_layers") or []]
+    if order and not isinstance(order[0], str):  # one input: [name, 0, 0], not a list of them
+        order = [body["input_layers"][0]]
+    return [
+        InputSignature(
+            name,
+            _keras_dtype(input_layers[name].get("dtype")),
+            _keras_dims(input_layers[name].get("batch_shape") or []),
+            vocabulary.get(name),
+        )
+        for name in order
+        if name in input_layers
+    ]
+
+
+def _keras_vocabulary(layers: list[dict[str, Any]]) -> dict[str, int]:
+    """Input name -> the rows of the Embedding it feeds directly."""
+    found: dict[str, int] = {}
+    for layer in layers:
+        if layer.get("class_name") != "Embedding":
+            continue
+        for node in layer.get("inbound_nodes") or []:
+            for arg in node.get("args") or []:
+                history = (
+                    (arg.get("config") or {}).get("keras_history")
+                    if isinstance(arg, dict)
+                    else None
+                )
+                if history:
+                    found[history[0]] = int(layer["config"]["input_dim"])
+    return found
+
+
+def _keras_dtype(dtype: Any) -> np.dtype:
+    if isinstance(dtype, dict):  # a DTypePolicy
+        dtype = (dtype.get("config") or {}).get("name", "float32")
+    return np.dtype(dtype or "float32")
+
+
+def _keras_dims(shape: list[int | None]) -> tuple[int | None, ...]:
+    return tuple(d if isinstance(d, int) and d > 0 else None for d in shape)
+
+
 def _through_convert(node: Any) -> Any:
     return node.input_value(0).get_node() if node.get_type_name() == "Convert" else node
+
+
+# File suffix -> what the file is, and its reader.
+_READERS = {
+    ".onnx": ("ONNX", _onnx_signature),
+    ".xml": ("OpenVINO IR", _openvino_signature),
+    ".keras": ("Keras", _keras_signature),
+}
 
 
 def generated_inputs(

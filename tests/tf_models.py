@@ -1,0 +1,64 @@
+"""Two tiny real TensorFlow-world models, written once per test session by one child
+process (importing TensorFlow costs ~12 s, so it is paid once; the test process
+itself imports no framework): `mlp/`, a SavedModel whose serving_default signature
+takes x [batch, 64]; and `two_inputs.keras`, a functional Keras 3 model with inputs
+feat [batch, 8] (float32) and ids [batch, seq] (int32) into a 50-row Embedding."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+SAVEDMODEL = "mlp"
+KERAS_FILE = "two_inputs.keras"
+
+WRITE = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    out = Path(sys.argv[1])
+
+
+    class Mlp(tf.Module):
+        def __init__(self):
+            r = np.random.default_rng(1)
+            self.w1 = tf.Variable((r.standard_normal((64, 32)) * 0.1).astype("float32"))
+            self.b1 = tf.Variable(np.zeros(32, "float32"))
+            self.w2 = tf.Variable((r.standard_normal((32, 10)) * 0.1).astype("float32"))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 64], tf.float32, name="x")])
+        def serve(self, x):
+            return {"y": tf.matmul(tf.nn.relu(tf.matmul(x, self.w1) + self.b1), self.w2)}
+
+
+    m = Mlp()
+    tf.saved_model.save(m, str(out / "mlp"), signatures={"serving_default": m.serve})
+
+    feat = keras.Input((8,), name="feat")
+    ids = keras.Input((None,), dtype="int32", name="ids")
+    pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(50, 4)(ids))
+    logits = keras.layers.Dense(3)(keras.layers.Concatenate()([feat, pooled]))
+    keras.Model([feat, ids], logits).save(out / "two_inputs.keras")
+    """
+)
+
+
+def write_tf_models(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run(
+        [sys.executable, "-c", WRITE, str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
