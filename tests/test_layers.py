@@ -51,3 +51,46 @@ def test_an_import_from_a_layer_above_is_caught(tmp_path: Path) -> None:
     assert "0 kept, 1 broken" in proc.stdout
     # The command line's modules import the face (bakeoff.cli.run -> bakeoff.api ...).
     assert re.search(r"bakeoff\.cli(\.\w+)* -> bakeoff\.api\b", proc.stdout), proc.stdout
+
+
+def _import_cycles(graph: object) -> list[list[str]]:
+    """The groups of modules that import each other, directly or round a loop
+    (Tarjan's strongly connected components of the import graph)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in graph.find_modules_directly_imported_by(module):  # type: ignore[attr-defined]
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(graph.modules):  # type: ignore[attr-defined]
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_import_cycles_type_checking_imports_and_imports_in_functions_included() -> None:
+    import grimp
+
+    graph = grimp.build_graph("bakeoff", exclude_type_checking_imports=False)
+    assert _import_cycles(graph) == []
+    # The check finds a cycle where there is one: add an import back up the layers.
+    graph.add_import(importer="bakeoff.errors", imported="bakeoff.cli")
+    assert any("bakeoff.errors" in group for group in _import_cycles(graph))

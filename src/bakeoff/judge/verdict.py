@@ -19,6 +19,7 @@ import numpy as np
 
 from bakeoff.judge import stats
 from bakeoff.judge import verdict_words as words
+from bakeoff.judge.comparison import Comparison, Judgement
 from bakeoff.judge.stats import Interval
 from bakeoff.judge.thresholds import (
     CLOSE_CALL,
@@ -182,16 +183,6 @@ def compare(ratio: Interval, margin: float) -> str:
     return "undecided"
 
 
-@dataclass(frozen=True)
-class Judgement:
-    """One pairwise comparison: how much faster `cand` is than `base`, and the call."""
-
-    ratio: Interval
-    decision: str  # faster | slower | equivalent | undecided (see `compare`)
-    why: str = ""  # why a close call was left undecided
-    needs_processes: bool = False  # more processes each could decide it
-
-
 def process_pair_ratios(base: Measured, cand: Measured, objective: str) -> list[float]:
     """The speedup within each pair of worker processes that shared at least
     MIN_PAIR_ROUNDS rounds: separate looks at one comparison."""
@@ -247,32 +238,6 @@ def judge(base: Measured, cand: Measured, objective: str, level: float, margin: 
         why = f"its process pairs disagree (ratios {seen}; margin {margin:.0%})"
         return Judgement(iv, "undecided", why)
     return Judgement(iv, decision)
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """The leader against one other measured candidate: how many times faster the
-    leader is, what was decided, and (when not separated) why, in one line."""
-
-    id: str
-    judged: Judgement
-    level: float
-    pair_ratios: list[float]
-    why_tied: str = ""  # empty when the leader is separated from (faster than) it
-    eligible: bool = True  # False: measured, but beyond the workload's constraints
-
-    def to_dict(self) -> dict:
-        iv = self.judged.ratio
-        return {
-            "id": self.id,
-            "ratio": iv.value,
-            "ci": [iv.lo, iv.hi],
-            "level": self.level,
-            "decision": self.judged.decision,
-            "why": self.why_tied,
-            "process_pair_ratios": self.pair_ratios,
-            "eligible": self.eligible,
-        }
 
 
 def _why_tied(

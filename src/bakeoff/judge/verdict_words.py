@@ -14,7 +14,7 @@ from bakeoff.judge.stats import Interval
 from bakeoff.judge.thresholds import CLOSE_CALL, CLOSE_CALL_PROCESSES, MIN_PAIR_ROUNDS
 
 if TYPE_CHECKING:
-    from bakeoff.judge.verdict import Comparison
+    from bakeoff.judge.comparison import Comparison
 
 
 def _fmt(iv: Interval) -> str:

@@ -228,4 +228,8 @@ def _runtime_settings(run: StoredRun) -> str:
 
 
 def _settings_text(settings: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(settings.items()))
+    # a time in seconds to the microsecond is noise to a reader: three figures say it
+    def shown(v: Any) -> str:
+        return num(v) if isinstance(v, float) else str(v)
+
+    return ", ".join(f"{k}={shown(v)}" for k, v in sorted(settings.items()))

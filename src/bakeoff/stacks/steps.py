@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bakeoff import stacks
+from bakeoff.stacks import trainers
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ class LocalDriver:
     processes = 1
 
     def __init__(self, spec: Any, stop_on_nan: bool = True) -> None:
-        self.trainer = stacks.trainer(spec)
+        self.trainer = trainers.trainer(spec)
         self.spec = spec
         self.stop_on_nan = stop_on_nan
         self.rows = self.trainer.rows

@@ -31,7 +31,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from bakeoff import stacks
+from bakeoff.stacks import drivers
 from bakeoff.stacks.steps import Steps
 from bakeoff.trials.jobs import TrainSpec
 from bakeoff.trials.launcher import PRIVATE_CACHE_VARIABLE
@@ -291,7 +291,7 @@ def serve(
 
     try:
         setup()
-        driver = stacks.driver(spec, in_ranks=True)
+        driver = drivers.driver(spec, in_ranks=True)
         memory = PeakMemory()
     except Exception as exc:
         conn.send_bytes(

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from bakeoff import stacks
+from bakeoff.stacks import drivers
 from bakeoff.stacks.steps import Driver, Steps
 from bakeoff.trials.jobs import (
     Command,
@@ -41,7 +42,7 @@ def driver(spec: TrainSpec) -> Driver:
         from bakeoff.trials.train_ranks import RankGroup
 
         return RankGroup(spec)
-    return stacks.driver(spec)
+    return drivers.driver(spec)
 
 
 def _peaks(driver: Driver, memory: PeakMemory) -> list[float]:
