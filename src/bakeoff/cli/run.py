@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -213,6 +214,80 @@ def _next_steps(document: dict, store: Path, exit_code: int) -> None:
         out.print(f"  {escape(command)}   [dim]# {what}[/]", highlight=False, soft_wrap=True)
 
 
+def _check_run_flags(
+    json_path: Path | None,
+    cluster: str | None,
+    cluster_tmp: Path | None,
+    per_node_type: bool,
+    split: bool,
+    cost_file: Path | None,
+) -> None:
+    """Flags that are wrong before anything runs: paths the results could not be
+    written to are said now, rather than once the run is done."""
+    if json_path is not None:
+        check_writable(json_path, "--json")
+    if cluster_tmp is not None:
+        check_writable(cluster_tmp, "--cluster-tmp", folder=True)
+    if (per_node_type or split or cost_file or cluster_tmp) and cluster is None:
+        raise UserError("--per-node-type, --split, --cost-file and --cluster-tmp go with --cluster")
+
+
+def _run_generative(generative: Any, inference_only: dict[str, bool], f: RunFlags) -> int:
+    """A text-generation workload's bake-off (its exit code), once no flag that
+    belongs to the inference bake-off only (`inference_only`: given or not) was given."""
+    from bakeoff.cli import generation
+
+    generation.refuse_inference_flags(inference_only)
+    gen_opts = api.GenerateOptions(
+        runtimes=tuple(_csv(f.runtimes) or ()) or None,
+        precisions=tuple(_csv(f.precisions) or ()) or None,
+        quick=f.quick,
+        store=f.store,
+        threads=f.threads,
+        trial_timeout_s=f.trial_timeout,
+        budget_s=f.budget,
+        **generation.concurrency_option(f.concurrency),
+    )
+    return generation.run(generative, gen_opts, f.json_path)
+
+
+@dataclass(frozen=True)
+class RunFlags:
+    """What `bakeoff run` was given, as typed values (one object for the helpers)."""
+
+    workload: str | None
+    data: Path | None
+    runtimes: str | None
+    precisions: str | None
+    batch_sizes: str | None
+    budget: float | None
+    trial_timeout: float
+    quick: bool
+    json_path: Path | None
+    threads: int | None
+    margin: float | None
+    ci_target: float | None
+    scenario: str
+    latency_bound_ms: float
+    cold_starts: int
+    worker_per_batch_size: bool
+    target: str | None
+    max_p50_ms: float | None
+    max_p99_ms: float | None
+    max_peak_memory_mb: float | None
+    max_model_size_mb: float | None
+    max_cold_start_s: float | None
+    resume: str | None
+    store: Path
+    mlflow: str | None
+    concurrency: str | None
+    cluster: str | None
+    cluster_tmp: Path | None
+    per_node_type: bool
+    cost_file: Path | None
+    split: bool
+
+
 def run(
     workload: WorkloadArg = None,
     data: DataOpt = None,
@@ -254,101 +329,73 @@ def run(
     --mlflow logs the finished run to MLflow: a parent run, a child run
     per candidate.
     """
-    mlflow_uri = tracking.start(mlflow)  # before measuring: a bad URI is said now
-    # and a path the result could not be written to, rather than once the run is done
-    if json_path is not None:
-        check_writable(json_path, "--json")
-    if cluster_tmp is not None:
-        check_writable(cluster_tmp, "--cluster-tmp", folder=True)
-    on_cluster = cluster is not None or per_node_type or split
-    if (per_node_type or split or cost_file or cluster_tmp) and cluster is None:
-        raise UserError("--per-node-type, --split, --cost-file and --cluster-tmp go with --cluster")
-    if on_cluster and (resume is not None or mlflow_uri is not None):
+    raise typer.Exit(_run(RunFlags(**locals())))
+
+
+def _run(f: RunFlags) -> int:
+    """The run's exit code: a resume, a generative bake-off, one on a cluster, or the
+    inference bake-off here."""
+    mlflow_uri = tracking.start(f.mlflow)  # before measuring: a bad URI is said now
+    on_cluster = f.cluster is not None or f.per_node_type or f.split
+    _check_run_flags(f.json_path, f.cluster, f.cluster_tmp, f.per_node_type, f.split, f.cost_file)
+    if on_cluster and (f.resume is not None or mlflow_uri is not None):
         raise UserError(
             "--cluster: a run on a cluster resumes with `bakeoff sweep --resume SWEEP_ID`, "
             "and is not logged to MLflow yet"
         )
-    if resume is not None:
-        raise typer.Exit(_resume(resume, workload, store, json_path, mlflow_uri))
-    generative = api.load_generation(workload, lambda text: err.print(text))
+    if f.resume is not None:
+        return _resume(f.resume, f.workload, f.store, f.json_path, mlflow_uri)
+    constraints = _constraints(
+        max_p50_ms=f.max_p50_ms,
+        max_p99_ms=f.max_p99_ms,
+        max_peak_memory_mb=f.max_peak_memory_mb,
+        max_model_size_mb=f.max_model_size_mb,
+        max_cold_start_s=f.max_cold_start_s,
+    )
+    generative = api.load_generation(f.workload, lambda text: err.print(text))
     if generative is not None:
-        from bakeoff.cli import generation
-
-        generation.refuse_inference_flags(
-            {
-                "--batch-sizes": batch_sizes is not None,
-                "--margin": margin is not None,
-                "--ci-target": ci_target is not None,
-                "--scenario": scenario != "latency",
-                "--cold-starts": cold_starts != 1,
-                "--worker-per-batch-size": worker_per_batch_size,
-                "--target": target is not None,
-                "--max-*": any(
-                    x is not None
-                    for x in (
-                        max_p50_ms,
-                        max_p99_ms,
-                        max_peak_memory_mb,
-                        max_model_size_mb,
-                        max_cold_start_s,
-                    )
-                ),
-                "--mlflow": mlflow_uri is not None,
-                "--cluster": cluster is not None,
-                "--data": data is not None,
-            }
-        )
-        gen_opts = api.GenerateOptions(
-            runtimes=tuple(_csv(runtimes) or ()) or None,
-            precisions=tuple(_csv(precisions) or ()) or None,
-            quick=quick,
-            store=store,
-            threads=threads,
-            trial_timeout_s=trial_timeout,
-            budget_s=budget,
-            **generation.concurrency_option(concurrency),
-        )
-        raise typer.Exit(generation.run(generative, gen_opts, json_path))
-    if concurrency is not None:
+        inference_only = {
+            "--batch-sizes": f.batch_sizes is not None,
+            "--margin": f.margin is not None,
+            "--ci-target": f.ci_target is not None,
+            "--scenario": f.scenario != "latency",
+            "--cold-starts": f.cold_starts != 1,
+            "--worker-per-batch-size": f.worker_per_batch_size,
+            "--target": f.target is not None,
+            "--max-*": bool(constraints),
+            "--mlflow": mlflow_uri is not None,
+            "--cluster": f.cluster is not None,
+            "--data": f.data is not None,
+        }
+        return _run_generative(generative, inference_only, f)
+    if f.concurrency is not None:
         raise UserError("--concurrency: for a text-generation workload only")
     opts = api.RunOptions(
-        runtimes=_csv(runtimes),
-        precisions=_csv(precisions),
-        batch_sizes=_ints(batch_sizes, "--batch-sizes"),
-        budget_s=budget,
-        trial_timeout_s=trial_timeout,
-        quick=quick,
-        store=store,
-        json_path=json_path,
-        threads=threads,
-        margin=margin,
-        ci_target=ci_target,
-        scenario=scenario,
-        latency_bound_ms=latency_bound_ms,
-        cold_starts=cold_starts,
-        worker_per_batch_size=worker_per_batch_size,
-        target=target,
+        runtimes=_csv(f.runtimes),
+        precisions=_csv(f.precisions),
+        batch_sizes=_ints(f.batch_sizes, "--batch-sizes"),
+        budget_s=f.budget,
+        trial_timeout_s=f.trial_timeout,
+        quick=f.quick,
+        store=f.store,
+        json_path=f.json_path,
+        threads=f.threads,
+        margin=f.margin,
+        ci_target=f.ci_target,
+        scenario=f.scenario,
+        latency_bound_ms=f.latency_bound_ms,
+        cold_starts=f.cold_starts,
+        worker_per_batch_size=f.worker_per_batch_size,
+        target=f.target,
         # absolute: a resume may run in another folder
-        data=str(data.resolve()) if data is not None else None,
-        constraints=_constraints(
-            max_p50_ms=max_p50_ms,
-            max_p99_ms=max_p99_ms,
-            max_peak_memory_mb=max_peak_memory_mb,
-            max_model_size_mb=max_model_size_mb,
-            max_cold_start_s=max_cold_start_s,
-        ),
+        data=str(f.data.resolve()) if f.data is not None else None,
+        constraints=constraints,
     )
     if on_cluster:
         from bakeoff.cli.cluster_run import run_on_cluster
 
-        code = run_on_cluster(
-            workload or "builtin:minilm",
-            opts,
-            cluster,
-            cluster_tmp,
-            per_node_type,
-            cost_file,
-            split,
+        where = f.workload or "builtin:minilm"
+        return run_on_cluster(
+            where, opts, f.cluster, f.cluster_tmp, f.per_node_type, f.cost_file, f.split
         )
-        raise typer.Exit(code)
-    raise typer.Exit(_measure(workload, opts, json_path, mlflow_uri))
+    return _measure(f.workload, opts, f.json_path, mlflow_uri)

@@ -391,6 +391,23 @@ def _measure(
     sweep_verdict = concurrency_verdict(
         candidates, sweep.rounds_done, settings, asked=bool(opts.concurrency)
     )
+    timing = {"reference": reference_s, "trials": trials_s, **outcome.phases}
+    verdicts = {"tpot_batch_1": verdict, "tokens_per_s_concurrency": sweep_verdict}
+    return _document(w, env, run_id, gate, reference, candidates, verdicts, timing)
+
+
+def _document(
+    w: GenerationWorkload,
+    env: dict[str, Any],
+    run_id: str,
+    gate: GenerationGate,
+    reference: GenReference,
+    candidates: list[GenCandidate],
+    verdicts: dict[str, Any],
+    timing: dict[str, float],
+) -> dict[str, Any]:
+    """The run's document; `timing` holds the reference's seconds, then the trials'
+    whole (loads and gate, warm-up, rounds), then each part."""
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": run_id,
@@ -414,11 +431,6 @@ def _measure(
             "prompts_left_out": reference.record(w.prompts),
         },
         "candidates": [candidate_document(c) for c in candidates],
-        "verdict": {"tpot_batch_1": verdict, "tokens_per_s_concurrency": sweep_verdict},
-        "timing_s": {
-            "reference": round(reference_s, 3),
-            # the trials whole (loads and gate, warm-up, rounds), then each part
-            "trials": round(trials_s, 3),
-            **{k: round(v, 3) for k, v in outcome.phases.items()},
-        },
+        "verdict": verdicts,
+        "timing_s": {k: round(v, 3) for k, v in timing.items()},
     }

@@ -233,6 +233,34 @@ class _Slots:
 _FIRST, _COMPILING_LOAD, _BUILD, _LOAD = 0, 1, 2, 3
 
 
+def _submit_reference(
+    slots: _Slots,
+    ctx: RunContext,
+    launcher: Launcher,
+    builds: Builds,
+    reference: Variant,
+    early: EarlyLoads | None,
+    own: list[EarlyLoad],
+    threads: int,
+    running: Running,
+) -> Future[Any]:
+    """The reference's job, first in line: its own candidate at the first batch size,
+    loaded early (`own`), whose quality pass gives the reference's outputs in the
+    process that is then timed (a torch worker fewer, about 10 s of CPU on MiniLM);
+    or, without one, a process of its own."""
+    if own:
+        assert early is not None
+        ctx.rep.stage(f"loading {own[0].name} beside the builds; its outputs are the reference's")
+        builds.loaded_early.append(own[0].name)
+        return slots.submit(_FIRST, from_own_load, ctx, reference, early, own[0], running)
+    artifact = builds.built[reference.id]
+    if isinstance(artifact, str):
+        raise BakeoffError(f"the FP32 reference {reference.id} could not be built: {artifact}")
+    return slots.submit(
+        _FIRST, from_own_process, ctx, launcher, reference, artifact, threads, running
+    )
+
+
 def _builds_and_reference(
     ctx: RunContext,
     launcher: Launcher,
@@ -255,16 +283,13 @@ def _builds_and_reference(
     running = Running()
     mark = variant_cache.events_offset(ctx.folder.artifacts)
     total = done + len(jobs)
-    at_a_time = f"{n} at a time, {threads} thread(s) each" if n > 1 else "one at a time"
     ctx.rep.stage(f"computing reference outputs ({reference.id})")
     if jobs:
+        at_a_time = f"{n} at a time, {threads} thread(s) each" if n > 1 else "one at a time"
         ctx.rep.stage(f"building {', '.join(v.id for v in variants)} ({at_a_time})")
     result: Reference | None = None
     loads: set[Future[Any]] = set()
-
-    # The reference's own candidate at the first batch size, loaded early, gives
-    # the reference's outputs: its quality pass is the reference's job done in the
-    # process that is then timed (a torch worker fewer, about 10 s of CPU on MiniLM).
+    # the reference's own candidate at the first batch size first (_submit_reference)
     reference_loads = [] if early is None or n < 2 else early.plan(reference.id)
     own, others = reference_loads[:1], reference_loads[1:]
 
@@ -281,22 +306,9 @@ def _builds_and_reference(
         return new
 
     with _Slots(n) as slots:
-        if own:
-            assert early is not None
-            ctx.rep.stage(
-                f"loading {own[0].name} beside the builds; its outputs are the reference's"
-            )
-            builds.loaded_early.append(own[0].name)
-            ref_future = slots.submit(_FIRST, from_own_load, ctx, reference, early, own[0], running)
-        else:
-            artifact = builds.built[reference.id]
-            if isinstance(artifact, str):
-                raise BakeoffError(
-                    f"the FP32 reference {reference.id} could not be built: {artifact}"
-                )
-            ref_future = slots.submit(
-                _FIRST, from_own_process, ctx, launcher, reference, artifact, threads, running
-            )
+        ref_future = _submit_reference(
+            slots, ctx, launcher, builds, reference, early, own, threads, running
+        )
         futures = {slots.submit(_BUILD, _run, ctx, launcher, job, running): job for job in jobs}
         # The reference's variant was built alone, before these.
         pending: set[Future[Any]] = {ref_future, *futures, *queue_loads(slots, others)}
