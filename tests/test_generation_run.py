@@ -4,6 +4,7 @@ engine (issue 22)."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 from pathlib import Path
@@ -15,6 +16,8 @@ from bakeoff import api, generators
 from bakeoff.cli import app
 from bakeoff.errors import UserError
 from bakeoff.workload import parse_spec
+from browser import CHROMIUM, look_at
+from extras import require_program
 from front_door import call
 from tiny_gpt2 import tiny_gpt2, with_tokenizer
 from widths import WIDTHS, assert_fits, printed_at
@@ -86,12 +89,58 @@ def test_the_stored_run_is_shown_and_other_commands_refuse_it(
     shown = CliRunner().invoke(app, ["show", doc["run_id"], "--store", store])
     assert shown.exit_code == 0 and "time per output token at batch 1" in shown.output
     for argv in (
-        ["report", doc["run_id"], "-o", str(tmp_path / "r.html")],
         ["export", doc["run_id"], "--out", str(tmp_path / "x")],
+        ["compare", doc["run_id"], doc["run_id"]],
     ):
         refused = CliRunner().invoke(app, [*argv, "--store", store])
         assert isinstance(refused.exception, UserError), argv
         assert "text-generation run" in str(refused.exception)
+
+
+def _report(run: tuple[dict, str], path: Path, fmt: str) -> str:
+    doc, _ = run
+    store = str(Path(doc["workload"]["folder"]).parent / ".bakeoff" / "bakeoff.db")
+    argv = ["report", doc["run_id"], "--format", fmt, "-o", str(path), "--store", store]
+    written = CliRunner().invoke(app, argv)
+    assert written.exit_code == 0, written.output
+    return path.read_text()
+
+
+def test_a_generative_run_has_an_html_and_a_markdown_report(
+    run: tuple[dict, str], tmp_path: Path
+) -> None:
+    doc, _ = run
+    ok = [c["id"] for c in doc["candidates"] if c["status"] == "ok"]
+    page = _report(run, tmp_path / "r.html", "html")
+    for section in ("verdict", "speed", "results", "concurrency", "workload"):
+        assert f'id="section-{section}"' in page
+    assert doc["verdict"]["tpot_batch_1"]["headline"] in html.unescape(page)
+    assert all(cid in page for cid in ok)
+    summary = _report(run, tmp_path / "r.md", "md")
+    assert (
+        f"**time per output token at batch 1**: {doc['verdict']['tpot_batch_1']['headline']}"
+        in (summary)
+    )
+    rows = [line for line in summary.splitlines() if line.startswith("| ")]
+    assert len(rows) == 1 + len(doc["candidates"])  # the header, then one row each
+
+
+@pytest.mark.browser
+def test_the_generative_report_renders_in_headless_chromium(
+    run: tuple[dict, str], tmp_path: Path
+) -> None:
+    require_program(CHROMIUM, "apt-get install chromium (make browser)")
+    doc, _ = run
+    page = tmp_path / "r.html"
+    _report(run, page, "html")
+    seen = look_at(page, tmp_path / "profile")
+    assert seen["errors"] == []
+    assert seen["requests"] == [page.resolve().as_uri()]  # the page itself, nothing else
+    assert seen["outside"] == []  # no label runs past its chart
+    by_id = {c["id"]: c for c in seen["charts"]}
+    ok = [c for c in doc["candidates"] if c["status"] == "ok"]
+    assert by_id["gen-tpot"]["marks"] == len(ok)
+    assert all(c["hit"] and c["titled"] for c in seen["charts"]), seen["charts"]
 
 
 def test_every_candidate_is_ok_rejected_or_unavailable_with_why(run: tuple[dict, str]) -> None:

@@ -12,6 +12,7 @@ from bakeoff import api
 from bakeoff.cli.output import err, out
 from bakeoff.errors import UserError
 from bakeoff.report.fit import fitted
+from bakeoff.report.generation import headlines
 from bakeoff.workload import GenerationWorkload
 
 
@@ -130,15 +131,9 @@ def print_generation(doc: dict[str, Any]) -> None:
         if c["status"] != "ok":
             out.print(f"  {c['id']}: {c['status']}: {escape(c['reason'])}", highlight=False)
     _print_concurrency(doc)
-    v = doc["verdict"]["tpot_batch_1"]
     out.print("Verdict")
-    out.print(f"  time per output token at batch 1: {escape(v['headline'])}", highlight=False)
-    conc = doc["verdict"]["tokens_per_s_concurrency"]
-    for level, lv in conc.get("per_concurrency", {}).items():
-        words = escape(lv["headline"])
-        out.print(f"  tokens/s, {level} requests at once: {words}", highlight=False)
-    if not conc.get("per_concurrency"):
-        out.print(f"  tokens/s under concurrency: {escape(conc['reason'])}", highlight=False)
+    for what, words in headlines(doc):
+        out.print(f"  {what}: {escape(words)}", highlight=False)
 
 
 def _print_concurrency(doc: dict[str, Any]) -> None:

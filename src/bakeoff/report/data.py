@@ -102,14 +102,16 @@ class StoredRun:
         )
 
 
-def load(run_id: str, store: str | Path) -> StoredRun:
-    """Read a run and its raw rounds; a missing store or run id is a UserError (exit 2)."""
+def load(run_id: str, store: str | Path, generative: bool = False) -> StoredRun:
+    """Read a run and its raw rounds; a missing store or run id is a UserError (exit 2),
+    and so is a text-generation run unless the caller takes one (`generative`)."""
     path = Path(store)
     if not path.exists():
         raise UserError(f"no store at {store} (run `bakeoff run` first, or pass --store)")
     with Store(path) as s:
         record = s.run(run_id)
-        refuse_generative(record, "bakeoff report and compare")
+        if not generative:
+            refuse_generative(record, "bakeoff compare")
         run = StoredRun(record, store=Path(store))
         ids = [c["id"] for c in run.candidates]
         for cid in ids:

@@ -307,12 +307,17 @@ def render(run: StoredRun) -> str:
 
 
 def write(run_id: str, store: str | Path, out: Path) -> Path:
-    """Render a stored run to `out` (a training run's own page); returns the path."""
-    run = load(run_id, store)
+    """Render a stored run to `out` (a training or text-generation run: its kind's own
+    page); returns the path."""
+    run = load(run_id, store, generative=True)
     if run.settings.get("kind") == "train":
         from bakeoff.report import training
 
         html = training.render(run, CSS)
+    elif run.settings.get("kind") == "generate":
+        from bakeoff.report import generation
+
+        html = generation.render(run, CSS)
     else:
         html = render(run)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -132,11 +132,15 @@ def _environment(run: StoredRun) -> list[str]:
 
 
 def write(run_id: str, store: str | Path, out: Path) -> Path:
-    run = load(run_id, store)
+    run = load(run_id, store, generative=True)
     if run.settings.get("kind") == "train":
         from bakeoff.report import training
 
         text = training.markdown(run)
+    elif run.settings.get("kind") == "generate":
+        from bakeoff.report import generation
+
+        text = generation.markdown(run)
     else:
         text = render(run)
     out.parent.mkdir(parents=True, exist_ok=True)

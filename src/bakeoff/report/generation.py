@@ -1,0 +1,265 @@
+"""`bakeoff report` for a text-generation run: one self-contained HTML page (the
+inference report's style and rules: inline SVG and CSS, nothing fetched, every
+string from the document escaped), or a Markdown summary.
+
+The page: the two verdicts (time per output token at batch 1; tokens/s with
+several requests at once); TPOT and tokens/s as bars with their CIs; every
+engine's figures in one table; tokens/s and TTFT p99 by requests at once; why an
+engine did not run; and the workload and machine.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from bakeoff.report import charts
+from bakeoff.report.charts import Bar, num
+from bakeoff.report.data import StoredRun
+
+
+def _e(value: Any) -> str:
+    return escape(str(value))
+
+
+def _pct(figure: dict[str, Any] | None, key: str) -> str:
+    """A percentile with its CI ("?" where too few samples support it)."""
+    if not figure:
+        return "-"
+    lo, hi = figure["ci95"][key]
+    mark = "?" if key in figure["unsupported"] else ""
+    return f"{num(figure[key])}{mark} [{num(lo)}–{num(hi)}]"
+
+
+def _rate(rate: dict[str, Any] | None) -> str:
+    if not rate:
+        return "-"
+    lo, hi = rate["ci95"]
+    return f"{num(rate['value'])} [{num(lo)}–{num(hi)}]"
+
+
+def _quality(q: dict[str, Any] | None) -> str:
+    if not q:
+        return "-"
+    return (
+        f"{q['token_agreement']:.0%} of tokens agree; perplexity {num(q['perplexity'])} "
+        f"({q['perplexity_rise']:+.1%})"
+    )
+
+
+def headlines(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each verdict as (what it judges, its headline): the TPOT one, then tokens/s at
+    each number of requests at once (or why there was no sweep)."""
+    verdict = doc["verdict"]
+    out = [("time per output token at batch 1", verdict["tpot_batch_1"]["headline"])]
+    conc = verdict["tokens_per_s_concurrency"]
+    for level, lv in conc.get("per_concurrency", {}).items():
+        out.append((f"tokens/s, {level} requests at once", lv["headline"]))
+    if not conc.get("per_concurrency"):
+        out.append(("tokens/s under concurrency", conc["reason"]))
+    return out
+
+
+def _verdicts(doc: dict[str, Any]) -> str:
+    return "".join(
+        f'<div class="verdict"><p><strong>{_e(what)}</strong>: {_e(words)}</p></div>'
+        for what, words in headlines(doc)
+    )
+
+
+def _bars(doc: dict[str, Any], colors: dict[str, str]) -> str:
+    ok = [c for c in doc["candidates"] if c["tpot_ms"]]
+    if not ok:
+        return "<p>No engine was measured.</p>"
+    tpot = [
+        Bar(c["id"], c["tpot_ms"]["p50"], tuple(c["tpot_ms"]["ci95"]["p50"]), color=colors[c["id"]])
+        for c in ok
+    ]
+    rate = [
+        Bar(
+            c["id"],
+            c["tokens_per_s"]["value"],
+            tuple(c["tokens_per_s"]["ci95"]),
+            color=colors[c["id"]],
+        )
+        for c in ok
+        if c["tokens_per_s"]
+    ]
+    parts = [
+        charts.bars(
+            "gen-tpot",
+            "Time per output token at batch 1, p50 (95% CI)",
+            tpot,
+            "ms (lower is better)",
+        )
+    ]
+    if rate:
+        parts.append(
+            charts.bars(
+                "gen-tokens-per-s",
+                "Tokens/s at batch 1, one request at a time (95% CI)",
+                rate,
+                "tokens/s (higher is better)",
+            )
+        )
+    return "".join(parts)
+
+
+_COLUMNS = (
+    "engine",
+    "status",
+    "TPOT p50 ms [95% CI]",
+    "TTFT p50 ms [95% CI]",
+    "TTFT p99 ms",
+    "tokens/s [95% CI]",
+    "quality",
+    "peak MiB",
+    "size MiB",
+    "build / load / first token s",
+)
+
+
+def _row(c: dict[str, Any]) -> list[str]:
+    cold = c["cold_start_s"]
+    status = c["status"] + (f", {c['validity']}" if c["validity"] not in ("", "valid") else "")
+    return [
+        c["id"],
+        status,
+        _pct(c["tpot_ms"], "p50"),
+        _pct(c["ttft_ms"], "p50"),
+        _pct(c["ttft_ms"], "p99"),
+        _rate(c["tokens_per_s"]),
+        _quality(c["quality"]),
+        "-" if c["peak_rss_mb"] is None else num(c["peak_rss_mb"]),
+        "-" if c["model_size_mb"] is None else num(c["model_size_mb"]),
+        "-"
+        if cold["load"] is None
+        else f"{num(cold['build'] or 0)} / {num(cold['load'])} / {num(cold['first_token'] or 0)}",
+    ]
+
+
+def _table(doc: dict[str, Any]) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in _COLUMNS)
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{_e(x)}</td>" for x in _row(c)) + "</tr>" for c in doc["candidates"]
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def concurrency_rows(doc: dict[str, Any]) -> tuple[list[int], list[tuple[str, list[str]]]]:
+    """The requests-at-once levels, and per swept engine its `tokens/s / TTFT p99` at each."""
+    swept = [c for c in doc["candidates"] if c.get("concurrency")]
+    levels = sorted({int(k) for c in swept for k in c["concurrency"]})
+    rows = []
+    for c in swept:
+        cells = []
+        for level in levels:
+            lv = c["concurrency"].get(str(level))
+            cells.append(
+                "-"
+                if lv is None
+                else f"{_rate(lv['tokens_per_s'])} / {num(lv['ttft_ms']['p99'])} ms"
+            )
+        rows.append((c["id"], cells))
+    return levels, rows
+
+
+def _concurrency(doc: dict[str, Any]) -> str:
+    levels, rows = concurrency_rows(doc)
+    if not rows:
+        return ""
+    batching = {c["id"]: (c.get("settings") or {}).get("batching", "") for c in doc["candidates"]}
+    head = "<th>engine</th>" + "".join(f"<th>{level} at once</th>" for level in levels)
+    body = "".join(
+        f"<tr><td>{_e(cid)}</td>"
+        + "".join(f"<td>{_e(x)}</td>" for x in cells)
+        + f"<td>{_e(batching[cid])}</td></tr>"
+        for cid, cells in rows
+    )
+    head += "<th>batching</th>"
+    return (
+        "<p class='note'>Tokens/s [95% CI] / TTFT p99, with that many requests submitted "
+        f"together.</p><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    )
+
+
+def _not_ok(doc: dict[str, Any]) -> str:
+    items = [
+        f"<li>{_e(c['id'])}: {_e(c['status'])}: {_e(c['reason'])}</li>"
+        for c in doc["candidates"]
+        if c["status"] != "ok"
+    ]
+    return f"<ul>{''.join(items)}</ul>" if items else ""
+
+
+def workload_words(doc: dict[str, Any]) -> str:
+    wl = doc["workload"]
+    lengths = wl["prompt_tokens"]
+    return (
+        f"{wl['prompts']} prompts of {lengths['min']:.0f}–{lengths['max']:.0f} tokens "
+        f"(median {lengths['p50']:.0f}), {wl['max_new_tokens']} new tokens each, "
+        f"{wl['decoding']} decoding; the reference {doc['reference']['id']} has perplexity "
+        f"{num(doc['reference']['perplexity'])} on {wl['perplexity_tokens']} held-out tokens"
+    )
+
+
+def _workload(doc: dict[str, Any]) -> str:
+    env = doc.get("environment") or {}
+    cpu = env.get("cpu") or {}
+    rows = {
+        "workload": workload_words(doc),
+        "model folder": doc["workload"]["folder"],
+        "CPU": cpu.get("model"),
+        "Python": env.get("python"),
+        "bakeoff": env.get("bakeoff_version"),
+    }
+    return "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows.items()) + "</dl>"
+
+
+def render(run: StoredRun, css: str) -> str:
+    doc = run.document
+    title = f"bakeoff text-generation report: {run.record.get('workload')} ({run.run_id})"
+    if doc is None:
+        body = f"<p>Run status: {_e(run.record['status'])}; it has no result.</p>"
+    else:
+        colors = {c["id"]: charts.color(i) for i, c in enumerate(doc["candidates"])}
+        sections = [
+            ("verdict", "Verdict", _verdicts(doc)),
+            ("speed", "Time per output token and tokens/s", _bars(doc, colors)),
+            ("results", "All engines", _table(doc)),
+            ("concurrency", "Under concurrency", _concurrency(doc)),
+            ("not-ok", "Rejected, failed and unavailable", _not_ok(doc)),
+            ("workload", "Workload and machine", _workload(doc)),
+        ]
+        body = "".join(
+            f'<section id="section-{sid}"><h2>{_e(h)}</h2>{html}</section>'
+            for sid, h, html in sections
+            if html
+        )
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+        "style-src 'unsafe-inline'\">"
+        f"<title>{_e(title)}</title><style>{css}</style></head><body>"
+        f"<h1>{_e(title)}</h1>{body}</body></html>\n"
+    )
+
+
+def _cell(value: Any) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(run: StoredRun) -> str:
+    doc = run.document
+    lines = [
+        f"## bakeoff text generation: {_cell(run.record.get('workload'))} (run `{run.run_id}`)"
+    ]
+    lines.append("")
+    if doc is None:
+        return "\n".join([*lines, f"Run status: **{run.record['status']}**; no result.", ""])
+    lines += [f"- **{_cell(what)}**: {_cell(words)}" for what, words in headlines(doc)]
+    lines += ["", _cell(workload_words(doc)) + ".", ""]
+    lines += ["| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
+    lines += ["| " + " | ".join(_cell(x) for x in _row(c)) + " |" for c in doc["candidates"]]
+    return "\n".join([*lines, ""])
