@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from bakeoff.cli.options import DEFAULT_STORE, StoreOpt
 from bakeoff.cli.output import out
 from bakeoff.errors import UserError
+
+if TYPE_CHECKING:  # imported when serving: the serve extra may not be installed
+    from bakeoff.serve.model import ServedSpec
 
 _NEEDS = ("fastapi", "uvicorn", "prometheus_client")
 
@@ -34,6 +37,18 @@ def _auto_or_int(value: str, flag: str) -> int | None:
     if number is not None and not number.is_integer():
         raise UserError(f"{flag} {value}: expected a whole number, or auto")
     return None if number is None else int(number)
+
+
+def _print_plan(spec: ServedSpec, folder: Path, why: list[str]) -> None:
+    """What is served from where, then why: the candidate, batching and instances."""
+    # soft_wrap: a line per fact, never cut at the terminal's width (scripts read them)
+    out.print(
+        f"serving {spec.name} ({spec.platform}, {spec.description}) from {folder}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for line in why:
+        out.print(f"  {line}", highlight=False, soft_wrap=True)
 
 
 def serve_cmd(
@@ -97,14 +112,7 @@ def serve_cmd(
     chosen = auto.choose(
         spec.measured, spec.batch_size, batch, delay, n_instances, latency_bound_ms
     )
-    # soft_wrap: a line per fact, never cut at the terminal's width (scripts read them)
-    out.print(
-        f"serving {spec.name} ({spec.platform}, {spec.description}) from {folder}",
-        highlight=False,
-        soft_wrap=True,
-    )
-    for line in why + chosen.why:
-        out.print(f"  {line}", highlight=False, soft_wrap=True)
+    _print_plan(spec, folder, why + chosen.why)
     settings = ServeSettings(
         max_batch_size=chosen.max_batch_size,
         max_queue_delay_ms=chosen.max_queue_delay_ms,

@@ -233,22 +233,8 @@ def _parse_outputs(value: Any) -> list[RequestedOutput] | None:
 
 def parse_infer_request(body: bytes, header_length: int | None) -> InferRequest:
     """Decode an infer request body; header_length is Inference-Header-Content-Length."""
-    view = memoryview(body)
-    if header_length is None:
-        header, tail = view, view[len(view) :]
-    elif 0 <= header_length <= len(view):
-        header, tail = view[:header_length], view[header_length:]
-    else:
-        raise ProtocolError(
-            f"Inference-Header-Content-Length {header_length} must be between 0 and the "
-            f"body's {len(view)} bytes"
-        )
-    try:
-        doc = json.loads(bytes(header).decode("utf-8"))
-    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
-        raise ProtocolError(f"the request header must be UTF-8 JSON ({e})") from e
-    if not isinstance(doc, dict):
-        raise ProtocolError("the request must be a JSON object")
+    header, tail = _split_body(body, header_length)
+    doc = _json_header(header)
     request_id = doc.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise ProtocolError("'id' must be a string")
@@ -256,59 +242,7 @@ def parse_infer_request(body: bytes, header_length: int | None) -> InferRequest:
     binary_output = parameters.get("binary_data_output", False)
     if not isinstance(binary_output, bool):
         raise ProtocolError("parameters.binary_data_output must be a boolean")
-    raw_inputs = doc.get("inputs")
-    if not isinstance(raw_inputs, list) or not raw_inputs:
-        raise ProtocolError("'inputs' must be a non-empty list of objects")
-
-    inputs: dict[str, npt.NDArray[Any]] = {}
-    datatypes: dict[str, str] = {}
-    offset = 0
-    for entry in raw_inputs:
-        if not isinstance(entry, dict):
-            raise ProtocolError("'inputs' must be a non-empty list of objects")
-        name = entry.get("name")
-        if not isinstance(name, str) or not name:
-            raise ProtocolError("each of 'inputs' must have a 'name' that is a non-empty string")
-        if name in inputs:
-            raise ProtocolError(f"input {name!r} appears twice; expected unique names")
-        datatype = entry.get("datatype")
-        if not isinstance(datatype, str) or datatype not in DATATYPES:
-            raise ProtocolError(
-                f"input {name!r}: datatype {datatype!r} is not supported; expected one of "
-                + ", ".join(DATATYPES)
-            )
-        shape = _shape(name, entry.get("shape"))
-        params = _object(entry.get("parameters"), f"input {name!r}: 'parameters'")
-        has_data, has_size = "data" in entry, "binary_data_size" in params
-        if has_data == has_size:
-            raise ProtocolError(
-                f"input {name!r}: expected exactly one of 'data' and parameters.binary_data_size"
-            )
-        if has_data:
-            inputs[name] = _decode_json(name, datatype, shape, entry["data"])
-        else:
-            size = params["binary_data_size"]
-            if type(size) is not int or size < 0:
-                raise ProtocolError(
-                    f"input {name!r}: parameters.binary_data_size must be a non-negative integer"
-                )
-            if header_length is None:
-                raise ProtocolError(
-                    f"input {name!r} has binary data, so the request needs an "
-                    "Inference-Header-Content-Length header"
-                )
-            if offset + size > len(tail):
-                raise ProtocolError(
-                    f"input {name!r}: expected {size} bytes of binary data, but only "
-                    f"{len(tail) - offset} remain in the body"
-                )
-            inputs[name] = _decode_binary(name, datatype, shape, tail[offset : offset + size])
-            offset += size
-        datatypes[name] = datatype
-    if offset != len(tail):
-        raise ProtocolError(
-            f"the body has {len(tail) - offset} bytes after the binary inputs' data; expected none"
-        )
+    inputs, datatypes = _parse_inputs(doc.get("inputs"), tail, header_length is not None)
     return InferRequest(
         id=request_id,
         inputs=inputs,
@@ -317,6 +251,104 @@ def parse_infer_request(body: bytes, header_length: int | None) -> InferRequest:
         binary_output=binary_output,
         parameters=parameters,
     )
+
+
+def _split_body(body: bytes, header_length: int | None) -> tuple[memoryview, memoryview]:
+    """(JSON header, binary tail): the tail is empty without Inference-Header-Content-Length."""
+    view = memoryview(body)
+    if header_length is None:
+        return view, view[len(view) :]
+    if 0 <= header_length <= len(view):
+        return view[:header_length], view[header_length:]
+    raise ProtocolError(
+        f"Inference-Header-Content-Length {header_length} must be between 0 and the "
+        f"body's {len(view)} bytes"
+    )
+
+
+def _json_header(header: memoryview) -> dict[str, Any]:
+    try:
+        doc = json.loads(bytes(header).decode("utf-8"))
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        raise ProtocolError(f"the request header must be UTF-8 JSON ({e})") from e
+    if not isinstance(doc, dict):
+        raise ProtocolError("the request must be a JSON object")
+    return doc
+
+
+def _parse_inputs(
+    raw_inputs: Any, tail: memoryview, has_header_length: bool
+) -> tuple[dict[str, npt.NDArray[Any]], dict[str, str]]:
+    """The decoded inputs by name, and the datatype each declared; the binary ones
+    take their bytes from `tail` in the order they are listed, which must use it all."""
+    if not isinstance(raw_inputs, list) or not raw_inputs:
+        raise ProtocolError("'inputs' must be a non-empty list of objects")
+    inputs: dict[str, npt.NDArray[Any]] = {}
+    datatypes: dict[str, str] = {}
+    offset = 0
+    for entry in raw_inputs:
+        name, datatype, shape, params = _input_entry(entry, inputs)
+        if "data" in entry:
+            inputs[name] = _decode_json(name, datatype, shape, entry["data"])
+        else:
+            size = _binary_data_size(name, params, has_header_length, len(tail) - offset)
+            inputs[name] = _decode_binary(name, datatype, shape, tail[offset : offset + size])
+            offset += size
+        datatypes[name] = datatype
+    if offset != len(tail):
+        raise ProtocolError(
+            f"the body has {len(tail) - offset} bytes after the binary inputs' data; expected none"
+        )
+    return inputs, datatypes
+
+
+def _input_entry(
+    entry: Any, seen: dict[str, npt.NDArray[Any]]
+) -> tuple[str, str, tuple[int, ...], dict[str, Any]]:
+    """One of 'inputs', checked: (name, datatype, shape, parameters), with exactly one
+    of 'data' and parameters.binary_data_size; `seen` holds the inputs before it."""
+    if not isinstance(entry, dict):
+        raise ProtocolError("'inputs' must be a non-empty list of objects")
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        raise ProtocolError("each of 'inputs' must have a 'name' that is a non-empty string")
+    if name in seen:
+        raise ProtocolError(f"input {name!r} appears twice; expected unique names")
+    datatype = entry.get("datatype")
+    if not isinstance(datatype, str) or datatype not in DATATYPES:
+        raise ProtocolError(
+            f"input {name!r}: datatype {datatype!r} is not supported; expected one of "
+            + ", ".join(DATATYPES)
+        )
+    shape = _shape(name, entry.get("shape"))
+    params = _object(entry.get("parameters"), f"input {name!r}: 'parameters'")
+    if ("data" in entry) == ("binary_data_size" in params):
+        raise ProtocolError(
+            f"input {name!r}: expected exactly one of 'data' and parameters.binary_data_size"
+        )
+    return name, datatype, shape, params
+
+
+def _binary_data_size(
+    name: str, params: dict[str, Any], has_header_length: bool, remaining: int
+) -> int:
+    """The bytes a binary input takes from the tail, which has `remaining` left."""
+    size = params["binary_data_size"]
+    if type(size) is not int or size < 0:
+        raise ProtocolError(
+            f"input {name!r}: parameters.binary_data_size must be a non-negative integer"
+        )
+    if not has_header_length:
+        raise ProtocolError(
+            f"input {name!r} has binary data, so the request needs an "
+            "Inference-Header-Content-Length header"
+        )
+    if size > remaining:
+        raise ProtocolError(
+            f"input {name!r}: expected {size} bytes of binary data, but only "
+            f"{remaining} remain in the body"
+        )
+    return size
 
 
 def binary_choice(request: InferRequest, output_names: list[str]) -> dict[str, bool]:

@@ -14,8 +14,9 @@ from types import FrameType
 import uvicorn
 
 from bakeoff.errors import UserError
-from bakeoff.serve.app import ServeSettings, Serving, create_app
+from bakeoff.serve.app import create_app
 from bakeoff.serve.model import Servable
+from bakeoff.serve.serving import ServeSettings, Serving
 
 # Idle keep-alive connections are closed after this many seconds (nginx's default).
 KEEP_ALIVE_S = 75
