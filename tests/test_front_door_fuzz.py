@@ -25,8 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bakeoff.serve
-from bakeoff import loader
-from bakeoff.inference import pipeline
+from bakeoff import lifecycle, loader
 from bakeoff.serve import ServedSpec, ServeSettings, Serving, TensorSpec, create_app, protocol
 from bakeoff.serve.model import Runner
 from bakeoff.training import pipeline as training_pipeline
@@ -184,7 +183,7 @@ def door(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Door]:
     """The folder, the working folder too; commands stop at their first real work. And
     nothing may appear in the checkout, where a relative path would land otherwise."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(pipeline, "hold_run_lock", reached)
+    monkeypatch.setattr(lifecycle, "hold_run_lock", reached)
     monkeypatch.setattr(training_pipeline, "hold_run_lock", reached)
     monkeypatch.setattr(bakeoff.serve, "serve", reached)
     checkout = sorted(os.listdir(ROOT))

@@ -26,7 +26,6 @@ precision, checked against PyTorch's FP32 greedy text, timed per token.
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,7 +45,8 @@ from bakeoff.generation.document import (
 )
 from bakeoff.generation.reference import GenReference, reference_outputs
 from bakeoff.judge import generation as gen
-from bakeoff.paths import DEFAULT_STORE, RunFolder, hold_run_lock
+from bakeoff.lifecycle import lifecycle, new_run_id
+from bakeoff.paths import DEFAULT_STORE
 from bakeoff.store import Store, check_store
 from bakeoff.trials.engine import Checked, Engine, run_trials
 from bakeoff.trials.entrant import Entrant
@@ -283,31 +283,22 @@ def run_generation(
     check_store(opts.store)  # before the run's folder is made beside it
     threads = opts.threads or environment.default_threads()
     env = {**environment.fingerprint(), "threads": threads}
-    run_id = time.strftime("gen-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+    run_id = new_run_id("gen-")
     store_path = Path(opts.store).resolve()
-    store_path.parent.mkdir(parents=True, exist_ok=True)
-    folder = RunFolder.of(store_path, run_id)
-    lock = hold_run_lock(folder, run_id)
-    try:
-        with Store(store_path) as store:
-            asked = {"kind": "generate", "workload": w.origin, "quick": opts.quick}
-            store.start_run(run_id, w.name, env, {**asked, "threads": threads})
-            say(
-                f"run {run_id}: {w.name}, {len(w.prompts)} prompts, {w.max_new_tokens} new "
-                f"tokens each, greedy; {threads} thread(s)"
-            )
-            try:
-                doc = _measure(w, grid, opts, threads, env, run_id, folder.path, store, say)
-            except BaseException:
-                store.finish_run(run_id, "failed", None)
-                raise
-            doc["timing_s"]["total"] = round(time.perf_counter() - t_start, 3)
-            for c in doc["candidates"]:
-                store.put_candidate(run_id, c)
-            store.finish_run(run_id, "done", doc)
-            return GenerateResult(run_id, doc)
-    finally:
-        lock.close()
+    # Not resumable: an interrupted generative run is marked failed.
+    with lifecycle(store_path, run_id, resumable=False) as run:
+        asked = {"kind": "generate", "workload": w.origin, "quick": opts.quick}
+        run.start(w.name, env, {**asked, "threads": threads})
+        say(
+            f"run {run_id}: {w.name}, {len(w.prompts)} prompts, {w.max_new_tokens} new "
+            f"tokens each, greedy; {threads} thread(s)"
+        )
+        doc = _measure(w, grid, opts, threads, env, run_id, run.folder.path, run.store, say)
+        doc["timing_s"]["total"] = round(time.perf_counter() - t_start, 3)
+        for c in doc["candidates"]:
+            run.store.put_candidate(run_id, c)
+        run.finish(doc)
+        return GenerateResult(run_id, doc)
 
 
 def _spec(

@@ -6,7 +6,6 @@ JSON, terminal).
 from __future__ import annotations
 
 import dataclasses
-import secrets
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -26,14 +25,15 @@ from bakeoff.inference.document import document, write_json
 from bakeoff.inference.early import EarlyLoads, Preloads
 from bakeoff.inference.groups import early_loads, measure_all
 from bakeoff.inference.options import RunOptions, checked
-from bakeoff.inference.resume import check_resumable, hold_run_lock, restore
+from bakeoff.inference.resume import check_resumable, restore
 from bakeoff.inference.split import split_data
 from bakeoff.inference.variants import build_all
 from bakeoff.judge.verdict import Verdict
+from bakeoff.lifecycle import Run, lifecycle, new_run_id
 from bakeoff.loader import load_workload
 from bakeoff.paths import RunFolder, resume_command
 from bakeoff.report import NullReporter, Reporter
-from bakeoff.store import Store, check_store
+from bakeoff.store import check_store
 from bakeoff.trials.jobs import JobBase
 from bakeoff.trials.launcher import LocalLauncher
 from bakeoff.workload import ConstraintsSpec, Workload, default_runtimes
@@ -62,10 +62,6 @@ class Grid:
     candidates_from: str
     grid_from: dict[str, str]
     left_out: dict[str, str] = field(default_factory=dict)
-
-
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
 def workload_ref(ref: str | None) -> str:
@@ -323,58 +319,26 @@ def run(
     # Absolute: build steps change directory (quantizers litter the working one).
     store_path = Path(opts.store).resolve()
     run_id = new_run_id() if resume_record is None else resume_record["run_id"]
-    folder = RunFolder.of(store_path, run_id)
-    lock = hold_run_lock(folder, run_id)  # before the store is touched
-    status = "failed"
-    try:
-        with Store(store_path) as store:
-            try:
-                ctx, split = _open(
-                    ref,
-                    workload,
-                    opts,
-                    rep,
-                    store,
-                    run_id,
-                    folder,
-                    grid,
-                    batch_sizes,
-                    threads,
-                    resuming=resume_record is not None,
-                )
-                if resume_record is not None:
-                    try:
-                        check_resumable(
-                            resume_record, workload, ctx.env, ctx.candidates, folder, split
-                        )
-                    except UserError:
-                        status = resume_record["status"]  # refused: the run stays as it was
-                        raise
-                    store.mark_running(run_id)
-                # Said first: a killed run cannot say later which id to resume.
-                rep.stage(
-                    f"run {run_id}; if it is interrupted, `{resume_command(run_id, opts.store)}`"
-                )
-                for vid, why in grid.left_out.items():
-                    rep.stage(f"left out {vid}: {why}")
-                if resume_record is not None:
-                    restore(ctx.candidates, resume_record, store)
-                rep.candidates(ctx.candidates)
-                result = _stages(ctx, t_start, advice.to_dict())
-                status = "done"
-                return result
-            except KeyboardInterrupt:
-                status = "interrupted"
-                rep.stage(
-                    f"interrupted: what finished is in the store; "
-                    f"`{resume_command(run_id, opts.store)}` finishes the run"
-                )
-                raise
-            finally:
-                if status != "done":
-                    store.finish_run(run_id, status, None)
-    finally:
-        lock.close()
+
+    def say_how_to_resume() -> None:
+        rep.stage(
+            f"interrupted: what finished is in the store; "
+            f"`{resume_command(run_id, opts.store)}` finishes the run"
+        )
+
+    with lifecycle(store_path, run_id, resumable=True, on_interrupt=say_how_to_resume) as run:
+        ctx, split = _open(ref, workload, opts, rep, run, grid, batch_sizes, threads, resume_record)
+        if resume_record is not None:
+            check_resumable(resume_record, workload, ctx.env, ctx.candidates, run.folder, split)
+            run.resume()
+        # Said first: a killed run cannot say later which id to resume.
+        rep.stage(f"run {run_id}; if it is interrupted, `{resume_command(run_id, opts.store)}`")
+        for vid, why in grid.left_out.items():
+            rep.stage(f"left out {vid}: {why}")
+        if resume_record is not None:
+            restore(ctx.candidates, resume_record, run.store)
+        rep.candidates(ctx.candidates)
+        return _stages(ctx, run, t_start, advice.to_dict())
 
 
 def _open(
@@ -382,16 +346,15 @@ def _open(
     workload: Workload,
     opts: RunOptions,
     rep: Reporter,
-    store: Store,
-    run_id: str,
-    folder: RunFolder,
+    run: Run,
     grid: Grid,
     batch_sizes: list[int],
     threads: int,
-    resuming: bool,
+    resume_record: dict[str, Any] | None,
 ) -> tuple[RunContext, dict[str, np.ndarray]]:
     """The run's folder and data file, its stored settings and its candidates; and
     the data split (a resume checks it against the stored one)."""
+    resuming, folder = resume_record is not None, run.folder
     folder.artifacts.mkdir(parents=True, exist_ok=resuming)
     split = split_data(workload, opts.quick)
     if not resuming or not folder.data.exists():
@@ -399,13 +362,13 @@ def _open(
     settings = _stored_settings(ref, workload, opts, grid, batch_sizes, threads)
     env = environment.fingerprint()
     if not resuming:
-        store.start_run(run_id, workload.origin, env, settings)
+        run.start(workload.origin, env, settings)
     ctx = RunContext(
         workload=workload,
         opts=opts,
         rep=rep,
-        store=store,
-        run_id=run_id,
+        store=run.store,
+        run_id=run.run_id,
         folder=folder,
         job_base=_job_base(workload, folder),
         candidates=_candidates(workload, opts, grid, batch_sizes),
@@ -418,7 +381,7 @@ def _open(
     return ctx, split
 
 
-def _stages(ctx: RunContext, t_start: float, advice: dict[str, Any] | None) -> RunResult:
+def _stages(ctx: RunContext, run: Run, t_start: float, advice: dict[str, Any] | None) -> RunResult:
     for c in ctx.candidates:
         ctx.save(c)
     # Workers of the first batch size load early, in the slots the builds leave
@@ -452,7 +415,7 @@ def _stages(ctx: RunContext, t_start: float, advice: dict[str, Any] | None) -> R
     if advice is not None:
         # Per piece of advice: did the measurement confirm it?
         doc["advice"] = advising.confirmations(advice, doc)
-    ctx.store.finish_run(ctx.run_id, "done", doc)
+    run.finish(doc)
     if ctx.opts.json_path:
         write_json(doc, Path(ctx.opts.json_path))
     return RunResult(ctx.run_id, doc, found.verdicts)
