@@ -12,7 +12,8 @@ On the way out the row says what happened: `done` where `finish` was called;
 KeyboardInterrupt) for a kind that resumes, `failed` for one that does not; and
 `failed` for any other error. Before `start` or `resume` the row is not touched, so
 a resume that is refused leaves the stored run as it was. The lock is taken before
-the store is touched and held until the end.
+the store is touched and held until the end. `StoreEvents` is what the trial engine
+tells the run as it goes: progress said, timed calls kept in the store.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ import secrets
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from bakeoff.paths import RunFolder, hold_run_lock
 from bakeoff.store import Store
 
-__all__ = ["Run", "lifecycle", "new_run_id"]
+__all__ = ["Run", "StoreEvents", "lifecycle", "new_run_id"]
 
 
 def new_run_id(prefix: str = "") -> str:
@@ -88,3 +89,42 @@ def lifecycle(
                     store.finish_run(run_id, run.ends_as, None)
     finally:
         lock.close()
+
+
+class _Entrant(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+class StoreEvents:
+    """The trial engine's events for a run (`trials.lanes.Events`): progress said, and
+    every timed call kept in the store. A kind keeps more by overriding `changed` (an
+    entrant the engine has changed) and `figures` (the per-call figures a worker gives
+    beside the timed one)."""
+
+    def __init__(self, say: Callable[[str], None], store: Store, run_id: str) -> None:
+        self.say, self.store, self.run_id = say, store, run_id
+
+    def note(self, message: str, entrant: Any | None) -> None:
+        self.say(message)
+        self.changed(entrant)
+
+    def changed(self, entrant: Any | None) -> None:
+        """Nothing to keep here; a kind that saves its candidates as they change does."""
+
+    def timed(
+        self,
+        entrant: _Entrant,
+        round_index: int,
+        kind: str,
+        latency_ns: list[int],
+        block_ns: int | None,
+        slot: int,
+        extra: dict[str, list[int]] | None = None,
+    ) -> None:
+        self.store.add_trial(self.run_id, entrant.id, round_index, kind, latency_ns, block_ns, slot)
+        if extra:
+            self.figures(entrant, kind, extra)
+
+    def figures(self, entrant: Any, kind: str, extra: dict[str, list[int]]) -> None:
+        """Nothing to keep here; a kind whose workers give per-call figures does."""

@@ -45,11 +45,10 @@ from bakeoff.generation.document import (
 )
 from bakeoff.generation.reference import GenReference, reference_outputs
 from bakeoff.judge import generation as gen
-from bakeoff.lifecycle import lifecycle, new_run_id
+from bakeoff.lifecycle import StoreEvents, lifecycle, new_run_id
 from bakeoff.paths import DEFAULT_STORE
 from bakeoff.store import Store, check_store
 from bakeoff.trials.engine import Checked, Engine, run_trials
-from bakeoff.trials.entrant import Entrant
 from bakeoff.trials.jobs import Concurrent, GenerateJob, GenerateSpec, MeasuredJob, Timed
 from bakeoff.trials.launcher import LocalLauncher, Worker, WorkerFailed
 from bakeoff.trials.settings import TrialSettings
@@ -98,28 +97,12 @@ class GenerateResult:
         return 0 if ok else 1
 
 
-class _Events:
+class _Events(StoreEvents):
     """The engine's progress to the terminal; timed requests to the store, and their
     TTFT and tokens to the candidate."""
 
-    def __init__(self, say: Callable[[str], None], store: Store, run_id: str) -> None:
-        self.say, self.store, self.run_id = say, store, run_id
-
-    def note(self, message: str, entrant: Entrant | None) -> None:
-        self.say(message)
-
-    def timed(
-        self,
-        entrant: Entrant,
-        round_index: int,
-        kind: str,
-        latency_ns: list[int],
-        block_ns: int | None,
-        slot: int,
-        extra: dict[str, list[int]] | None = None,
-    ) -> None:
-        self.store.add_trial(self.run_id, entrant.id, round_index, kind, latency_ns, block_ns, slot)
-        if kind == "measure" and isinstance(entrant, GenCandidate) and extra:
+    def figures(self, entrant: Any, kind: str, extra: dict[str, list[int]]) -> None:
+        if kind == "measure" and isinstance(entrant, GenCandidate):
             entrant.ttft_ns.append(list(extra["ttft_ns"]))
             entrant.tokens.append(list(extra["tokens"]))
 

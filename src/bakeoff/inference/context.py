@@ -11,10 +11,10 @@ import numpy as np
 
 from bakeoff.candidates import Candidate, candidate_document
 from bakeoff.inference.options import RunOptions
+from bakeoff.lifecycle import StoreEvents
 from bakeoff.paths import RunFolder
 from bakeoff.report import Reporter
 from bakeoff.store import Store
-from bakeoff.trials.entrant import Entrant
 from bakeoff.trials.jobs import JobBase
 from bakeoff.workload import Workload
 
@@ -52,29 +52,15 @@ class RunContext:
         self.show()
 
 
-@dataclass(frozen=True)
-class RunEvents:
-    """The trial engine's event sink for a run: progress to the reporter, changed
-    candidates and timed calls to the store."""
+class RunEvents(StoreEvents):
+    """The trial engine's events for an inference run: progress to the reporter,
+    timed calls to the store, and each changed candidate saved and the table shown."""
 
-    ctx: RunContext
+    def __init__(self, ctx: RunContext) -> None:
+        super().__init__(ctx.rep.stage, ctx.store, ctx.run_id)
+        self.ctx = ctx
 
-    def note(self, message: str, entrant: Entrant | None) -> None:
-        self.ctx.rep.stage(message)
+    def changed(self, entrant: Any | None) -> None:
         if isinstance(entrant, Candidate):
             self.ctx.save(entrant)
         self.ctx.show()
-
-    def timed(
-        self,
-        entrant: Entrant,
-        round_index: int,
-        kind: str,
-        latency_ns: list[int],
-        block_ns: int | None,
-        slot: int,
-        extra: dict[str, list[int]] | None = None,  # no per-call figures here
-    ) -> None:
-        self.ctx.store.add_trial(
-            self.ctx.run_id, entrant.id, round_index, kind, latency_ns, block_ns, slot
-        )
