@@ -202,6 +202,8 @@ def test_the_verdict_names_a_tpot_winner_and_a_tokens_per_s_winner_under_concurr
         assert level["winner"] in ok and level["baseline"] == "torch-fp32" and level["headline"]
         assert set(level["ranking"]) == ok  # raced out on TPOT or not, every ok one is swept
     assert conc["winner"] == conc["per_concurrency"]["4"]["winner"]
+    # One `verdicts` list, as every kind's document has; `verdict` kept for one version.
+    assert doc["verdicts"] == [v, conc]
     wl = doc["workload"]
     assert wl["prompts"] == 4 and wl["prompt_tokens"]["max"] > wl["prompt_tokens"]["min"]
     assert "time per output token at batch 1" in output and "TPOT p50 ms" in output

@@ -405,6 +405,9 @@ def _document(
             "prompts_left_out": reference.record(w.prompts),
         },
         "candidates": [candidate_document(c) for c in candidates],
+        # One list, as every kind's document has: the TPOT verdict, then tokens/s under
+        # concurrency. `verdict` (keyed by objective) is kept for one version.
+        "verdicts": list(verdicts.values()),
         "verdict": verdicts,
         "timing_s": {k: round(v, 3) for k, v in timing.items()},
     }
