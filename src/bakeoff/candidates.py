@@ -15,42 +15,34 @@ from typing import Any
 import numpy as np
 
 from bakeoff.backends import Variant, get_backend
+from bakeoff.candidate_core import CandidateCore
 from bakeoff.judge import stats
 from bakeoff.judge.constraints import Figure, Figures
 from bakeoff.judge.quality import Quality
 
-STATUSES = ("pending", "ok", "rejected", "failed", "unavailable")
-
 
 @dataclass
-class Candidate:
+class Candidate(CandidateCore):
+    """One variant at one batch size: the inference bake-off's candidate. Its
+    measuring worker's record (`worker`) also says which batch sizes that process
+    was timed at, where it ran the quality pass and what its first call came after."""
+
     variant: Variant
     batch_size: int
     label: str | None = None  # set for hand-written candidates
     options: dict[str, Any] = field(default_factory=dict)
-    status: str = "pending"
-    reason: str = ""
     # What a reader of its figures must know although it runs (e.g. a precision
     # this CPU emulates): from the backend's offer, shown beside the results.
     notes: list[str] = field(default_factory=list)
     artifact: dict[str, Any] = field(default_factory=dict)
     build_s: float | None = None
-    settings: dict[str, Any] = field(default_factory=dict)
     quality: Quality | None = None
     quality_alt: Quality | None = None  # at the second shape, when axes are variable
-    load_s: float | None = None
-    first_call_s: float | None = None
-    warmup_ns: list[int] = field(default_factory=list)
-    rounds_ns: list[list[int]] = field(default_factory=list)
-    block_ns: list[int] = field(default_factory=list)
-    round_slots: list[int] = field(default_factory=list)  # worker process of each round
-    peak_rss_mb: float | None = None
-    model_bytes: int | None = None  # what the variant weighs on disk (sizes.model_bytes)
-    stopped: str = ""  # why sampling ended (raced out, CI tight enough, budget)
     # The workload's [constraints] this measured candidate breaks: not eligible to win.
     constraint_violations: list[str] = field(default_factory=list)
-    validity: str = "invalid"
-    validity_reason: str = "not measured"
+    # Not measured until the engine says otherwise (the other kinds leave it empty).
+    validity: str = field(default="invalid", kw_only=True)
+    validity_reason: str = field(default="not measured", kw_only=True)
     server: dict[str, Any] | None = None  # the server scenario's result, when run
     offline: dict[str, Any] | None = None  # the offline scenario's sweep, when run
     cold_starts: dict[str, list[float]] = field(default_factory=dict)  # repeated, fresh
@@ -58,25 +50,15 @@ class Candidate:
     # How close its throughput came to this machine's GEMM peak (bakeoff.efficiency:
     # flops_per_sample, achieved_gflops, peak_gflops, fraction); None: not counted.
     efficiency: dict[str, Any] | None = None
-    # Its measuring worker (trials.shared, trials.engine): the batch sizes that one
-    # process was timed at, where it ran the quality pass, what its first call came
-    # after, whether it loaded alone, and what its peak memory covers.
-    worker: dict[str, Any] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
         return f"{self.label or self.variant.id}-b{self.batch_size}"
 
     def set_status(self, status: str, reason: str = "") -> None:
-        if status not in STATUSES:
-            raise ValueError(f"unknown status {status!r}")
         if status in ("rejected", "failed", "unavailable") and not reason:
             raise ValueError(f"a {status} candidate needs a reason")
-        self.status, self.reason = status, reason
-
-    def samples(self) -> np.ndarray:
-        """(rounds, calls) matrix of latencies in ns."""
-        return np.asarray(self.rounds_ns, dtype=np.int64)
+        super().set_status(status, reason)
 
     def figures(self, keys: Collection[str] = ()) -> Figures:
         """What the [constraints] limit, from the measurements themselves, as the
