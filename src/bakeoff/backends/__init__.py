@@ -340,14 +340,3 @@ REFERENCES: dict[str, Reference] = {
 def reference_variant(model_kind: str) -> Variant:
     """The FP32 reference variant of a model kind (PyTorch eager for any other kind)."""
     return Variant(REFERENCES.get(model_kind, REFERENCES["torch"]).runtime, "fp32")
-
-
-def package_availability(dist: str, module: str, install: str) -> Availability:
-    """Installed or not, judged from metadata: importing a runtime takes seconds."""
-    try:
-        version = importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        version = None
-    if version is None or importlib.util.find_spec(module) is None:
-        return Availability(False, None, f"{dist} is not installed", install)
-    return Availability(True, version)

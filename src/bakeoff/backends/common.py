@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 from typing import Any
 
 import numpy as np
 
-from bakeoff.backends import BuildContext
+from bakeoff.backends import Availability, BuildContext
 from bakeoff.batching import Layout, read_split
 
 
@@ -34,3 +36,14 @@ def check_options(options: dict[str, Any], allowed: set[str], runtime: str) -> N
             f"unknown option(s) {', '.join(unknown)} for {runtime}; "
             f"known: {', '.join(sorted(allowed))}"
         )
+
+
+def package_availability(dist: str, module: str, install: str) -> Availability:
+    """Installed or not, judged from metadata: importing a runtime takes seconds."""
+    try:
+        version = importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    if version is None or importlib.util.find_spec(module) is None:
+        return Availability(False, None, f"{dist} is not installed", install)
+    return Availability(True, version)

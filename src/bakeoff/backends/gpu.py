@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bakeoff.backends import Availability, Offer, Variant, package_availability
+from bakeoff.backends import Availability, Offer, Variant
+from bakeoff.backends.common import package_availability
 
 NVIDIA_PROC = Path("/proc/driver/nvidia/version")
 # PyPI's Linux wheel of torch is the CUDA build; the +cpu one comes from PyTorch's CPU index.

@@ -21,14 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bakeoff.backends import (
-    Availability,
-    BuildContext,
-    LoadContext,
-    Offer,
-    Variant,
-    package_availability,
-)
+from bakeoff.backends import Availability, BuildContext, LoadContext, Offer, Variant
+from bakeoff.backends.common import package_availability
 from bakeoff.hardware import emulation_note
 
 INSTALL = "pip install -e '.[frameworks]'  (or: make frameworks)"

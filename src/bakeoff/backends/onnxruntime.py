@@ -7,18 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.backends import (
-    Availability,
-    BuildContext,
-    LoadContext,
-    Offer,
-    Variant,
-    package_availability,
-)
+from bakeoff.backends import Availability, BuildContext, LoadContext, Offer, Variant
 from bakeoff.backends.common import (
     calibration_data,
     check_options,
     example_inputs,
+    package_availability,
 )
 from bakeoff.hardware import emulation_note
 from bakeoff.tensors import ONNX_NUMPY_TYPES, map_inputs

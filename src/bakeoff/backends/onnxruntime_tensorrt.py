@@ -6,17 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from bakeoff.backends import (
-    Availability,
-    BuildContext,
-    LoadContext,
-    Offer,
-    Variant,
-    gpu,
-    package_availability,
-)
+from bakeoff.backends import Availability, BuildContext, LoadContext, Offer, Variant, gpu
 from bakeoff.backends import onnxruntime as ort_cpu
-from bakeoff.backends.common import check_options
+from bakeoff.backends.common import check_options, package_availability
 from bakeoff.backends.onnxruntime_cuda import INSTALL, OrtGpuRunner, gpu_session, ort_gpu_offers
 
 RUNTIME = "onnxruntime-tensorrt"

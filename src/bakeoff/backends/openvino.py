@@ -13,19 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.backends import (
-    Availability,
-    BuildContext,
-    LoadContext,
-    Offer,
-    Variant,
-    package_availability,
-)
+from bakeoff.backends import Availability, BuildContext, LoadContext, Offer, Variant
 from bakeoff.backends.common import (
     calibration_data,
     check_options,
     example_inputs,
     is_transformer,
+    package_availability,
 )
 from bakeoff.hardware import NATIVE, emulation_note, is_x86, native_flags
 from bakeoff.tensors import map_inputs

@@ -12,14 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.backends import (
-    Availability,
-    BuildContext,
-    LoadContext,
-    Offer,
-    Variant,
-    gpu,
-)
+from bakeoff.backends import Availability, BuildContext, LoadContext, Offer, Variant, gpu
 from bakeoff.backends import onnxruntime as ort_cpu
 from bakeoff.backends.common import check_options
 from bakeoff.backends.onnxruntime_cuda import ort_gpu_offers

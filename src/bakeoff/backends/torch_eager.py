@@ -9,15 +9,8 @@ import functools
 import warnings
 from typing import Any
 
-from bakeoff.backends import (
-    Availability,
-    BuildContext,
-    LoadContext,
-    Offer,
-    Variant,
-    package_availability,
-)
-from bakeoff.backends.common import check_options
+from bakeoff.backends import Availability, BuildContext, LoadContext, Offer, Variant
+from bakeoff.backends.common import check_options, package_availability
 from bakeoff.hardware import emulation_note
 
 RUNTIME = "torch"

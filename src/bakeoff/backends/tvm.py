@@ -16,15 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.backends import (
-    Availability,
-    BuildContext,
-    LoadContext,
-    Offer,
-    Variant,
-    package_availability,
-)
-from bakeoff.backends.common import check_options, example_inputs
+from bakeoff.backends import Availability, BuildContext, LoadContext, Offer, Variant
+from bakeoff.backends.common import check_options, example_inputs, package_availability
 from bakeoff.batching import read_split
 from bakeoff.tensors import map_inputs
 
