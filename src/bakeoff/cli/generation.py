@@ -12,7 +12,7 @@ from bakeoff import api
 from bakeoff.cli.output import err, out
 from bakeoff.errors import UserError
 from bakeoff.report.fit import fitted
-from bakeoff.report.generation import headlines
+from bakeoff.report.generation import headlines, percentile_text, quality_text, rate_text
 from bakeoff.workload import GenerationWorkload
 
 
@@ -58,22 +58,6 @@ def run(
     return result.exit_code
 
 
-def _pct(figure: dict[str, Any] | None, key: str) -> str:
-    if not figure:
-        return "-"
-    lo, hi = figure["ci95"][key]
-    mark = "?" if key in figure["unsupported"] else ""
-    return f"{figure[key]:.3f}{mark} [{lo:.3f}-{hi:.3f}]"
-
-
-def _quality(q: dict[str, Any] | None) -> str:
-    if not q:
-        return "-"
-    return (
-        f"{q['token_agreement']:.0%} agree, ppl {q['perplexity']:.2f} ({q['perplexity_rise']:+.1%})"
-    )
-
-
 def print_generation(doc: dict[str, Any]) -> None:
     wl = doc["workload"]
     lengths = wl["prompt_tokens"]
@@ -99,13 +83,11 @@ def print_generation(doc: dict[str, Any]) -> None:
         table.add_row(
             c["id"],
             c["status"] + (f", {c['validity']}" if c["validity"] not in ("", "valid") else ""),
-            _pct(c["tpot_ms"], "p50"),
-            _pct(c["ttft_ms"], "p50"),
-            _pct(c["ttft_ms"], "p99"),
-            "-"
-            if not rate
-            else f"{rate['value']:.1f} [{rate['ci95'][0]:.1f}-{rate['ci95'][1]:.1f}]",
-            _quality(c["quality"]),
+            percentile_text(c["tpot_ms"], "p50"),
+            percentile_text(c["ttft_ms"], "p50"),
+            percentile_text(c["ttft_ms"], "p99"),
+            rate_text(rate),
+            quality_text(c["quality"]),
             "-" if c["peak_rss_mb"] is None else f"{c['peak_rss_mb']:.0f}",
             "-" if c["model_size_mb"] is None else f"{c['model_size_mb']:.2f}",
             "-"

@@ -113,16 +113,15 @@ def report_cmd(
     store: StoreOpt = DEFAULT_STORE,
 ) -> None:
     """Write a stored run's report: one self-contained HTML file, or Markdown."""
-    from bakeoff.report import html, markdown
+    from bakeoff.report import writer
 
-    if fmt not in ("html", "md"):
+    if fmt not in writer.FORMATS:
         raise UserError(f"--format: expected html or md, got {fmt!r}")
-    writer = html.write if fmt == "html" else markdown.write
     # Resolve a prefix to the full id first, so the default name is the real run id.
     full_id = str(api.show_run(run_id, store)["run_id"])
     output = output or Path(f"report-{full_id}.{fmt}")
     check_writable(output, "--output")
-    path = writer(full_id, store, output)
+    path = writer.write(full_id, store, output, fmt)
     out.print(str(path), highlight=False, soft_wrap=True)
 
 

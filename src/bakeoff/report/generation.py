@@ -16,13 +16,14 @@ from typing import Any
 from bakeoff.report import charts
 from bakeoff.report.charts import Bar, num
 from bakeoff.report.data import StoredRun
+from bakeoff.report.page import cell, kind_page
 
 
 def _e(value: Any) -> str:
     return escape(str(value))
 
 
-def _pct(figure: dict[str, Any] | None, key: str) -> str:
+def percentile_text(figure: dict[str, Any] | None, key: str) -> str:
     """A percentile with its CI ("?" where too few samples support it)."""
     if not figure:
         return "-"
@@ -31,14 +32,14 @@ def _pct(figure: dict[str, Any] | None, key: str) -> str:
     return f"{num(figure[key])}{mark} [{num(lo)}–{num(hi)}]"
 
 
-def _rate(rate: dict[str, Any] | None) -> str:
+def rate_text(rate: dict[str, Any] | None) -> str:
     if not rate:
         return "-"
     lo, hi = rate["ci95"]
     return f"{num(rate['value'])} [{num(lo)}–{num(hi)}]"
 
 
-def _quality(q: dict[str, Any] | None) -> str:
+def quality_text(q: dict[str, Any] | None) -> str:
     if not q:
         return "-"
     return (
@@ -125,11 +126,11 @@ def _row(c: dict[str, Any]) -> list[str]:
     return [
         c["id"],
         status,
-        _pct(c["tpot_ms"], "p50"),
-        _pct(c["ttft_ms"], "p50"),
-        _pct(c["ttft_ms"], "p99"),
-        _rate(c["tokens_per_s"]),
-        _quality(c["quality"]),
+        percentile_text(c["tpot_ms"], "p50"),
+        percentile_text(c["ttft_ms"], "p50"),
+        percentile_text(c["ttft_ms"], "p99"),
+        rate_text(c["tokens_per_s"]),
+        quality_text(c["quality"]),
         "-" if c["peak_rss_mb"] is None else num(c["peak_rss_mb"]),
         "-" if c["model_size_mb"] is None else num(c["model_size_mb"]),
         "-"
@@ -158,7 +159,7 @@ def concurrency_rows(doc: dict[str, Any]) -> tuple[list[int], list[tuple[str, li
             cells.append(
                 "-"
                 if lv is None
-                else f"{_rate(lv['tokens_per_s'])} / {num(lv['ttft_ms']['p99'])} ms"
+                else f"{rate_text(lv['tokens_per_s'])} / {num(lv['ttft_ms']['p99'])} ms"
             )
         rows.append((c["id"], cells))
     return levels, rows
@@ -216,50 +217,34 @@ def _workload(doc: dict[str, Any]) -> str:
     return "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows.items()) + "</dl>"
 
 
-def render(run: StoredRun, css: str) -> str:
-    doc = run.document
-    title = f"bakeoff text-generation report: {run.record.get('workload')} ({run.run_id})"
-    if doc is None:
-        body = f"<p>Run status: {_e(run.record['status'])}; it has no result.</p>"
-    else:
-        colors = {c["id"]: charts.color(i) for i, c in enumerate(doc["candidates"])}
-        sections = [
-            ("verdict", "Verdict", _verdicts(doc)),
-            ("speed", "Time per output token and tokens/s", _bars(doc, colors)),
-            ("results", "All engines", _table(doc)),
-            ("concurrency", "Under concurrency", _concurrency(doc)),
-            ("not-ok", "Rejected, failed and unavailable", _not_ok(doc)),
-            ("workload", "Workload and machine", _workload(doc)),
-        ]
-        body = "".join(
-            f'<section id="section-{sid}"><h2>{_e(h)}</h2>{html}</section>'
-            for sid, h, html in sections
-            if html
-        )
-    return (
-        "<!DOCTYPE html>\n"
-        '<html lang="en"><head><meta charset="utf-8">'
-        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
-        "style-src 'unsafe-inline'\">"
-        f"<title>{_e(title)}</title><style>{css}</style></head><body>"
-        f"<h1>{_e(title)}</h1>{body}</body></html>\n"
+def render(run: StoredRun) -> str:
+    return kind_page(
+        run,
+        f"bakeoff text-generation report: {run.record.get('workload')} ({run.run_id})",
+        _sections,
     )
 
 
-def _cell(value: Any) -> str:
-    return str(value).replace("|", "\\|").replace("\n", " ")
+def _sections(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
+    colors = {c["id"]: charts.color(i) for i, c in enumerate(doc["candidates"])}
+    return [
+        ("verdict", "Verdict", _verdicts(doc)),
+        ("speed", "Time per output token and tokens/s", _bars(doc, colors)),
+        ("results", "All engines", _table(doc)),
+        ("concurrency", "Under concurrency", _concurrency(doc)),
+        ("not-ok", "Rejected, failed and unavailable", _not_ok(doc)),
+        ("workload", "Workload and machine", _workload(doc)),
+    ]
 
 
 def markdown(run: StoredRun) -> str:
     doc = run.document
-    lines = [
-        f"## bakeoff text generation: {_cell(run.record.get('workload'))} (run `{run.run_id}`)"
-    ]
+    lines = [f"## bakeoff text generation: {cell(run.record.get('workload'))} (run `{run.run_id}`)"]
     lines.append("")
     if doc is None:
         return "\n".join([*lines, f"Run status: **{run.record['status']}**; no result.", ""])
-    lines += [f"- **{_cell(what)}**: {_cell(words)}" for what, words in headlines(doc)]
-    lines += ["", _cell(workload_words(doc)) + ".", ""]
+    lines += [f"- **{cell(what)}**: {cell(words)}" for what, words in headlines(doc)]
+    lines += ["", cell(workload_words(doc)) + ".", ""]
     lines += ["| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
-    lines += ["| " + " | ".join(_cell(x) for x in _row(c)) + " |" for c in doc["candidates"]]
+    lines += ["| " + " | ".join(cell(x) for x in _row(c)) + " |" for c in doc["candidates"]]
     return "\n".join([*lines, ""])

@@ -13,41 +13,16 @@ from __future__ import annotations
 
 import datetime
 from html import escape
-from pathlib import Path
 from typing import Any
 
 from bakeoff.efficiency import percent
 from bakeoff.judge.verdict_words import pick_quality, statement
 from bakeoff.report import html_charts
 from bakeoff.report.charts import num
-from bakeoff.report.data import StoredRun, flagged, leaders, load, status_label
+from bakeoff.report.data import StoredRun, flagged, leaders, status_label
 from bakeoff.report.html_environment import environment
+from bakeoff.report.page import page
 from bakeoff.workload.generated import GENERATED_NOTE
-
-CSS = """
-body { font-family: sans-serif; margin: 24px auto; max-width: 1100px; color: #222; }
-h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 32px; border-bottom: 1px solid #ccc; }
-h3 { font-size: 15px; }
-table { border-collapse: collapse; font-size: 13px; margin: 8px 0; }
-th, td { border: 1px solid #ddd; padding: 3px 7px; text-align: left; vertical-align: top; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.ok { color: #2a7d2a; } .rejected { color: #a66a00; } .failed { color: #c62828; }
-.unavailable { color: #777; } .flagged { color: #a66a00; font-weight: bold; }
-.verdict { background: #f4f8f4; border-left: 4px solid #2ca02c; padding: 8px 12px; margin: 8px 0; }
-.verdict.none { background: #fbf1f1; border-left-color: #c62828; }
-.verdict.open { background: #fdf8ec; border-left-color: #a66a00; }
-.verdict p.headline { margin: 0 0 4px 0; } .verdict ul { margin: 4px 0; }
-.verdict details { font-size: 13px; color: #555; }
-.card { display: grid; grid-template-columns: repeat(2, 1fr); gap: 12px; }
-.card section { border: 1px solid #ddd; padding: 8px 12px; }
-.card h3 { margin-top: 0; }
-dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margin: 0;
-     font-size: 13px; }
-dt { color: #555; } dd { margin: 0; }
-.note { color: #555; font-size: 13px; }
-svg.chart { display: block; margin: 8px 0; border: 1px solid #eee; max-width: 100%;
-            height: auto; }
-"""
 
 
 def _e(value: Any) -> str:
@@ -288,38 +263,7 @@ def render(run: StoredRun) -> str:
     if scenarios:
         sections.append(("scenarios", "Server and offline scenarios", scenarios))
     sections.append(("env", "Environment", environment(run)))
-    body = "".join(
-        f'<section id="section-{sid}"><h2>{_e(head)}</h2>{html}</section>'
-        for sid, head, html in sections
+    intro = (
+        f"<p class='note'>Run {_e(run.run_id)}, {_e(when)}, status {_e(run.record['status'])}.</p>"
     )
-    return (
-        "<!DOCTYPE html>\n"
-        '<html lang="en"><head><meta charset="utf-8">'
-        # No network at all, even if a string slipped through: scripts, fonts,
-        # images and connections are refused by the page's own policy.
-        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
-        "style-src 'unsafe-inline'\">"
-        f"<title>{_e(title)}</title><style>{CSS}</style></head><body>"
-        f"<h1>{_e(title)}</h1>"
-        f"<p class='note'>Run {_e(run.run_id)}, {_e(when)}, status "
-        f"{_e(run.record['status'])}.</p>" + body + "</body></html>\n"
-    )
-
-
-def write(run_id: str, store: str | Path, out: Path) -> Path:
-    """Render a stored run to `out` (a training or text-generation run: its kind's own
-    page); returns the path."""
-    run = load(run_id, store, generative=True)
-    if run.settings.get("kind") == "train":
-        from bakeoff.report import training
-
-        html = training.render(run, CSS)
-    elif run.settings.get("kind") == "generate":
-        from bakeoff.report import generation
-
-        html = generation.render(run, CSS)
-    else:
-        html = render(run)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(html, encoding="utf-8")
-    return out
+    return page(title, sections, intro)

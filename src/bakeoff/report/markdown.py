@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from bakeoff.judge.verdict_words import statement
 from bakeoff.report.charts import num
-from bakeoff.report.data import StoredRun, flagged, leaders, load, status_label
+from bakeoff.report.data import StoredRun, flagged, leaders, status_label
 
 
 def _cell(value: Any) -> str:
@@ -129,20 +128,3 @@ def _environment(run: StoredRun) -> list[str]:
         "</sub>",
         "",
     ]
-
-
-def write(run_id: str, store: str | Path, out: Path) -> Path:
-    run = load(run_id, store, generative=True)
-    if run.settings.get("kind") == "train":
-        from bakeoff.report import training
-
-        text = training.markdown(run)
-    elif run.settings.get("kind") == "generate":
-        from bakeoff.report import generation
-
-        text = generation.markdown(run)
-    else:
-        text = render(run)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
-    return out

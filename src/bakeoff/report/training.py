@@ -16,6 +16,7 @@ from typing import Any
 from bakeoff.report import charts
 from bakeoff.report.charts import Bar, Curve, num
 from bakeoff.report.data import StoredRun
+from bakeoff.report.page import cell, kind_page
 
 
 def verdict_words(v: dict[str, Any]) -> str:
@@ -303,49 +304,33 @@ def _recipe(doc: dict[str, Any]) -> str:
     return "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows.items()) + "</dl>"
 
 
-def render(run: StoredRun, css: str) -> str:
-    doc = run.document
-    title = f"bakeoff training report: {run.record.get('workload')} ({run.run_id})"
-    if doc is None:
-        body = f"<p>Run status: {_e(run.record['status'])}; it has no result.</p>"
-    else:
-        colors = _colors(doc["candidates"])
-        sections = [
-            ("verdict", "Verdict", _verdicts(doc)),
-            ("speed-memory", "Speed, memory and time to target", _bars(doc, colors)),
-            ("curves", "Loss and validation curves", _curves(doc, colors)),
-            ("results", "All stacks", _table(doc)),
-            ("scaling", "Scaling", _scaling(doc)),
-            ("not-ok", "Flagged, diverged, failed and unavailable", _not_ok(doc)),
-            ("recipe", "Recipe and machine", _recipe(doc)),
-        ]
-        body = "".join(
-            f'<section id="section-{sid}"><h2>{_e(h)}</h2>{html}</section>'
-            for sid, h, html in sections
-            if html
-        )
-    return (
-        "<!DOCTYPE html>\n"
-        '<html lang="en"><head><meta charset="utf-8">'
-        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
-        "style-src 'unsafe-inline'\">"
-        f"<title>{_e(title)}</title><style>{css}</style></head><body>"
-        f"<h1>{_e(title)}</h1>{body}</body></html>\n"
+def render(run: StoredRun) -> str:
+    return kind_page(
+        run, f"bakeoff training report: {run.record.get('workload')} ({run.run_id})", _sections
     )
 
 
-def _cell(value: Any) -> str:
-    return str(value).replace("|", "\\|").replace("\n", " ")
+def _sections(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
+    colors = _colors(doc["candidates"])
+    return [
+        ("verdict", "Verdict", _verdicts(doc)),
+        ("speed-memory", "Speed, memory and time to target", _bars(doc, colors)),
+        ("curves", "Loss and validation curves", _curves(doc, colors)),
+        ("results", "All stacks", _table(doc)),
+        ("scaling", "Scaling", _scaling(doc)),
+        ("not-ok", "Flagged, diverged, failed and unavailable", _not_ok(doc)),
+        ("recipe", "Recipe and machine", _recipe(doc)),
+    ]
 
 
 def markdown(run: StoredRun) -> str:
     doc = run.document
-    lines = [f"## bakeoff train: {_cell(run.record.get('workload'))} (run `{run.run_id}`)", ""]
+    lines = [f"## bakeoff train: {cell(run.record.get('workload'))} (run `{run.run_id}`)", ""]
     if doc is None:
         return "\n".join([*lines, f"Run status: **{run.record['status']}**; no result.", ""])
     for v in doc["verdicts"]:
         lines.append(
-            f"- **{OBJECTIVES.get(v['objective'], v['objective'])}**: {_cell(verdict_words(v))}"
+            f"- **{OBJECTIVES.get(v['objective'], v['objective'])}**: {cell(verdict_words(v))}"
         )
     wl = doc["workload"]
     metric = wl["target"]["metric"]
@@ -360,7 +345,7 @@ def markdown(run: StoredRun) -> str:
         lines.append(
             "| "
             + " | ".join(
-                _cell(x)
+                cell(x)
                 for x in (
                     c["id"],
                     c["status"],
