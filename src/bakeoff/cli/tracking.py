@@ -40,15 +40,15 @@ def start(value: str | None) -> str | None:
 
 def log(uri: str, doc: dict[str, Any], store: str | Path) -> None:
     """Log a finished run's document, with it and its HTML report as artifacts."""
-    from bakeoff.inference.document import write_json
-    from bakeoff.report import html, mlflow_log
+    from bakeoff import api
+    from bakeoff.report import mlflow_log, writer
 
     run_id = doc["run_id"]
     with tempfile.TemporaryDirectory(prefix="bakeoff-mlflow-") as tmp:
         try:
             document = Path(tmp) / f"bakeoff-{run_id}.json"
-            write_json(doc, document)
-            files = [document, html.write(run_id, store, Path(tmp) / f"report-{run_id}.html")]
+            api.write_json(doc, document)
+            files = [document, writer.write(run_id, store, Path(tmp) / f"report-{run_id}.html")]
         except Exception as exc:  # a report that cannot be written must not lose the run
             raise BakeoffError(
                 f"writing run {run_id}'s report for MLflow failed: {exc}. Nothing is lost: "
