@@ -19,6 +19,7 @@ than the model itself on a small network (measured: 1.2 ms vs 0.04 ms on JAX).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from bakeoff.backends import Availability, BuildContext, LoadContext, Offer, Variant
@@ -71,6 +72,27 @@ def keras_build(variant: Variant, ctx: BuildContext, backend: str) -> dict[str, 
     if weights is not None:
         return {"path": weights, "weights": weights}
     return {"path": ctx.source.path}  # the user's .keras file: its size is what ships
+
+
+@dataclass(frozen=True)
+class KerasOnBackend:
+    """What a Keras backend's runtime module offers the registry (`availability`,
+    `offers`, `build`), the same for the three backends but for the names; each
+    module binds them at its top and writes its own `load`."""
+
+    runtime: str
+    backend: str
+    dist: str  # the backend's package, and the module it imports
+    module: str
+
+    def availability(self) -> Availability:
+        return keras_availability(self.dist, self.module)
+
+    def offers(self, precision: str, model_kind: str) -> list[Offer]:
+        return keras_offers(self.runtime, self.backend, precision, model_kind)
+
+    def build(self, variant: Variant, ctx: BuildContext) -> dict[str, Any]:
+        return keras_build(variant, ctx, self.backend)
 
 
 def load_keras(

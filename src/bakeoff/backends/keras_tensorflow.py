@@ -4,31 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from bakeoff.backends import Availability, BuildContext, LoadContext, Offer, Variant
+from bakeoff.backends import LoadContext, Variant
 from bakeoff.backends.common import check_options
-from bakeoff.backends.keras_common import (
-    KerasRunner,
-    keras_availability,
-    keras_build,
-    keras_offers,
-    load_keras,
-)
+from bakeoff.backends.keras_common import KerasOnBackend, KerasRunner, load_keras
 
 RUNTIME = "keras-tensorflow"
 BACKEND = "tensorflow"
 OPTIONS = {"threads", "jit_compile"}
-
-
-def availability() -> Availability:
-    return keras_availability("tensorflow-cpu", "tensorflow")
-
-
-def offers(precision: str, model_kind: str) -> list[Offer]:
-    return keras_offers(RUNTIME, BACKEND, precision, model_kind)
-
-
-def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
-    return keras_build(variant, ctx, BACKEND)
+# availability, offers and build as every Keras backend has them
+_ON_BACKEND = KerasOnBackend(RUNTIME, BACKEND, dist="tensorflow-cpu", module="tensorflow")
+availability, offers, build = _ON_BACKEND.availability, _ON_BACKEND.offers, _ON_BACKEND.build
 
 
 def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> KerasRunner:
