@@ -58,7 +58,7 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="print the JSON document")] = False,
 ) -> None:
     """Show one stored run: the table and the verdicts, or its JSON."""
-    from bakeoff.report.terminal import print_result
+    from bakeoff.report.terminal import print_any_kind, print_result
 
     record = api.show_run(run_id, store)
     doc = record["document"]
@@ -91,6 +91,9 @@ def show(
         from bakeoff.cli.generation import print_generation
 
         print_generation(doc)
+        return
+    if doc.get("kind") not in (None, "inference"):  # a kind with no table of its own
+        print_any_kind(doc, out)
         return
     print_result(doc, out)
 

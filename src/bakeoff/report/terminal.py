@@ -197,6 +197,21 @@ def _listing(console: Console, title: str, lines: dict[str, str]) -> None:
             console.print(f"  {escape(cid)}: {text}", highlight=False)
 
 
+def print_any_kind(document: dict[str, Any], console: Console) -> None:
+    """A run of a kind of bake-off this command has no table for: what every kind's
+    document has, its candidates (id, status, why) and its verdicts' headlines."""
+    table = Table(title=f"bakeoff {document['run_id']} ({document.get('kind')})")
+    table.add_column("candidate", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("why")
+    for c in document["candidates"]:
+        table.add_row(escape(c["id"]), escape(c["status"]), escape(c.get("reason") or ""))
+    console.print(fitted(table, console.width))
+    console.print("[bold]Verdict[/]")
+    for v in document.get("verdicts") or []:
+        console.print(f"  {escape(v.get('headline') or v.get('reason') or '')}", highlight=False)
+
+
 def print_result(document: dict[str, Any], console: Console | None = None) -> None:
     """The final table, then each section that has something to say, the verdicts
     and the advice among them, and what the run took."""
