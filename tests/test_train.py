@@ -19,7 +19,7 @@ from bakeoff import api, stacks
 from bakeoff.cli import app
 from bakeoff.errors import UserError
 from bakeoff.training.candidate import TrainCandidate
-from bakeoff.training.pipeline import FirstLossGate
+from bakeoff.training.gate import FirstLossGate
 from bakeoff.trials.jobs import TargetJob, TrainJob, TrainSpec, job_from_json
 from bakeoff.trials.launcher import LocalLauncher
 from front_door import call
@@ -511,7 +511,7 @@ def test_a_training_step_counts_its_forward_and_its_backward_by_hand() -> None:
     import torch
 
     from bakeoff.builtins import digits
-    from bakeoff.training.pipeline import step_flops
+    from bakeoff.training.throughput import step_flops
 
     conv1, conv2, fc1, fc2 = (2 * m for m in (8 * 8 * 16 * 9, 8 * 8 * 32 * 144, 512 * 64, 640))
     forward = conv1 + conv2 + fc1 + fc2

@@ -17,18 +17,18 @@ from bakeoff.errors import UserError
 from bakeoff.generation.pipeline import GenerateOptions, GenerateResult, run_generation
 from bakeoff.inference.document import SCHEMA_VERSION, write_json
 from bakeoff.inference.options import SCENARIOS, RunOptions
-from bakeoff.inference.pipeline import RunResult, plan_shares, run
+from bakeoff.inference.pipeline import RunResult, plan_shares, run, workload_ref
 from bakeoff.loader import load_generation
 from bakeoff.paths import DEFAULT_STORE
 from bakeoff.report import Reporter
 from bakeoff.store import Store
-from bakeoff.training.pipeline import (
+from bakeoff.training.options import (
     NodeCluster,
     TrainOptions,
     TrainResult,
     check_train_request,
-    train,
 )
+from bakeoff.training.pipeline import train
 from bakeoff.training.progress import check_resume_start
 
 __all__ = [
@@ -53,6 +53,7 @@ __all__ = [
     "show_run",
     "train",
     "training_to_resume",
+    "workload_ref",
     "write_json",
 ]
 

@@ -14,7 +14,6 @@ from bakeoff import api
 from bakeoff.cli.output import err, out
 from bakeoff.cli.sweep import Progress
 from bakeoff.errors import UserError
-from bakeoff.inference.pipeline import workload_ref
 from bakeoff.report.fit import fitted
 
 
@@ -35,7 +34,7 @@ def run_on_cluster(
 
     if opts.threads is not None:
         raise UserError("--threads: on a cluster each node's runs take its own cores")
-    workload = workload_ref(workload)  # as the nodes will load it
+    workload = api.workload_ref(workload)  # as the nodes will load it
     if split and per_node_type:
         raise UserError("--split spreads one bake-off over identical nodes: not --per-node-type")
     prices, objective = read_costs(workload, cost_file)

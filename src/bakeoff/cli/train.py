@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -18,6 +18,9 @@ from bakeoff.cli.options import DEFAULT_STORE, MlflowOpt, StoreOpt
 from bakeoff.cli.output import err, out
 from bakeoff.efficiency import percent
 from bakeoff.report.fit import fitted
+
+if TYPE_CHECKING:
+    from bakeoff.api import TrainOptions, TrainResult
 
 
 def train_cmd(
@@ -77,13 +80,35 @@ def train_cmd(
     --cluster trains ddp with one rank on each node of a Ray cluster, with its
     scaling efficiency against itself on one node; the other stacks train here.
     A run started with --cluster resumes with it."""
-    from bakeoff import api
-    from bakeoff.errors import UserError
-    from bakeoff.inference.document import write_json
-    from bakeoff.paths import check_writable
-
     mlflow_uri = tracking.start(mlflow)  # before training: a bad URI is said now
     # and a path the results could not be written to, rather than once training is done
+    _check_paths(json_path, tensorboard, cluster, cluster_tmp)
+    say = _say_since(time.perf_counter())
+    if resume is not None:
+        started_with = {
+            "RECIPE": recipe,
+            "--stacks": stacks,
+            "--seeds": seeds,
+            "--quick": quick or None,
+            "--budget": budget,
+            "--tensorboard": tensorboard,
+        }
+        result = _resumed(resume, started_with, store, cluster, cluster_tmp, say)
+    else:
+        opts = _train_options(stacks, seeds, quick, store, budget, tensorboard)
+        result = _started(recipe, opts, cluster, cluster_tmp, say)
+    _report(result.document, json_path, mlflow_uri, store)
+    raise typer.Exit(result.exit_code)
+
+
+def _check_paths(
+    json_path: Path | None, tensorboard: Path | None, cluster: str | None, cluster_tmp: Path | None
+) -> None:
+    """Refuse, before anything trains, a path the results could not be written to,
+    and --cluster-tmp without --cluster."""
+    from bakeoff.errors import UserError
+    from bakeoff.paths import check_writable
+
     for path, flag, folder in (
         (json_path, "--json", False),
         (tensorboard, "--tensorboard", True),
@@ -93,58 +118,99 @@ def train_cmd(
             check_writable(path, flag, folder)
     if cluster_tmp is not None and cluster is None:
         raise UserError("--cluster-tmp goes with --cluster")
-    started = time.perf_counter()
+
+
+def _say_since(started: float) -> Callable[[str], None]:
+    """The run's progress to stderr, each line with the seconds since `started`."""
 
     def say(text: str) -> None:
         err.print(
             f"[dim][{time.perf_counter() - started:6.1f} s][/] {escape(text)}", highlight=False
         )
 
-    if resume is not None:
-        given = [
-            flag
-            for flag, value in (
-                ("RECIPE", recipe),
-                ("--stacks", stacks),
-                ("--seeds", seeds),
-                ("--quick", quick or None),
-                ("--budget", budget),
-                ("--tensorboard", tensorboard),
-            )
-            if value is not None
-        ]
-        if given:
-            raise UserError(f"--resume goes on as the run was started: give no {', '.join(given)}")
-        if cluster is not None:  # what the run's record refuses, said before a cluster starts
-            api.training_to_resume(resume, store, cluster)
-        with _nodes(cluster, cluster_tmp, store, say) as on_nodes:
-            result = api.resume_training(resume, store, say, on_nodes)
-    else:
-        if recipe is None:
-            raise UserError(
-                "give a RECIPE (builtin:digits-train, builtin:minilm-finetune or a .toml "
-                "with [train]), or --resume RUN_ID"
-            )
-        names = tuple(s.strip() for s in stacks.split(",") if s.strip()) if stacks else None
-        opts = api.TrainOptions(
-            stacks=names,
-            seeds=seeds,
-            quick=quick,
-            store=store,
-            budget_s=budget,
-            tensorboard=tensorboard,
+    return say
+
+
+def _resumed(
+    run_id: str,
+    started_with: Mapping[str, object],
+    store: Path,
+    cluster: str | None,
+    cluster_tmp: Path | None,
+    say: Callable[[str], None],
+) -> TrainResult:
+    """`--resume RUN_ID`: the run goes on as it was started, so none of the flags
+    (`started_with`: each one's value, None where not given) that start a run."""
+    from bakeoff import api
+    from bakeoff.errors import UserError
+
+    given = [flag for flag, value in started_with.items() if value is not None]
+    if given:
+        raise UserError(f"--resume goes on as the run was started: give no {', '.join(given)}")
+    if cluster is not None:  # what the run's record refuses, said before a cluster starts
+        api.training_to_resume(run_id, store, cluster)
+    with _nodes(cluster, cluster_tmp, store, say) as on_nodes:
+        return api.resume_training(run_id, store, say, on_nodes)
+
+
+def _train_options(
+    stacks: str | None,
+    seeds: int | None,
+    quick: bool,
+    store: Path,
+    budget: float | None,
+    tensorboard: Path | None,
+) -> TrainOptions:
+    """A new run's options from its flags (`--stacks` comma-separated)."""
+    from bakeoff import api
+
+    names = tuple(s.strip() for s in stacks.split(",") if s.strip()) if stacks else None
+    return api.TrainOptions(
+        stacks=names,
+        seeds=seeds,
+        quick=quick,
+        store=store,
+        budget_s=budget,
+        tensorboard=tensorboard,
+    )
+
+
+def _started(
+    recipe: str | None,
+    opts: TrainOptions,
+    cluster: str | None,
+    cluster_tmp: Path | None,
+    say: Callable[[str], None],
+) -> TrainResult:
+    """A new run of RECIPE, with --cluster on the cluster's nodes where a stack
+    trains across nodes."""
+    from bakeoff import api
+    from bakeoff.errors import UserError
+
+    if recipe is None:
+        raise UserError(
+            "give a RECIPE (builtin:digits-train, builtin:minilm-finetune or a .toml "
+            "with [train]), or --resume RUN_ID"
         )
-        if cluster is not None:  # what the run would refuse, said before a cluster starts
-            api.check_train_request(recipe, opts, across_nodes=True)
-        with _nodes(cluster, cluster_tmp, store, say) as on_nodes:
-            result = api.train(recipe, dataclasses.replace(opts, cluster=on_nodes), say)
-    print_training(result.document)
+    if cluster is not None:  # what the run would refuse, said before a cluster starts
+        api.check_train_request(recipe, opts, across_nodes=True)
+    with _nodes(cluster, cluster_tmp, opts.store, say) as on_nodes:
+        return api.train(recipe, dataclasses.replace(opts, cluster=on_nodes), say)
+
+
+def _report(
+    doc: dict[str, Any], json_path: Path | None, mlflow_uri: str | None, store: Path
+) -> None:
+    """The finished run's table on the terminal, then its document to --json and to
+    MLflow where they were asked for."""
+    from bakeoff.inference.document import write_json
+
+    print_training(doc)
     if json_path is not None:
-        write_json(result.document, json_path)
+        write_json(doc, json_path)
         err.print(f"wrote {json_path}")
     if mlflow_uri is not None:
-        tracking.log(mlflow_uri, result.document, store)
-    raise typer.Exit(result.exit_code)
+        tracking.log(mlflow_uri, doc, store)
 
 
 @contextlib.contextmanager
