@@ -21,7 +21,6 @@ import pytest
 import bakeoff.serve
 from bakeoff import lifecycle
 from bakeoff.store import Store
-from bakeoff.training import pipeline as training_pipeline
 from front_door import call, files_under, reached, refused_in_one_line, write_export
 
 WORKLOAD = (
@@ -40,7 +39,6 @@ def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     stop where they would take their lock, the server where it would listen."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(lifecycle, "hold_run_lock", reached)
-    monkeypatch.setattr(training_pipeline, "hold_run_lock", reached)
     monkeypatch.setattr(bakeoff.serve, "serve", reached)
     np.savez(tmp_path / "d.npz", input=np.random.default_rng(0).random((64, 8), np.float32))
     (tmp_path / "w.toml").write_text(WORKLOAD)

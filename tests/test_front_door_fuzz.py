@@ -28,7 +28,6 @@ import bakeoff.serve
 from bakeoff import lifecycle, loader
 from bakeoff.serve import ServedSpec, ServeSettings, Serving, TensorSpec, create_app, protocol
 from bakeoff.serve.model import Runner
-from bakeoff.training import pipeline as training_pipeline
 from front_door import Traceback, call, clean, files_under, reached, write_export
 from mutations import damaged_bytes, damaged_document, to_toml
 
@@ -184,7 +183,6 @@ def door(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Door]:
     nothing may appear in the checkout, where a relative path would land otherwise."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(lifecycle, "hold_run_lock", reached)
-    monkeypatch.setattr(training_pipeline, "hold_run_lock", reached)
     monkeypatch.setattr(bakeoff.serve, "serve", reached)
     checkout = sorted(os.listdir(ROOT))
     yield Door(tmp_path)

@@ -23,7 +23,6 @@ and parity (`verdicts`) and the result document (`document`).
 from __future__ import annotations
 
 import math
-import secrets
 import shlex
 import time
 from collections.abc import Callable
@@ -34,7 +33,8 @@ import numpy as np
 
 from bakeoff import environment, stacks
 from bakeoff.efficiency import PeakProbe
-from bakeoff.paths import RunFolder, hold_run_lock, resume_command
+from bakeoff.lifecycle import StoreEvents, lifecycle, new_run_id
+from bakeoff.paths import resume_command
 from bakeoff.store import Store, check_store
 from bakeoff.training import tensorboard
 from bakeoff.training.candidate import TrainCandidate
@@ -56,32 +56,9 @@ from bakeoff.training.specs import candidate_spec
 from bakeoff.training.throughput import gemm_precision, lora_step_flops, step_flops
 from bakeoff.training.verdicts import check_parity, throughput_verdict
 from bakeoff.trials.engine import Engine, run_trials
-from bakeoff.trials.entrant import Entrant
 from bakeoff.trials.jobs import MeasuredJob, TargetJob, TrainJob
 from bakeoff.trials.launcher import LocalLauncher, WorkerFailed, worker_env
 from bakeoff.trials.settings import TrialSettings
-
-
-class _Events:
-    """The engine's progress to the terminal, its timed steps to the store."""
-
-    def __init__(self, say: Callable[[str], None], store: Store, run_id: str) -> None:
-        self.say, self.store, self.run_id = say, store, run_id
-
-    def note(self, message: str, entrant: Entrant | None) -> None:
-        self.say(message)
-
-    def timed(
-        self,
-        entrant: Entrant,
-        round_index: int,
-        kind: str,
-        latency_ns: list[int],
-        block_ns: int | None,
-        slot: int,
-        extra: dict[str, list[int]] | None = None,  # no per-call figures here
-    ) -> None:
-        self.store.add_trial(self.run_id, entrant.id, round_index, kind, latency_ns, block_ns, slot)
 
 
 def _write_inputs(
@@ -140,68 +117,40 @@ def train(
     if opts.cluster is not None:
         check_cluster(opts.cluster, names, resume_record)
         env["cluster"] = {"spec": opts.cluster.words, "nodes": opts.cluster.nodes}
-    if resume_record is None:
-        run_id = time.strftime("train-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
-    else:
-        run_id = resume_record["run_id"]
-    folder = RunFolder.of(opts.store, run_id)
-    Path(opts.store).parent.mkdir(parents=True, exist_ok=True)
-    lock = hold_run_lock(folder, run_id)  # before the store is touched
-    try:
-        with Store(opts.store) as store:
-            if resume_record is None:
-                asked = stored_settings(ref, recipe, names, opts, seeds, threads)
-                store.start_run(run_id, recipe.name, env, asked)
-            else:
-                check_resumable(resume_record, recipe, env)
-                env = {
-                    **resume_record["environment"],
-                    "threads": threads,
-                    "seeds": seeds,
-                    **({"cluster": env["cluster"]} if "cluster" in env else {}),
-                }
-                store.mark_running(run_id)
-            return _train(recipe, names, env, run_id, folder.path, opts, store, say, t_start)
-    finally:
-        lock.close()
-
-
-def _train(
-    recipe: Recipe,
-    names: tuple[str, ...],
-    env: dict[str, Any],
-    run_id: str,
-    folder: Path,
-    opts: TrainOptions,
-    store: Store,
-    say: Callable[[str], None],
-    t_start: float,
-) -> TrainResult:
+    run_id = new_run_id("train-") if resume_record is None else resume_record["run_id"]
     resume = resume_command(run_id, opts.store, "train")
     if opts.cluster is not None:  # its candidate across nodes goes on there
         resume += f" --cluster {shlex.quote(opts.cluster.words)}"
-    # Said first: a killed run cannot say later which id to resume.
-    say(
-        f"run {run_id}: {recipe.name} on {', '.join(names)}, {env['seeds']} seed(s), "
-        f"{env['threads']} thread(s); if it is interrupted, `{resume}`"
-    )
-    try:
-        doc = _measure(recipe, names, env, run_id, folder, opts, store, say)
-    except KeyboardInterrupt:
-        store.finish_run(run_id, "interrupted", None)
+
+    def say_how_to_resume() -> None:
         say(f"interrupted: what finished is kept; `{resume}` finishes the run")
-        raise
-    except BaseException:
-        store.finish_run(run_id, "failed", None)
-        raise
-    if opts.tensorboard is not None:
-        written = tensorboard.write(doc, opts.tensorboard)
-        say(f"TensorBoard: {len(written)} runs in {opts.tensorboard / run_id}")
-    doc["timing_s"]["total"] = round(time.perf_counter() - t_start, 3)
-    for c in doc["candidates"]:
-        store.put_candidate(run_id, c)
-    store.finish_run(run_id, "done", doc)
-    return TrainResult(run_id, doc)
+
+    with lifecycle(opts.store, run_id, resumable=True, on_interrupt=say_how_to_resume) as run:
+        if resume_record is None:
+            run.start(recipe.name, env, stored_settings(ref, recipe, names, opts, seeds, threads))
+        else:
+            check_resumable(resume_record, recipe, env)
+            env = {
+                **resume_record["environment"],
+                "threads": threads,
+                "seeds": seeds,
+                **({"cluster": env["cluster"]} if "cluster" in env else {}),
+            }
+            run.resume()
+        # Said first: a killed run cannot say later which id to resume.
+        say(
+            f"run {run_id}: {recipe.name} on {', '.join(names)}, {env['seeds']} seed(s), "
+            f"{env['threads']} thread(s); if it is interrupted, `{resume}`"
+        )
+        doc = _measure(recipe, names, env, run_id, run.folder.path, opts, run.store, say)
+        if opts.tensorboard is not None:
+            written = tensorboard.write(doc, opts.tensorboard)
+            say(f"TensorBoard: {len(written)} runs in {opts.tensorboard / run_id}")
+        doc["timing_s"]["total"] = round(time.perf_counter() - t_start, 3)
+        for c in doc["candidates"]:
+            run.store.put_candidate(run_id, c)
+        run.finish(doc)
+        return TrainResult(run_id, doc)
 
 
 def _measure(
@@ -315,7 +264,7 @@ def _rounds(
             gate,
             launcher,
             settings,
-            _Events(say, store, run_id),
+            StoreEvents(say, store, run_id),
             baselines=frozenset({recipe.reference, *(r.id for r in scaling)}),
         ),
     )
