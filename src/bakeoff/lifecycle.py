@@ -22,13 +22,14 @@ import contextlib
 import secrets
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from bakeoff.paths import RunFolder, hold_run_lock
 from bakeoff.store import Store
 
-__all__ = ["Run", "StoreEvents", "lifecycle", "new_run_id"]
+__all__ = ["FinishedRun", "Run", "StoreEvents", "lifecycle", "new_run_id"]
 
 
 def new_run_id(prefix: str = "") -> str:
@@ -36,6 +37,20 @@ def new_run_id(prefix: str = "") -> str:
     date and time to the second, and four hex digits that keep two runs started in
     the same second apart."""
     return f"{prefix}{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+@dataclass
+class FinishedRun:
+    """A finished run: its id and document. The exit code is 0 when a candidate
+    is ok (for a kind whose verdict names no winner otherwise)."""
+
+    run_id: str
+    document: dict[str, Any]
+
+    @property
+    def exit_code(self) -> int:
+        ok = [c for c in self.document["candidates"] if c["status"] == "ok"]
+        return 0 if ok else 1
 
 
 class Run:

@@ -1,12 +1,5 @@
-"""The variant cache: build steps' outputs shared between runs, keyed by content.
-
-A step's key hashes everything its output can depend on: the model's files,
-the calibration data, the step's name (which encodes its settings), the
-versions of the libraries that build variants, Python and the machine type,
-and bakeoff itself (its version and the source of the code that builds
-artifacts, so an edited quantizer in a development install is not served
-stale files). Earlier steps need no key of their own in a later step's key:
-they are functions of the same inputs, named uniquely.
+"""The variant cache: build steps' outputs shared between runs, keyed by content
+(what a key hashes, and why that is enough: `cache/keys.py`).
 
 Layout: ``<cache dir>/variants/<key>/entry.json`` plus ``files/`` (the step's
 output folder). An entry appears by renaming a finished temporary folder, so a

@@ -12,7 +12,7 @@ from bakeoff import api
 from bakeoff.cli.output import err, out
 from bakeoff.errors import UserError
 from bakeoff.report.fit import fitted
-from bakeoff.report.generation import headlines, percentile_text, quality_text, rate_text
+from bakeoff.report.generation import COLUMNS, headlines, row_cells
 from bakeoff.workload import GenerationWorkload
 
 
@@ -62,38 +62,12 @@ def print_generation(doc: dict[str, Any]) -> None:
     wl = doc["workload"]
     lengths = wl["prompt_tokens"]
     table = Table(title=f"bakeoff {doc['run_id']} - {wl['name']} (greedy, batch 1)")
-    for col in (
-        "candidate",
-        "status",
-        "TPOT p50 ms [95% CI]",
-        "TTFT p50 ms [95% CI]",
-        "TTFT p99 ms",
-        "tokens/s [95% CI]",
-        "quality",
-        "peak MiB",
-        "size MiB",
-        "build / load / first token s",
-    ):
+    for col in COLUMNS:
         left = col in ("candidate", "status")
         # The ids and statuses whole; the figures wrap first on a narrow terminal.
         table.add_column(col, justify="left" if left else "right", no_wrap=left)
     for c in doc["candidates"]:
-        rate = c["tokens_per_s"]
-        cold = c["cold_start_s"]
-        table.add_row(
-            c["id"],
-            c["status"] + (f", {c['validity']}" if c["validity"] not in ("", "valid") else ""),
-            percentile_text(c["tpot_ms"], "p50"),
-            percentile_text(c["ttft_ms"], "p50"),
-            percentile_text(c["ttft_ms"], "p99"),
-            rate_text(rate),
-            quality_text(c["quality"]),
-            "-" if c["peak_rss_mb"] is None else f"{c['peak_rss_mb']:.0f}",
-            "-" if c["model_size_mb"] is None else f"{c['model_size_mb']:.2f}",
-            "-"
-            if cold["load"] is None
-            else f"{cold['build'] or 0:.1f} / {cold['load']:.1f} / {cold['first_token'] or 0:.3f}",
-        )
+        table.add_row(*row_cells(c))
     out.print(fitted(table, out.width))
     out.print(
         f"  prompts: {wl['prompts']}, {lengths['min']:.0f}-{lengths['max']:.0f} tokens "

@@ -10,7 +10,7 @@ import numpy as np
 
 from bakeoff.generation.candidate import REFERENCE, ConcurrentRound, GenCandidate
 from bakeoff.judge import stats
-from bakeoff.judge.verdict import Measured, decide
+from bakeoff.judge.verdict import Measured, brief, decide
 from bakeoff.trials.settings import TrialSettings
 
 
@@ -153,7 +153,7 @@ def concurrency_verdict(
             margin=s.margin,
             min_rounds=rounds,
         ).to_dict()
-        per[str(level)] = _summary(
+        per[str(level)] = brief(
             v,
             f"tokens/s with {level} requests submitted together",
             f"{level} requests at once: " + " ".join([v["headline"], *v["points"]]),
@@ -178,19 +178,4 @@ def tpot_verdict(candidates: list[GenCandidate], s: TrialSettings) -> dict[str, 
         margin=s.margin,
         min_rounds=s.min_rounds,
     ).to_dict()
-    return _summary(v, "tpot_ms p50 at batch 1", v["reason"])
-
-
-def _summary(v: dict[str, Any], objective: str, reason: str) -> dict[str, Any]:
-    """A verdict's fields as a generative run's document gives them."""
-    return {
-        "objective": objective,
-        "winner": v["winner"],
-        "standing": v["standing"],
-        "baseline": v["baseline"],
-        "ratio": v["speedup"],
-        "ranking": v["ranking"],
-        "ties": v["ties"],
-        "reason": reason,
-        "headline": v["headline"],
-    }
+    return brief(v, "tpot_ms p50 at batch 1", v["reason"])

@@ -45,7 +45,7 @@ from bakeoff.generation.document import (
 )
 from bakeoff.generation.reference import GenReference, reference_outputs
 from bakeoff.judge import generation as gen
-from bakeoff.lifecycle import StoreEvents, lifecycle, new_run_id
+from bakeoff.lifecycle import FinishedRun, StoreEvents, lifecycle, new_run_id
 from bakeoff.paths import DEFAULT_STORE
 from bakeoff.store import Store, check_store
 from bakeoff.trials.engine import Checked, Engine, run_trials
@@ -86,15 +86,8 @@ class GenerateOptions:
     concurrency: tuple[int, ...] = CONCURRENCY
 
 
-@dataclass
-class GenerateResult:
-    run_id: str
-    document: dict[str, Any]
-
-    @property
-    def exit_code(self) -> int:
-        ok = [c for c in self.document["candidates"] if c["status"] == "ok"]
-        return 0 if ok else 1
+# a finished run of this kind: its id, document and exit code
+GenerateResult = FinishedRun
 
 
 class _Events(StoreEvents):

@@ -393,3 +393,20 @@ def _standing(
     if vs_base is not None and vs_base.judged.decision == "faster":
         return "leads" if tied else "clear"
     return "baseline-tied"
+
+
+def brief(v: dict[str, Any], objective: str, reason: str) -> dict[str, Any]:
+    """A verdict (`Verdict.to_dict()`) as the training and generative documents give
+    one: the objective named in the kind's words, the winner and its standing, the
+    speedup as `ratio`, the ranking and ties, why, and the headline."""
+    return {
+        "objective": objective,
+        "winner": v["winner"],
+        "standing": v["standing"],
+        "baseline": v["baseline"],
+        "ratio": v["speedup"],
+        "ranking": v["ranking"],
+        "ties": v["ties"],
+        "reason": reason,
+        "headline": v["headline"],
+    }

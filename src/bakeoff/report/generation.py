@@ -106,8 +106,9 @@ def _bars(doc: dict[str, Any], colors: dict[str, str]) -> str:
     return "".join(parts)
 
 
-_COLUMNS = (
-    "engine",
+# The table of every engine's figures, in the report and in the terminal.
+COLUMNS = (
+    "candidate",
     "status",
     "TPOT p50 ms [95% CI]",
     "TTFT p50 ms [95% CI]",
@@ -120,7 +121,7 @@ _COLUMNS = (
 )
 
 
-def _row(c: dict[str, Any]) -> list[str]:
+def row_cells(c: dict[str, Any]) -> list[str]:
     cold = c["cold_start_s"]
     status = c["status"] + (f", {c['validity']}" if c["validity"] not in ("", "valid") else "")
     return [
@@ -140,9 +141,10 @@ def _row(c: dict[str, Any]) -> list[str]:
 
 
 def _table(doc: dict[str, Any]) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in _COLUMNS)
+    head = "".join(f"<th>{_e(h)}</th>" for h in COLUMNS)
     rows = "".join(
-        "<tr>" + "".join(f"<td>{_e(x)}</td>" for x in _row(c)) + "</tr>" for c in doc["candidates"]
+        "<tr>" + "".join(f"<td>{_e(x)}</td>" for x in row_cells(c)) + "</tr>"
+        for c in doc["candidates"]
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
@@ -245,6 +247,6 @@ def markdown(run: StoredRun) -> str:
         return "\n".join([*lines, f"Run status: **{run.record['status']}**; no result.", ""])
     lines += [f"- **{cell(what)}**: {cell(words)}" for what, words in headlines(doc)]
     lines += ["", cell(workload_words(doc)) + ".", ""]
-    lines += ["| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
-    lines += ["| " + " | ".join(cell(x) for x in _row(c)) + " |" for c in doc["candidates"]]
+    lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cell(x) for x in row_cells(c)) + " |" for c in doc["candidates"]]
     return "\n".join([*lines, ""])

@@ -12,6 +12,7 @@ from typing import Any
 
 from bakeoff import stacks
 from bakeoff.errors import UserError, did_you_mean
+from bakeoff.lifecycle import FinishedRun
 from bakeoff.paths import DEFAULT_STORE
 from bakeoff.training import tensorboard
 from bakeoff.training.progress import recipe_digest
@@ -45,15 +46,8 @@ class TrainOptions:
     cluster: NodeCluster | None = None  # ddp across its nodes (`bakeoff train --cluster`)
 
 
-@dataclass
-class TrainResult:
-    run_id: str
-    document: dict[str, Any]
-
-    @property
-    def exit_code(self) -> int:
-        ok = [c for c in self.document["candidates"] if c["status"] == "ok"]
-        return 0 if ok else 1
+# a finished run of this kind: its id, document and exit code
+TrainResult = FinishedRun
 
 
 def checked_request(ref: str, opts: TrainOptions) -> tuple[Recipe, tuple[str, ...], int]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.judge.verdict import Measured, decide
+from bakeoff.judge.verdict import Measured, brief, decide
 from bakeoff.training.candidate import TrainCandidate
 from bakeoff.training.recipe import Recipe
 from bakeoff.trials.settings import TrialSettings
@@ -35,17 +35,7 @@ def throughput_verdict(
         margin=s.margin,
         min_rounds=s.min_rounds,
     ).to_dict()
-    return {
-        "objective": "samples_per_s",
-        "winner": v["winner"],
-        "standing": v["standing"],
-        "baseline": v["baseline"],
-        "ratio": v["speedup"],
-        "ranking": v["ranking"],
-        "ties": v["ties"],
-        "reason": v["reason"],
-        "headline": v["headline"],
-    }
+    return brief(v, "samples_per_s", v["reason"])
 
 
 def time_to_target_score(values: list[float], n_seeds: int) -> dict[str, Any] | None:
