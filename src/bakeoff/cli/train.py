@@ -203,11 +203,11 @@ def _report(
 ) -> None:
     """The finished run's table on the terminal, then its document to --json and to
     MLflow where they were asked for."""
-    from bakeoff.inference.document import write_json
+    from bakeoff import api
 
     print_training(doc)
     if json_path is not None:
-        write_json(doc, json_path)
+        api.write_json(doc, json_path)
         err.print(f"wrote {json_path}")
     if mlflow_uri is not None:
         tracking.log(mlflow_uri, doc, store)
