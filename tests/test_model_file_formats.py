@@ -91,3 +91,22 @@ def test_a_csv_text_column_feeds_a_hugging_face_folder(tmp_path: Path) -> None:
         "which column holds the text",
         "columns: a, b",
     )
+
+
+def test_openvino_runs_a_savedmodel_it_converts_itself(tf_models: Path, tmp_path: Path) -> None:
+    """No TensorFlow in the OpenVINO candidate: its FP32 IR comes from OpenVINO's own
+    TensorFlow frontend, checked against TensorFlow's outputs by the gate."""
+    doc_path = tmp_path / "r.json"
+    flags = ("--quick", "--precisions", "fp32", "--batch-sizes", "1", "--budget", "3")
+    store = ("--store", str(tmp_path / "s.db"), "--json", str(doc_path))
+    done = call("run", str(tf_models / SAVEDMODEL), *flags, *store)
+    assert done.code == 0, done.stderr
+    doc = json.loads(doc_path.read_text())
+    by_id = {c["id"]: c for c in doc["candidates"]}
+    ov = by_id["openvino-fp32-b1"]
+    assert ov["status"] == "ok", ov["reason"]
+    assert ov["exporter"] == "openvino.convert_model (SavedModel)"
+    assert ov["quality"]["drop"] < 1e-4  # the same model as TensorFlow's
+    assert by_id["tensorflow-fp32-b1"]["status"] == "ok"  # the reference
+    # a SavedModel has no second OpenVINO conversion to leave out
+    assert "openvino-fp32-direct" not in doc["settings"]["left_out"]

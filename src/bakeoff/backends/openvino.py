@@ -44,7 +44,7 @@ _HINT_ALIASES = {"fp32": "f32", "fp16": "f16", "bfloat16": "bf16"}
 
 
 def offers(precision: str, model_kind: str) -> list[Offer]:
-    if model_kind not in ("torch", "hf", "onnx", "openvino", "keras"):
+    if model_kind not in ("torch", "hf", "onnx", "openvino", "keras", "savedmodel"):
         return [Offer(Variant(RUNTIME, precision), f"the model is {model_kind}, not convertible")]
     if precision == "fp32":
         out = [Offer(Variant(RUNTIME, "fp32"))]
@@ -88,7 +88,12 @@ def _fp32_ir(ctx: BuildContext) -> dict[str, Any]:
             raise StepFailed(f"OpenVINO IR {xml} has no weights file {xml.with_suffix('.bin')}")
         return {"path": str(xml), "exporter": "user-provided"}
     from bakeoff.transforms.onnx_export import ensure_onnx
-    from bakeoff.transforms.openvino_convert import ir_from_onnx
+    from bakeoff.transforms.openvino_convert import ir_from_onnx, ir_from_savedmodel
+
+    if ctx.source.kind == "savedmodel":  # OpenVINO reads it itself: no TensorFlow, no ONNX
+        folder = str(ctx.source.path)
+        ir = cached_step(ctx.artifacts_dir, "ov-fp32", lambda d: ir_from_savedmodel(folder, d))
+        return {**ir, "exporter": "openvino.convert_model (SavedModel)"}
 
     onnx_fp32 = ensure_onnx(ctx.source, ctx.artifacts_dir, example_inputs(ctx))
     ir = cached_step(ctx.artifacts_dir, "ov-fp32", lambda d: ir_from_onnx(onnx_fp32["path"], d))

@@ -136,20 +136,24 @@ def _grid(workload: Workload, opts: RunOptions, advice: advising.AdviceReport) -
             grid.grid_from["precisions"] = "advice" if advised_precisions else "defaults"
     if opts.quick:
         _leave_out_compiling(grid, reference_variant(workload.source.kind).runtime)
-        _leave_out_second_conversions(grid)
+        _leave_out_second_conversions(grid, workload.source.kind)
     return grid
 
 
 # A runtime's variant that converts the model a second way, beside one built from
-# the ONNX export the other variants share.
+# the ONNX export the other variants share; only a PyTorch model has one.
 _SECOND_CONVERSIONS = {"openvino": "fp32-direct"}
+_SECOND_CONVERSION_KINDS = ("torch", "hf")
 
 
-def _leave_out_second_conversions(grid: Grid) -> None:
+def _leave_out_second_conversions(grid: Grid, model_kind: str) -> None:
     """--quick, where bakeoff chose the runtimes: one conversion per runtime and
     precision. OpenVINO's direct conversion from PyTorch (no ONNX in between) is a
     second FP32 IR of the same model, about 10 s of building and as much again of
-    loading and checking on MiniLM on 2 cores; a full run measures it."""
+    loading and checking on MiniLM on 2 cores; a full run measures it. Another kind
+    of model has no second conversion, so nothing is said of one."""
+    if model_kind not in _SECOND_CONVERSION_KINDS:
+        return
     for runtime, rest in _SECOND_CONVERSIONS.items():
         if runtime in grid.runtimes and "fp32" in grid.precisions:
             grid.left_out.setdefault(

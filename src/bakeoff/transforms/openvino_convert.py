@@ -75,6 +75,26 @@ def ir_from_onnx(onnx_path: str, out_dir: Path) -> dict[str, Any]:
     return {"path": str(path)}
 
 
+def ir_from_savedmodel(folder: str, out_dir: Path) -> dict[str, Any]:
+    """A TensorFlow SavedModel folder as IR, through OpenVINO's own TensorFlow
+    frontend: no TensorFlow is imported or needed. Its inputs keep the names of the
+    serving signature's arguments, the names the workload's data has."""
+    import openvino as ov
+
+    try:
+        model = ov.convert_model(folder)
+    except Exception as exc:
+        raise step_failed(
+            "OpenVINO conversion of the SavedModel (openvino.convert_model)",
+            exc,
+            "Try the tensorflow candidates (they load the SavedModel itself), or convert "
+            'it with OpenVINO\'s own tools and give the IR as [model] kind = "openvino"',
+        ) from exc
+    path = out_dir / "model.xml"
+    ov.save_model(model, str(path), compress_to_fp16=False)  # FP32 stays FP32
+    return {"path": str(path)}
+
+
 def ir_from_torch(
     source: Any, example: dict[str, np.ndarray], out_dir: Path, transformer: bool
 ) -> dict[str, Any]:

@@ -50,7 +50,8 @@ DEFAULT_RUNTIMES_BY_KIND: dict[str, list[str]] = {
     "fake": ["fake"],
     "keras": KERAS_DEFAULT_RUNTIMES,
     "jax": ["jax"],
-    "savedmodel": ["tensorflow"],
+    # OpenVINO converts a SavedModel itself, without TensorFlow
+    "savedmodel": ["tensorflow", "openvino"],
 }
 
 
