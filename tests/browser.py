@@ -97,6 +97,33 @@ class DevTools:
         assert "exceptionDetails" not in res, res
         return res["result"]["value"]
 
+    def attach(self) -> None:
+        """To the browser's page, with the events a check reads switched on."""
+        targets = self.call("Target.getTargets")["targetInfos"]
+        page = next(t for t in targets if t["type"] == "page")
+        attached = self.call("Target.attachToTarget", targetId=page["targetId"], flatten=True)
+        self.session = attached["sessionId"]
+        for domain in ("Runtime", "Log", "Network", "Page"):
+            self.call(f"{domain}.enable")
+
+    def errors(self) -> list[dict[str, Any]]:
+        """Exceptions, console errors and logged errors among the events so far."""
+        return [
+            e["params"]
+            for e in self.events
+            if e.get("method") == "Runtime.exceptionThrown"
+            or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] == "error")
+            or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
+        ]
+
+    def requests(self, url: str) -> list[str]:
+        """Every URL the page at `url` asked for."""
+        return [
+            e["params"]["request"]["url"]
+            for e in self.events
+            if e.get("method") == "Network.requestWillBeSent" and e["params"]["documentURL"] == url
+        ]
+
     def close(self) -> None:
         with contextlib.suppress(RuntimeError, TimeoutError, OSError):
             self.call("Browser.close", timeout=10)
@@ -153,30 +180,13 @@ def look_at(page: Path, profile: Path) -> dict[str, Any]:
     url = page.resolve().as_uri()
     chrome = DevTools(profile)
     try:
-        target = next(
-            t for t in chrome.call("Target.getTargets")["targetInfos"] if t["type"] == "page"
-        )
-        chrome.session = chrome.call(
-            "Target.attachToTarget", targetId=target["targetId"], flatten=True
-        )["sessionId"]
-        for domain in ("Runtime", "Log", "Network", "Page"):
-            chrome.call(f"{domain}.enable")
+        chrome.attach()
         chrome.call("Page.navigate", url=url)
         chrome.wait_for("Page.loadEventFired")
         seen = {"charts": chrome.evaluate(CHARTS_JS), "outside": chrome.evaluate(TEXT_OUTSIDE_JS)}
         chrome.call("Runtime.evaluate", expression="0")  # drain events that are still due
     finally:
         chrome.close()
-    seen["errors"] = [
-        e["params"]
-        for e in chrome.events
-        if e.get("method") == "Runtime.exceptionThrown"
-        or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] == "error")
-        or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
-    ]
-    seen["requests"] = [
-        e["params"]["request"]["url"]
-        for e in chrome.events
-        if e.get("method") == "Network.requestWillBeSent" and e["params"]["documentURL"] == url
-    ]
+    seen["errors"] = chrome.errors()
+    seen["requests"] = chrome.requests(url)
     return seen

@@ -101,9 +101,11 @@ def gemm_peak(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="session")
 def tf_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SavedModel and a Keras file, written once per session (tests/tf_models.py)."""
-    pytest.importorskip("tensorflow")  # test extras install it: under CI it must be there
+    from extras import require_module
     from tf_models import write_tf_models
 
+    # make test installs it: under CI=true a missing TensorFlow fails, not skips
+    require_module("tensorflow", "pip install 'bakeoff[frameworks]'")
     return _made_once_per_session(tmp_path_factory, "tf-models", write_tf_models)
 
 

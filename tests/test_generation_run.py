@@ -116,6 +116,9 @@ def test_a_generative_run_has_an_html_and_a_markdown_report(
         assert f'id="section-{section}"' in page
     assert doc["verdict"]["tpot_batch_1"]["headline"] in html.unescape(page)
     assert all(cid in page for cid in ok)
+    for c in doc["candidates"]:  # why each one did not run, where one did not
+        if c["status"] != "ok":
+            assert html.escape(c["reason"]) in page, c["id"]
     summary = _report(run, tmp_path / "r.md", "md")
     assert (
         f"**time per output token at batch 1**: {doc['verdict']['tpot_batch_1']['headline']}"

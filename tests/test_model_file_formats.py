@@ -12,7 +12,7 @@ import pytest
 from bakeoff.loader import load_workload
 from bakeoff.workload.generated import GENERATED_NOTE, signature_of
 from front_door import call, refused_in_one_line
-from tf_models import KERAS_FILE, SAVEDMODEL
+from tf_models import KERAS_FILE, ONE_INPUT_KERAS_FILE, SAVEDMODEL
 from tiny_onnx_text import VOCABULARY, write_tiny_onnx_text
 
 
@@ -23,6 +23,8 @@ def test_a_keras_file_alone_is_read_from_its_config_without_loading_it(tf_models
     assert signature["feat"].dims == (None, 8) and signature["feat"].dtype == np.float32
     assert signature["ids"].dims == (None, None) and signature["ids"].dtype == np.int32
     assert signature["ids"].vocabulary == 50  # the Embedding it feeds
+    [only] = signature_of(str(tf_models / ONE_INPUT_KERAS_FILE), "test")
+    assert (only.name, only.dims, only.dtype) == ("only", (None, 5), np.float32)
     workload = load_workload(str(keras_file))
     assert workload.source.kind == "keras"
     assert workload.inputs["feat"].shape == (128, 8)

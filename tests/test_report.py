@@ -114,6 +114,11 @@ def test_html_is_self_contained_and_escaped(run: dict[str, Any]) -> None:
     for fact in (env["cpu"]["model"], env["python"], env["packages"]["onnxruntime"], "[64]"):
         assert fact in text
     assert "warm-up calls per candidate" in text
+    # One unit system, rounded for people: sizes and memory in MiB, load averages to
+    # the hundredth.
+    assert "<th>peak MiB</th>" in text and "<th>size MiB</th>" in text
+    assert not re.search(r"\bMB\b", re.sub(r"<[^>]+>", " ", text))
+    assert re.search(r"load average \d+\.\d\d / \d+\.\d\d / \d+\.\d\d before", text)
 
 
 def test_default_output_name_markdown_and_unknown_run(run: dict[str, Any], tmp_path: Path) -> None:
@@ -161,14 +166,7 @@ def test_report_renders_in_headless_chromium(run: dict[str, Any], tmp_path: Path
     url = page.resolve().as_uri()
     chrome = DevTools(tmp_path / "profile")
     try:
-        target = next(
-            t for t in chrome.call("Target.getTargets")["targetInfos"] if t["type"] == "page"
-        )
-        chrome.session = chrome.call(
-            "Target.attachToTarget", targetId=target["targetId"], flatten=True
-        )["sessionId"]
-        for domain in ("Runtime", "Log", "Network", "Page"):
-            chrome.call(f"{domain}.enable")
+        chrome.attach()
         clipped = tmp_path / "clipped.html"
         clipped.write_text(_CLIPPED_PAGE)
         chrome.call("Page.navigate", url=clipped.as_uri())
@@ -193,19 +191,9 @@ def test_report_renders_in_headless_chromium(run: dict[str, Any], tmp_path: Path
     finally:
         chrome.close()
 
-    errors = [
-        e["params"]
-        for e in chrome.events
-        if e.get("method") == "Runtime.exceptionThrown"
-        or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] == "error")
-        or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
-    ]
+    errors = chrome.errors()
     assert errors == []
-    requests = [
-        e["params"]["request"]["url"]
-        for e in chrome.events
-        if e.get("method") == "Network.requestWillBeSent" and e["params"]["documentURL"] == url
-    ]
+    requests = chrome.requests(url)
     assert requests == [url]  # the page itself, and nothing else
 
     assert cut_off == [{"chart": "chart-clipped", "text": "past the right edge"}]

@@ -2,7 +2,9 @@
 process (importing TensorFlow costs ~12 s, so it is paid once; the test process
 itself imports no framework): `mlp/`, a SavedModel whose serving_default signature
 takes x [batch, 64]; and `two_inputs.keras`, a functional Keras 3 model with inputs
-feat [batch, 8] (float32) and ids [batch, seq] (int32) into a 50-row Embedding."""
+feat [batch, 8] (float32) and ids [batch, seq] (int32) into a 50-row Embedding; and
+`one_input.keras`, a functional model of one input, only [batch, 5] (Keras writes
+a single input's entry unlike several)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from pathlib import Path
 
 SAVEDMODEL = "mlp"
 KERAS_FILE = "two_inputs.keras"
+ONE_INPUT_KERAS_FILE = "one_input.keras"
 
 WRITE = textwrap.dedent(
     """
@@ -47,6 +50,8 @@ WRITE = textwrap.dedent(
     pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(50, 4)(ids))
     logits = keras.layers.Dense(3)(keras.layers.Concatenate()([feat, pooled]))
     keras.Model([feat, ids], logits).save(out / "two_inputs.keras")
+    only = keras.Input((5,), name="only")
+    keras.Model(only, keras.layers.Dense(2)(only)).save(out / "one_input.keras")
     """
 )
 

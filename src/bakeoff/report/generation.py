@@ -16,7 +16,7 @@ from typing import Any
 from bakeoff.report import charts
 from bakeoff.report.charts import Bar, num
 from bakeoff.report.data import StoredRun
-from bakeoff.report.page import cell, kind_page
+from bakeoff.report.page import cell, definitions, kind_page, not_ok_list
 
 
 def _e(value: Any) -> str:
@@ -186,15 +186,6 @@ def _concurrency(doc: dict[str, Any]) -> str:
     )
 
 
-def _not_ok(doc: dict[str, Any]) -> str:
-    items = [
-        f"<li>{_e(c['id'])}: {_e(c['status'])}: {_e(c['reason'])}</li>"
-        for c in doc["candidates"]
-        if c["status"] != "ok"
-    ]
-    return f"<ul>{''.join(items)}</ul>" if items else ""
-
-
 def workload_words(doc: dict[str, Any]) -> str:
     wl = doc["workload"]
     lengths = wl["prompt_tokens"]
@@ -216,7 +207,7 @@ def _workload(doc: dict[str, Any]) -> str:
         "Python": env.get("python"),
         "bakeoff": env.get("bakeoff_version"),
     }
-    return "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows.items()) + "</dl>"
+    return definitions(rows)
 
 
 def render(run: StoredRun) -> str:
@@ -234,7 +225,7 @@ def _sections(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("speed", "Time per output token and tokens/s", _bars(doc, colors)),
         ("results", "All engines", _table(doc)),
         ("concurrency", "Under concurrency", _concurrency(doc)),
-        ("not-ok", "Rejected, failed and unavailable", _not_ok(doc)),
+        ("not-ok", "Rejected, failed and unavailable", not_ok_list(doc["candidates"])),
         ("workload", "Workload and machine", _workload(doc)),
     ]
 

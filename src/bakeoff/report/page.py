@@ -14,7 +14,7 @@ from typing import Any
 
 from bakeoff.report.data import StoredRun
 
-__all__ = ["CSS", "cell", "kind_page", "page"]
+__all__ = ["CSS", "cell", "definitions", "kind_page", "not_ok_list", "page"]
 
 CSS = """
 body { font-family: sans-serif; margin: 24px auto; max-width: 1100px; color: #222; }
@@ -74,3 +74,20 @@ def kind_page(
 def cell(value: Any) -> str:
     """A value as one Markdown table cell."""
     return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def definitions(rows: dict[str, Any]) -> str:
+    """Name and value pairs as an HTML definition list, escaped."""
+    pairs = "".join(f"<dt>{escape(str(k))}</dt><dd>{escape(str(v))}</dd>" for k, v in rows.items())
+    return f"<dl>{pairs}</dl>"
+
+
+def not_ok_list(candidates: list[dict[str, Any]], when_none: str = "") -> str:
+    """Each candidate that is not ok, with its status and why (`when_none` if none)."""
+    items = [
+        f"<li><b>{escape(str(c['id']))}</b> ({escape(str(c['status']))}): "
+        f"{escape(str(c['reason']))}</li>"
+        for c in candidates
+        if c["status"] != "ok"
+    ]
+    return f"<ul>{''.join(items)}</ul>" if items else when_none

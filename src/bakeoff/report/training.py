@@ -16,7 +16,7 @@ from typing import Any
 from bakeoff.report import charts
 from bakeoff.report.charts import Bar, Curve, num
 from bakeoff.report.data import StoredRun
-from bakeoff.report.page import cell, kind_page
+from bakeoff.report.page import cell, definitions, kind_page, not_ok_list
 
 
 def verdict_words(v: dict[str, Any]) -> str:
@@ -259,15 +259,6 @@ def _scaling(doc: dict[str, Any]) -> str:
     )
 
 
-def _not_ok(doc: dict[str, Any]) -> str:
-    items = [
-        f"<li><b>{_e(c['id'])}</b> ({_e(c['status'])}): {_e(c['reason'])}</li>"
-        for c in doc["candidates"]
-        if c["status"] != "ok"
-    ]
-    return f"<ul>{''.join(items)}</ul>" if items else "<p>Every stack ran.</p>"
-
-
 def _schedule_words(wl: dict[str, Any]) -> str:
     """The schedule where the rate is not constant (runs before schedules had none)."""
     kind, warmup = wl.get("lr_schedule", "constant"), wl.get("warmup_steps", 0)
@@ -301,7 +292,7 @@ def _recipe(doc: dict[str, Any]) -> str:
         "Python": env.get("python"),
         "bakeoff": env.get("bakeoff_version"),
     }
-    return "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows.items()) + "</dl>"
+    return definitions(rows)
 
 
 def render(run: StoredRun) -> str:
@@ -318,7 +309,11 @@ def _sections(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("curves", "Loss and validation curves", _curves(doc, colors)),
         ("results", "All stacks", _table(doc)),
         ("scaling", "Scaling", _scaling(doc)),
-        ("not-ok", "Flagged, diverged, failed and unavailable", _not_ok(doc)),
+        (
+            "not-ok",
+            "Flagged, diverged, failed and unavailable",
+            not_ok_list(doc["candidates"], "<p>Every stack ran.</p>"),
+        ),
         ("recipe", "Recipe and machine", _recipe(doc)),
     ]
 

@@ -169,9 +169,10 @@ def _keras_signature(path: str) -> list[InputSignature]:
         rows = (embedding.get("config") or {}).get("input_dim")
         rows = rows if embedding.get("class_name") == "Embedding" else None
         return [InputSignature(name, _keras_dtype(dtype), _keras_dims(shape), rows)]
-    order = [entry[0] for entry in body.get("input_layers") or []]
-    if order and not isinstance(order[0], str):  # one input: [name, 0, 0], not a list of them
-        order = [body["input_layers"][0]]
+    entries = body.get("input_layers") or []
+    if entries and isinstance(entries[0], str):  # one input: [name, 0, 0], not a list of them
+        entries = [entries]
+    order = [entry[0] for entry in entries]
     return [
         InputSignature(
             name,

@@ -30,8 +30,6 @@ def table_columns(path: Path, label: str) -> list[str]:
             if head.lstrip().startswith("["):  # a JSON array, not lines: read whole
                 head += f.read()
             return _json_keys(head)
-    except UserError:
-        raise
     except Exception as exc:
         gist = " ".join(str(exc).split())[:200]
         raise UserError(
