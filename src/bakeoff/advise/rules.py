@@ -244,15 +244,7 @@ def rule_keras(ctx: Context) -> list[Advice]:
         )
     ]
     if ctx.target in ("mobile", "edge-intel"):
-        out.append(
-            Advice(
-                "keras-litert",
-                "LiteRT (TensorFlow Lite) FP32 and INT8",
-                f"a Keras model for {ctx.target}: LiteRT is its on-device runtime",
-                proposes=[("litert", "fp32"), ("litert", "int8")],
-                confirm="runtime-wins",
-            )
-        )
+        out.append(_on_device_litert("keras-litert", "a Keras model", ctx.target))
     return out
 
 
@@ -277,12 +269,16 @@ def rule_jax(ctx: Context) -> list[Advice]:
 def rule_savedmodel(ctx: Context) -> list[Advice]:
     if ctx.facts.model_kind != "savedmodel" or ctx.target not in ("mobile", "edge-intel"):
         return []
-    return [
-        Advice(
-            "savedmodel-litert",
-            "LiteRT (TensorFlow Lite) FP32 and INT8",
-            f"a TensorFlow model for {ctx.target}: LiteRT is its on-device runtime",
-            proposes=[("litert", "fp32"), ("litert", "int8")],
-            confirm="runtime-wins",
-        )
-    ]
+    return [_on_device_litert("savedmodel-litert", "a TensorFlow model", ctx.target)]
+
+
+def _on_device_litert(advice_id: str, model: str, target: str) -> Advice:
+    """LiteRT FP32 and INT8 for `model` on a mobile or edge `target`: TensorFlow's
+    on-device runtime takes Keras models and SavedModels alike."""
+    return Advice(
+        advice_id,
+        "LiteRT (TensorFlow Lite) FP32 and INT8",
+        f"{model} for {target}: LiteRT is its on-device runtime",
+        proposes=[("litert", "fp32"), ("litert", "int8")],
+        confirm="runtime-wins",
+    )

@@ -13,11 +13,12 @@ import functools
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bakeoff.backends import Availability, Offer, Variant
+from bakeoff.backends import Availability, BuildContext, Offer, Variant
 from bakeoff.backends.common import package_availability
 
 NVIDIA_PROC = Path("/proc/driver/nvidia/version")
@@ -95,13 +96,20 @@ def no_cuda_reason() -> str | None:
     return None if found.gpus else f"no CUDA device: {found.source}"
 
 
-def cuda_availability(dist: str, module: str, install: str) -> Availability:
-    """Unavailable without a CUDA device (version still shown when installed)."""
+def cuda_availability(
+    dist: str, module: str, install: str, also: Callable[[], Availability] | None = None
+) -> Availability:
+    """Unavailable without a CUDA device (version still shown when installed). `also`
+    checks a second requirement, only once the package and the device are there: the
+    first one missing is what the user is told."""
     pkg = package_availability(dist, module, install)
     reason = no_cuda_reason()
     if reason is not None:
         return Availability(False, pkg.version, reason, f"needs an NVIDIA GPU; then {install}")
-    return pkg
+    if not pkg.available or also is None:
+        return pkg
+    other = also()
+    return pkg if other.available else other
 
 
 def torch_cuda_availability() -> Availability:
@@ -138,6 +146,39 @@ def torch_cuda_offers(runtime: str, precision: str, model_kind: str) -> list[Off
             "and tensorrt",
         )
     ]
+
+
+@dataclass(frozen=True)
+class TorchOnCuda:
+    """What a PyTorch-on-CUDA runtime module offers the registry (`availability`,
+    `offers`, `build`), the same for eager and torch.compile but for the name; each
+    module binds them at its top and writes its own `load`."""
+
+    runtime: str
+
+    def availability(self) -> Availability:
+        return torch_cuda_availability()
+
+    def offers(self, precision: str, model_kind: str) -> list[Offer]:
+        return torch_cuda_offers(self.runtime, precision, model_kind)
+
+    def build(self, variant: Variant, ctx: BuildContext) -> dict[str, Any]:
+        return {}  # the model is rebuilt from its source inside the worker
+
+
+def _with_device_memory(runner: Any) -> dict[str, Any]:
+    return {**runner._settings, "device_memory_mb": process_gpu_memory_mb()}
+
+
+def _replace_settings(runner: Any, value: dict[str, Any]) -> None:
+    # The worker adds what it measured around the load (its imports' seconds).
+    runner._settings = value
+
+
+# `settings` of a runner whose runtime keeps no peak counter (its class binds this
+# property and keeps what it was given in `_settings`): those, with the device memory
+# the process holds when they are read (after the calls).
+DEVICE_MEMORY_SETTINGS = property(_with_device_memory, _replace_settings)
 
 
 class TorchCudaRunner:

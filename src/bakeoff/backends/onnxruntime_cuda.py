@@ -50,18 +50,11 @@ def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
 
 
 class OrtGpuRunner:
+    settings = gpu.DEVICE_MEMORY_SETTINGS
+
     def __init__(self, session: Any, settings: dict[str, Any]) -> None:
         self.session, self._settings = session, settings
         self.inputs = [(i.name, ONNX_NUMPY_TYPES.get(i.type)) for i in session.get_inputs()]
-
-    @property
-    def settings(self) -> dict[str, Any]:
-        return {**self._settings, "device_memory_mb": gpu.process_gpu_memory_mb()}
-
-    @settings.setter
-    def settings(self, value: dict[str, Any]) -> None:
-        # The worker adds what it measured around the load (its imports' seconds).
-        self._settings = value
 
     def prepare(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return map_inputs(batch, self.inputs)

@@ -16,11 +16,12 @@ TRT_INSTALL = f"{INSTALL} tensorrt==11.4.0.106"
 
 
 def availability() -> Availability:
-    a = gpu.cuda_availability("onnxruntime-gpu", "onnxruntime", TRT_INSTALL)
-    if not a.available:
-        return a
-    trt = package_availability("tensorrt", "tensorrt", TRT_INSTALL)
-    return a if trt.available else trt
+    return gpu.cuda_availability(
+        "onnxruntime-gpu",
+        "onnxruntime",
+        TRT_INSTALL,
+        also=lambda: package_availability("tensorrt", "tensorrt", TRT_INSTALL),
+    )
 
 
 def offers(precision: str, model_kind: str) -> list[Offer]:

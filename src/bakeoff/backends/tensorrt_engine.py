@@ -23,11 +23,7 @@ INSTALL = f"pip install tensorrt==11.4.0.106 and {gpu.TORCH_CUDA_INSTALL} (for d
 
 
 def availability() -> Availability:
-    a = gpu.cuda_availability("tensorrt", "tensorrt", INSTALL)
-    if not a.available:
-        return a
-    torch = gpu.torch_cuda_availability()
-    return a if torch.available else torch
+    return gpu.cuda_availability("tensorrt", "tensorrt", INSTALL, also=gpu.torch_cuda_availability)
 
 
 def offers(precision: str, model_kind: str) -> list[Offer]:
@@ -40,21 +36,14 @@ def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
 
 
 class TrtRunner:
+    settings = gpu.DEVICE_MEMORY_SETTINGS
+
     def __init__(
         self, context: Any, stream: Any, inputs: list[str], outputs: dict[str, Any]
     ) -> None:
         self.context, self.stream, self.inputs, self.outputs = context, stream, inputs, outputs
         self._settings: dict[str, Any] = {}
         self.keep: list[Any] = []  # engine and runtime must outlive the context
-
-    @property
-    def settings(self) -> dict[str, Any]:
-        return {**self._settings, "device_memory_mb": gpu.process_gpu_memory_mb()}
-
-    @settings.setter
-    def settings(self, value: dict[str, Any]) -> None:
-        # The worker adds what it measured around the load (its imports' seconds).
-        self._settings = value
 
     def prepare(self, batch: dict[str, np.ndarray]) -> list[Any]:
         import torch

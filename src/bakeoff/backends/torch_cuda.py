@@ -6,22 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from bakeoff.backends import Availability, BuildContext, LoadContext, Offer, Variant, gpu
+from bakeoff.backends import LoadContext, Variant, gpu
 from bakeoff.backends.common import check_options
 
 RUNTIME = "torch-cuda"
 
-
-def availability() -> Availability:
-    return gpu.torch_cuda_availability()
-
-
-def offers(precision: str, model_kind: str) -> list[Offer]:
-    return gpu.torch_cuda_offers(RUNTIME, precision, model_kind)
-
-
-def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
-    return {}  # the model is rebuilt from its source inside the worker
+# availability, offers and build as every PyTorch-on-CUDA runtime has them
+_ON_CUDA = gpu.TorchOnCuda(RUNTIME)
+availability, offers, build = _ON_CUDA.availability, _ON_CUDA.offers, _ON_CUDA.build
 
 
 def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> gpu.TorchCudaRunner:

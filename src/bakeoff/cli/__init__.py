@@ -67,16 +67,19 @@ def _root(
 # `--mlflow` may come without a value (OptionalValueCommand fills in ./mlruns).
 app.command("run", cls=OptionalValueCommand)(run.run)
 app.command("train", cls=OptionalValueCommand)(train.train_cmd)
-app.command("ls", cls=BakeoffCommand)(runs.ls)
-app.command("show", cls=BakeoffCommand)(runs.show)
-app.command("env", cls=BakeoffCommand)(env.env)
-app.command("export", cls=BakeoffCommand)(export.export_cmd)
-app.command("serve", cls=BakeoffCommand)(serve.serve_cmd)
-app.command("advise", cls=BakeoffCommand)(advise.advise_cmd)
-app.command("init", cls=BakeoffCommand)(init.init_cmd)
-app.command("report", cls=BakeoffCommand)(runs.report_cmd)
-app.command("compare", cls=BakeoffCommand)(runs.compare_cmd)
-app.command("sweep", cls=BakeoffCommand)(sweep.sweep_cmd)
+for _name, _command in (
+    ("ls", runs.ls),
+    ("show", runs.show),
+    ("env", env.env),
+    ("export", export.export_cmd),
+    ("serve", serve.serve_cmd),
+    ("advise", advise.advise_cmd),
+    ("init", init.init_cmd),
+    ("report", runs.report_cmd),
+    ("compare", runs.compare_cmd),
+    ("sweep", sweep.sweep_cmd),
+):
+    app.command(_name, cls=BakeoffCommand)(_command)
 app.add_typer(cache.cache_app, name="cache")
 
 # Set when SIGTERM arrived, so the exit code can say so (Typer turns every

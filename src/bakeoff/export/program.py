@@ -13,21 +13,15 @@ import numpy as np
 
 from bakeoff.batching import Layout
 from bakeoff.errors import UserError
+from bakeoff.export.measured import MeasuredCandidate
 from bakeoff.paths import RunFolder
 from bakeoff.source import ModelSource
 
 
-def torch_program(
-    record: dict[str, Any],
-    cand: dict[str, Any],
-    run: RunFolder,
-    examples: dict[str, np.ndarray],
-    layout: Layout,
-    threads: int,
-    dest: Path,
-) -> dict[str, Any]:
-    """Write ``model.pt2`` of candidate `cand` to `dest`; return what the manifest says
-    of it (file, exporter, dynamic_batch, model_verified_against_run)."""
+def torch_program(measured: MeasuredCandidate, dest: Path) -> dict[str, Any]:
+    """Write ``model.pt2`` of the measured candidate to `dest`; return what the manifest
+    says of it (file, exporter, dynamic_batch, model_verified_against_run)."""
+    cand = measured.cand
     if cand["precision"] == "int8" and cand["method"] == "dynamic":
         raise UserError(
             f"candidate {cand['id']}: PyTorch dynamic INT8 cannot be saved as a "
@@ -37,9 +31,9 @@ def torch_program(
         )
     import torch
 
-    model, verified = measured_model(record, cand, run, examples, threads)
+    model, verified = measured_model(measured)
     wrapped = as_measured(model, cand["precision"])
-    program, args, dynamic = _export_program(wrapped, cand, examples, layout)
+    program, args, dynamic = _export_program(wrapped, cand, measured.examples, measured.layout)
     _check_same(wrapped, program, args, cand)
     torch.export.save(program, str(dest / "model.pt2"))
     return {
@@ -50,20 +44,16 @@ def torch_program(
     }
 
 
-def measured_model(
-    record: dict[str, Any],
-    cand: dict[str, Any],
-    run: RunFolder,
-    examples: dict[str, np.ndarray],
-    threads: int,
-) -> tuple[Any, bool]:
+def measured_model(measured: MeasuredCandidate) -> tuple[Any, bool]:
     """The candidate's model as the torch backend builds it, and whether the workload's
     model files were checked to hash as they did when the run measured them."""
     from bakeoff.backends import LoadContext, Variant, torch_eager
 
-    source, verified = measured_source(record, run)
+    cand = measured.cand
+    source, verified = measured_source(measured.record, measured.run)
     variant = Variant(cand["runtime"], cand["precision"], cand["method"])
-    ctx = LoadContext(source, threads, int(cand["batch_size"]), tuple(examples))
+    batch_size = int(cand["batch_size"])
+    ctx = LoadContext(source, measured.threads, batch_size, tuple(measured.examples))
     model, _ = torch_eager.load_model(variant, ctx)
     return model, verified
 

@@ -42,8 +42,8 @@ import numpy as np
 from bakeoff.batching import Layout
 from bakeoff.errors import UserError
 from bakeoff.export.auto import choose
+from bakeoff.export.measured import MeasuredCandidate
 from bakeoff.hardware import NATIVE
-from bakeoff.paths import RunFolder
 
 VERSION = "1"
 CONFIG = "config.pbtxt"
@@ -216,15 +216,7 @@ def example_tensors(
     return tensors
 
 
-def torchscript(
-    record: dict[str, Any],
-    cand: dict[str, Any],
-    run: RunFolder,
-    examples: dict[str, np.ndarray],
-    layout: Layout,
-    threads: int,
-    dest: Path,
-) -> dict[str, Any]:
+def torchscript(measured: MeasuredCandidate, dest: Path) -> dict[str, Any]:
     """Write ``model.pt``, the measured torch model traced to TorchScript (what Triton's
     pytorch backend loads), returning its first output as float32. Checked against the
     model at the measured batch size and at another one: a trace that fixed the batch
@@ -234,8 +226,9 @@ def torchscript(
     from bakeoff.export.program import as_measured, measured_model
     from bakeoff.models import first_output
 
-    model, verified = measured_model(record, cand, run, examples, threads)
-    measured = as_measured(model, cand["precision"])
+    cand, examples, layout = measured.cand, measured.examples, measured.layout
+    model, verified = measured_model(measured)
+    as_called = as_measured(model, cand["precision"])
 
     class FirstOutput(torch.nn.Module):
         """The model's first output as float32: one tensor, as the backend returns it."""
@@ -247,7 +240,7 @@ def torchscript(
         def forward(self, *args: Any) -> Any:
             return first_output(self.inner(*args)).float()
 
-    wrapped = FirstOutput(measured).eval()
+    wrapped = FirstOutput(as_called).eval()
     bs = int(cand["batch_size"])
 
     def batch(n: int) -> tuple[Any, ...]:

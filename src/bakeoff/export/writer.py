@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.batching import Layout, read_split, split_names
+from bakeoff.batching import read_split, split_names
 from bakeoff.cache import sha256_file
 from bakeoff.errors import UserError
 from bakeoff.export import tfserving, triton
@@ -24,6 +24,7 @@ from bakeoff.export.files import (
     tokenized,
     variant_id,
 )
+from bakeoff.export.measured import MeasuredCandidate
 from bakeoff.export.predictor import FORMAT, MANIFEST
 from bakeoff.export.program import measured_source, torch_program
 from bakeoff.judge.verdict import chosen
@@ -83,6 +84,7 @@ def export(
     with np.load(data_path, allow_pickle=False) as z:
         names = split_names(z.files, "quality")
     examples, layout = read_split(data_path, "quality", names)
+    measured = MeasuredCandidate(record, cand, run, examples, layout)
 
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.export-{secrets.token_hex(3)}"
@@ -90,18 +92,18 @@ def export(
     try:
         text = None
         if format == "triton":
-            artifact, described = _triton(record, cand, run, examples, layout, target.name, tmp)
+            artifact, described = _triton(measured, target.name, tmp)
         elif format == "tfserving":
-            artifact, described = _tfserving(record, cand, run, examples, target.name, tmp)
+            artifact, described = _tfserving(measured, target.name, tmp)
         else:
-            artifact, described = _plain(record, cand, run, examples, layout, tmp), None
+            artifact, described = _plain(measured, tmp), None
             text = copy_tokenizer(record, tmp)
         files = {
             p.relative_to(tmp).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
             for p in sorted(tmp.rglob("*"))
             if p.is_file()
         }
-        manifest = _manifest(record, cand, artifact, examples, layout, files)
+        manifest = _manifest(measured, artifact, files)
         manifest["outputs"] = _outputs(cand, run)
         manifest["text"] = text
         candidates = (record["document"] or {}).get("candidates", [])
@@ -137,36 +139,24 @@ def _refuse_runtime(cand: dict[str, Any], format: str) -> None:
         )
 
 
-def _plain(
-    record: dict[str, Any],
-    cand: dict[str, Any],
-    run: RunFolder,
-    examples: dict[str, np.ndarray],
-    layout: Layout,
-    dest: Path,
-) -> dict[str, Any]:
+def _plain(measured: MeasuredCandidate, dest: Path) -> dict[str, Any]:
     """The plain export's model file(s) in `dest`."""
-    if cand["runtime"] in ("torch", "torch-compile"):
-        threads = _threads(record, cand)
-        return torch_program(record, cand, run, examples, layout, threads, dest)
-    return copy_artifact(cand, run, dest)
+    if measured.cand["runtime"] in ("torch", "torch-compile"):
+        return torch_program(measured, dest)
+    return copy_artifact(measured.cand, measured.run, dest)
 
 
 def _triton(
-    record: dict[str, Any],
-    cand: dict[str, Any],
-    run: RunFolder,
-    examples: dict[str, np.ndarray],
-    layout: Layout,
-    name: str,
-    dest: Path,
+    measured: MeasuredCandidate, name: str, dest: Path
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The model's folder of a Triton model repository in `dest`: the model file in
     its version folder, config.pbtxt beside it."""
+    record, cand, run = measured.record, measured.cand, measured.run
+    examples, layout = measured.examples, measured.layout
     backend = triton.BACKENDS[cand["runtime"]]
     version = dest / triton.VERSION
     version.mkdir()
-    threads = _threads(record, cand)
+    threads = measured.threads
     doc = record["document"] or {}
     variable_axes = dict((doc.get("workload") or {}).get("variable_axes") or {})
     # Triton batches on the first axis of every input: a constant, or a batch on
@@ -179,7 +169,7 @@ def _triton(
         else None
     )
     if backend == "pytorch":
-        artifact = triton.torchscript(record, cand, run, examples, layout, threads, version)
+        artifact = triton.torchscript(measured, version)
         inputs = triton.example_tensors(examples, layout, variable_axes)
         shape = tuple(artifact.pop("output_shape"))  # at the measured batch size
         if artifact["dynamic_batch"]:
@@ -233,14 +223,10 @@ def _tensor_info(t: triton.Tensor) -> dict[str, Any]:
 
 
 def _tfserving(
-    record: dict[str, Any],
-    cand: dict[str, Any],
-    run: RunFolder,
-    examples: dict[str, np.ndarray],
-    name: str,
-    dest: Path,
+    measured: MeasuredCandidate, name: str, dest: Path
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The model's folder for TF Serving in `dest`: the SavedModel as version 1."""
+    record, cand, run = measured.record, measured.cand, measured.run
     source, verified = measured_source(record, run)
     artifact = {} if source.kind == "savedmodel" else artifact_of(cand, run)
     doc = record["document"] or {}
@@ -251,11 +237,11 @@ def _tfserving(
         source,
         artifact,
         run.data,
-        list(examples),
+        list(measured.examples),
         variable_axes,
         dest / tfserving.VERSION,
     )
-    load_config = _load_config(cand, _threads(record, cand))
+    load_config = _load_config(cand, measured.threads)
     notes = []
     if cand["runtime"] in ("keras-jax", "keras-torch"):
         notes.append(
@@ -350,14 +336,6 @@ def variant_measurements(
     return sorted(rows, key=lambda r: r["batch_size"])
 
 
-def _threads(record: dict[str, Any], cand: dict[str, Any]) -> int:
-    s = cand.get("settings") or {}
-    for key in ("intra_op_threads", "INFERENCE_NUM_THREADS", "num_threads"):
-        if isinstance(s.get(key), int):
-            return int(s[key])
-    return int((cand.get("options") or {}).get("threads") or record["settings"]["threads"])
-
-
 def _load_config(cand: dict[str, Any], threads: int) -> dict[str, Any]:
     """What `load` applies: the measured settings, in the runtime's own terms."""
     s, opts = cand.get("settings") or {}, cand.get("options") or {}
@@ -398,19 +376,16 @@ def _load_config(cand: dict[str, Any], threads: int) -> dict[str, Any]:
 
 
 def _manifest(
-    record: dict[str, Any],
-    cand: dict[str, Any],
-    artifact: dict[str, Any],
-    examples: dict[str, np.ndarray],
-    layout: Layout,
-    files: dict[str, dict[str, Any]],
+    measured: MeasuredCandidate, artifact: dict[str, Any], files: dict[str, dict[str, Any]]
 ) -> dict[str, Any]:
     import bakeoff
 
+    record, cand = measured.record, measured.cand
+    examples, layout = measured.examples, measured.layout
     doc = record["document"] or {}
     env = record["environment"]
     runtime = cand["runtime"]
-    threads = _threads(record, cand)
+    threads = measured.threads
     bs = int(cand["batch_size"])
     q = cand.get("quality") or {}
     cpu = env.get("cpu", {})

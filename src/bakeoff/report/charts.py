@@ -160,17 +160,8 @@ def lines(chart_id: str, title: str, series: list[Series], x_label: str, y_label
                         ),
                     )
                 ci_text = f" [{num(ci[0])}–{num(ci[1])}]" if ci else ""
-                ax.plot(
-                    [pos[x]],
-                    [y],
-                    marker="o",
-                    markersize=7,
-                    linestyle="none",
-                    color=c,
-                    zorder=3,
-                    clip_on=False,
-                    gid=marks.add("point", f"{s.label} at {x:g}: {num(y)}{ci_text}"),
-                )
+                tip = f"{s.label} at {x:g}: {num(y)}{ci_text}"
+                svg.point(ax, marks, "point", tip, pos[x], y, marker="o", markersize=7, color=c)
         ax.set_xticks(range(len(cats)), [f"{c:g}" for c in cats])
         ax.set_xlim(-0.5, len(cats) - 0.5)
         ax.grid(False, axis="x")
@@ -190,6 +181,12 @@ class Bar:
     ci: tuple[float, float] | None = None
     note: str = ""
     color: str = ""
+
+
+def estimate_bar(cand: dict[str, Any], key: str, color: str) -> Bar:
+    """The bar of a stored candidate's estimate `key` ({"value", "ci95": [lo, hi]}):
+    its value, with its 95% CI as the whisker."""
+    return Bar(cand["id"], cand[key]["value"], tuple(cand[key]["ci95"]), color=color)
 
 
 def bars(chart_id: str, title: str, rows: list[Bar], x_label: str) -> str:

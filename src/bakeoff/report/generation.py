@@ -77,14 +77,7 @@ def _bars(doc: dict[str, Any], colors: dict[str, str]) -> str:
         for c in ok
     ]
     rate = [
-        Bar(
-            c["id"],
-            c["tokens_per_s"]["value"],
-            tuple(c["tokens_per_s"]["ci95"]),
-            color=colors[c["id"]],
-        )
-        for c in ok
-        if c["tokens_per_s"]
+        charts.estimate_bar(c, "tokens_per_s", colors[c["id"]]) for c in ok if c["tokens_per_s"]
     ]
     parts = [
         charts.bars(

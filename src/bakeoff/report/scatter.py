@@ -111,17 +111,8 @@ def _gate_and_rejected(
         labels.append("the quality gate")
     left = ax.get_xlim()
     for label, q in rejected:
-        ax.plot(
-            [left[0]],
-            [q],
-            marker="X",
-            markersize=9,
-            linestyle="none",
-            color=GATE,
-            zorder=3,
-            clip_on=False,
-            gid=marks.add("rejected", f"{label}: rejected by the quality gate at {num(q)}"),
-        )
+        tip = f"{label}: rejected by the quality gate at {num(q)}"
+        svg.point(ax, marks, "rejected", tip, left[0], q, marker="X", markersize=9, color=GATE)
         handles.append(Line2D([], [], marker="X", linestyle="none", color=GATE, markersize=9))
         labels.append(f"{label} (rejected by the gate, not timed)")
     ax.set_xlim(left)  # the crosses sit on the edge; they do not move it
@@ -204,30 +195,21 @@ def _draw_point(ax: Axes, marks: svg.Marks, p: Point, c: str, tip: str) -> Any:
         if p.on_front
         else {"markeredgecolor": c, "markeredgewidth": 1.0, "markersize": 8}
     )
-    ax.plot(
-        [p.x],
-        [p.y],
-        marker="o",
-        linestyle="none",
-        color=c,
-        zorder=3,
-        clip_on=False,
-        gid=marks.add(cls, tip),
-        **style,
-    )
+    svg.point(ax, marks, cls, tip, p.x, p.y, marker="o", color=c, **style)
     if p.winner:
-        ax.plot(
-            [p.x],
-            [p.y],
+        svg.point(
+            ax,
+            marks,
+            "winner-ring",
+            f"{p.winner_word}: {p.label}",
+            p.x,
+            p.y,
+            zorder=4,
             marker="o",
             markersize=19,
             markerfacecolor="none",
             markeredgecolor=WINNER,
             markeredgewidth=2,
-            linestyle="none",
-            zorder=4,
-            clip_on=False,
-            gid=marks.add("winner-ring", f"{p.winner_word}: {p.label}"),
         )
     return Line2D([], [], marker="o", linestyle="none", color=c, **style)
 

@@ -85,6 +85,16 @@ def figure(
         yield fig, ax, Marks(f"{chart_id}-mark-", [])
 
 
+def point(
+    ax: Axes, marks: Marks, cls: str, tip: str, x: float, y: float, zorder: float = 3, **style: Any
+) -> None:
+    """One marker at (x, y) with no line, a mark of class `cls` that shows `tip` on
+    hover; unclipped, as every mark (the page has no clip paths), above the lines."""
+    ax.plot(
+        [x], [y], linestyle="none", zorder=zorder, clip_on=False, gid=marks.add(cls, tip), **style
+    )
+
+
 def to_svg(fig: Figure, chart_id: str, title: str, marks: Marks) -> str:
     """The figure as an SVG element to inline, its marks grouped with their titles."""
     buf = io.BytesIO()

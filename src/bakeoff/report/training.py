@@ -90,15 +90,7 @@ def _bars(doc: dict[str, Any], colors: dict[str, str]) -> str:
             charts.bars(
                 "train-throughput",
                 "Samples/s over the interleaved rounds (95% bootstrap CI)",
-                [
-                    Bar(
-                        c["id"],
-                        c["samples_per_s"]["value"],
-                        tuple(c["samples_per_s"]["ci95"]),
-                        color=colors[c["id"]],
-                    )
-                    for c in ok
-                ],
+                [charts.estimate_bar(c, "samples_per_s", colors[c["id"]]) for c in ok],
                 "samples/s (higher is better)",
             )
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -174,22 +175,13 @@ def _builtin(ref: str, quick: bool) -> Recipe:
         return _minilm(quick)
     from bakeoff.builtins import digits
 
-    x_train, y_train, x_val, y_val = digits.train_and_validation()
-    return Recipe(
-        name=name,
-        factory="bakeoff.builtins.digits:untrained",
-        factory_dir="",
-        x_train=x_train,
-        y_train=y_train,
-        x_val=x_val,
-        y_val=y_val,
-        loss="cross-entropy",
-        optimizer="adam",
+    return _builtin_recipe(
+        name,
+        "digits",
+        digits.train_and_validation(),
         lr=2e-3,
         batch_size=64,
         max_steps=200 if quick else 400,
-        eval_every=20,
-        target_metric="accuracy",
         target=0.95,
         stacks=DEFAULT_STACKS,
         data="scikit-learn's digits (8x8 images, 10 classes)",
@@ -202,22 +194,14 @@ def _minilm(quick: bool) -> Recipe:
     rate 4x full fine-tuning's, as adapters usually do (both from PyTorch's Adam)."""
     from bakeoff.builtins import minilm_finetune as m
 
-    x_train, y_train, x_val, y_val = m.train_and_validation()
-    return Recipe(
-        name="minilm-finetune",
-        factory="bakeoff.builtins.minilm_finetune:untrained",
-        factory_dir="",
-        x_train=x_train,
-        y_train=y_train,
-        x_val=x_val,
-        y_val=y_val,
-        loss="cross-entropy",
-        optimizer="adam",
+    arrays = m.train_and_validation()
+    return _builtin_recipe(
+        "minilm-finetune",
+        "minilm_finetune",
+        arrays,
         lr=5e-4,
         batch_size=16,
         max_steps=80 if quick else 120,
-        eval_every=20,
-        target_metric="accuracy",
         target=0.72,
         stacks=FINE_TUNING,
         # 256 validation examples: one example is 0.4 points and the accuracy's
@@ -226,7 +210,33 @@ def _minilm(quick: bool) -> Recipe:
         reference="full",
         lora=LoraSettings(targets=("query", "value"), rank=8, alpha=16.0, train=("head",)),
         stack_lr={"lora": 2e-3},
-        tokens_per_row=m.tokens_per_row(x_train),
+        tokens_per_row=m.tokens_per_row(arrays[0]),  # of x_train
         data=f"docstrings of the Python standard library labelled by package "
         f"({', '.join(m.PACKAGES)}), at most {m.MAX_TOKENS} tokens",
+    )
+
+
+def _builtin_recipe(
+    name: str,
+    module: str,
+    arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    **settings: Any,
+) -> Recipe:
+    """A built-in recipe: the untrained model of `bakeoff.builtins.<module>` on its
+    (x_train, y_train, x_val, y_val), trained as every built-in is (cross-entropy, Adam,
+    accuracy checked every 20 steps); `settings` holds the rest of its Recipe fields."""
+    x_train, y_train, x_val, y_val = arrays
+    return Recipe(
+        name=name,
+        factory=f"bakeoff.builtins.{module}:untrained",
+        factory_dir="",
+        x_train=x_train,
+        y_train=y_train,
+        x_val=x_val,
+        y_val=y_val,
+        loss="cross-entropy",
+        optimizer="adam",
+        eval_every=20,
+        target_metric="accuracy",
+        **settings,
     )

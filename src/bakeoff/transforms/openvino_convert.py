@@ -196,16 +196,14 @@ def nncf_int8(
             "Try the onnxruntime int8 candidates (dynamic needs no calibration), or openvino "
             "int4 weight-only (NNCF weight compression, no calibration)",
         ) from exc
-    path = out_dir / "model.xml"
-    ov.save_model(quantized, str(path), compress_to_fp16=False)
-    settings = {
-        "tool": "nncf.quantize",
-        "preset": "mixed",
-        "model_type": "transformer" if transformer else "default",
-        "smooth_quant": transformer,  # NNCF applies it for model_type transformer only
-        "calibration_samples": len(samples),
-    }
-    return {"path": str(path), "quantization": settings}
+    return _save_int8(
+        quantized,
+        out_dir,
+        "nncf.quantize",
+        transformer=transformer,
+        smooth_quant=transformer,  # NNCF applies it for model_type transformer only
+        calibration_samples=len(samples),
+    )
 
 
 def calibration_drop(
@@ -347,23 +345,48 @@ def nncf_int8_accuracy_aware(
     final = core.compile_model(quantized, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     achieved = 1.0 - validate(final, items)[0]
     del final
+    return _save_int8(
+        quantized,
+        out_dir,
+        "nncf.quantize_with_accuracy_control",
+        transformer=transformer,
+        smooth_quant=False,
+        calibration_samples=len(samples),
+        validation="calibration split vs the FP32 IR's outputs",
+        validation_metric=val_metric,
+        max_drop=max_drop,
+        drop_type="absolute",
+        calibration_drop=achieved,
+        fake_quantize_ops=remaining,
+        # NNCF's closing report; none when the plain INT8 model already met max_drop
+        quantized_operations=int(reports[-1].group(2)) if reports else None,
+        reverted_to_float=reports[-1].group(3).split() if reports else [],
+    )
+
+
+def _save_int8(
+    quantized: Any,
+    out_dir: Path,
+    tool: str,
+    transformer: bool,
+    smooth_quant: bool,
+    calibration_samples: int,
+    **more: Any,
+) -> dict[str, Any]:
+    """Save an NNCF INT8 model (mixed preset) as `out_dir`/model.xml, unconverted to
+    FP16; return its path and quantization settings: what every NNCF INT8 records,
+    then `more`."""
+    import openvino as ov
+
     path = out_dir / "model.xml"
     ov.save_model(quantized, str(path), compress_to_fp16=False)
     settings = {
-        "tool": "nncf.quantize_with_accuracy_control",
+        "tool": tool,
         "preset": "mixed",
         "model_type": "transformer" if transformer else "default",
-        "smooth_quant": False,
-        "calibration_samples": len(samples),
-        "validation": "calibration split vs the FP32 IR's outputs",
-        "validation_metric": val_metric,
-        "max_drop": max_drop,
-        "drop_type": "absolute",
-        "calibration_drop": achieved,
-        "fake_quantize_ops": remaining,
-        # NNCF's closing report; none when the plain INT8 model already met max_drop
-        "quantized_operations": int(reports[-1].group(2)) if reports else None,
-        "reverted_to_float": reports[-1].group(3).split() if reports else [],
+        "smooth_quant": smooth_quant,
+        "calibration_samples": calibration_samples,
+        **more,
     }
     return {"path": str(path), "quantization": settings}
 
