@@ -1,7 +1,7 @@
 """What Ray costs bakeoff: starting and stopping a simulated cluster, and whether a run
 on a cluster node measures what a plain local run measures.
 
-1. The wall time to start a `local:2` cluster (`bakeoff.cluster.session.connect`) and
+1. The wall time to start a `local:2` cluster (`bakeoff.distributed.session.connect`) and
    to stop it, `--starts` times.
 2. The same workload and candidate (default `builtin:minilm`, ONNX Runtime FP32 at
    batch 1, `--quick`) run plainly and through `bakeoff run --cluster local:1`, in
@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff import api
-from bakeoff.cluster.session import connect, parse_cluster
 from bakeoff.cluster.sweep import SweepOptions, run_sweep
+from bakeoff.distributed.session import connect, parse_cluster
 from bakeoff.store import Store
 
 

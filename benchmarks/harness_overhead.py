@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from bakeoff.trials.worker import timed_calls
+from bakeoff.inference.worker import timed_calls
 
 CALLS = 200_000
 REPEATS = 7

@@ -28,7 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from bakeoff import environment
-from bakeoff.trials.jobs import Exit, Measure, TrainJob, TrainSpec, Warmup
+from bakeoff.stacks.spec import TrainSpec
+from bakeoff.training.messages import TrainJob
+from bakeoff.trials.jobs import Exit, Measure, Warmup
 from bakeoff.trials.launcher import LocalLauncher, worker_env
 
 # The bare loop: no bakeoff code in the timed part, only the data order's indices

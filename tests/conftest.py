@@ -167,7 +167,7 @@ def digits_train_spec(tmp_path: Path) -> Callable[..., Any]:
         from safetensors.torch import save_file
 
         from bakeoff.builtins import digits
-        from bakeoff.trials.jobs import TrainSpec
+        from bakeoff.stacks.spec import TrainSpec
 
         data, init = tmp_path / "d.npz", tmp_path / "init.safetensors"
         if not init.exists():
@@ -192,35 +192,40 @@ def digits_train_spec(tmp_path: Path) -> Callable[..., Any]:
 
 # The longest files first (seconds of wall time in make test, measured): with
 # `--dist loadfile` a worker takes the next file when it finishes one, so files in
-# alphabetical order left test_train.py (the longest) to start last, and make test's
-# end ran on one worker while the others idled. Longest first keeps every worker busy
-# to the end. Files not named keep their places after these.
+# alphabetical order left the training pipeline's tests (the longest) to start last,
+# and make test's end ran on one worker while the others idled. Longest first keeps
+# every worker busy to the end. Files not named keep their places after these.
 LONGEST_FILES_FIRST = (
-    "test_train.py",
-    "test_real_runtimes.py",
-    "test_distributed_training.py",
-    "test_racing.py",
-    "test_cluster.py",
-    "test_serve.py",
-    "test_cache_export.py",
-    "test_batch_axes.py",
-    "test_keras_litert.py",
-    "test_generation_run.py",
-    "test_precisions_openvino.py",
-    "test_generation.py",
-    "test_export_formats.py",
-    "test_lora_training.py",
-    "test_jax_tensorflow.py",
-    "test_model_sources.py",
-    "test_datasets_source.py",
-    "test_train_resume.py",
-    "test_tvm.py",
-    "test_precisions_ort_torch.py",
-    "test_framework_training.py",
+    "training/test_pipeline.py",
+    "end_to_end/test_real_runtimes.py",
+    "distributed/test_ranks.py",
+    "trials/test_racing.py",
+    "cluster/test_sweep.py",
+    "serve/test_app.py",
+    "export/test_writer.py",
+    "inference/test_split.py",
+    "end_to_end/test_keras_litert.py",
+    "generation/test_pipeline.py",
+    "transforms/test_openvino_convert.py",
+    "generators/test_generators.py",
+    "export/test_triton_tfserving.py",
+    "end_to_end/test_lora_training.py",
+    "backends/test_jax_tensorflow.py",
+    "test_source.py",
+    "workload/test_datasets_source.py",
+    "training/test_progress.py",
+    "backends/test_tvm.py",
+    "transforms/test_ort_quantize.py",
+    "end_to_end/test_framework_training.py",
 )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FILES_FIRST)}
     # sorted() is stable: the tests of one file keep their order
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    items.sort(key=lambda item: rank.get(_under_tests(item.path), len(rank)))
+
+
+def _under_tests(path: Path) -> str:
+    """A test file's path below tests/ (file names repeat: each package has its own)."""
+    return path.relative_to(Path(__file__).parent).as_posix()

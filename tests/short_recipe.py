@@ -109,7 +109,8 @@ def train_alone(root: Path, names: tuple[str, ...]) -> dict[str, dict]:
     """Seed 0 of the recipe's first `FEW_STEPS` on each stack, each in a worker of its
     own as a run trains a seed (a `TargetJob`), with the checkpoint check after it.
     A 2-process stack gets 2 threads, one a rank; the others 1."""
-    from bakeoff.trials.jobs import TargetJob, TrainSpec
+    from bakeoff.stacks.spec import TrainSpec
+    from bakeoff.training.messages import TargetJob
     from bakeoff.trials.launcher import LocalLauncher
 
     data, init = write_digits_and_init(root)

@@ -37,7 +37,7 @@ class CandidateCore:
     block_ns: list[int] = field(default_factory=list)
     round_slots: list[int] = field(default_factory=list)  # worker process of each round
     peak_rss_mb: float | None = None
-    # Its measuring worker (trials.shared, trials.engine): what that process said,
+    # Its measuring worker (inference.shared_workers, trials.engine): what that process said,
     # whether it loaded alone, and what its peak memory covers.
     worker: dict[str, Any] = field(default_factory=dict)
     stopped: str = ""  # why sampling ended (raced out, CI tight enough, budget)

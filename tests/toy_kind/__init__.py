@@ -17,10 +17,10 @@ import numpy as np
 
 from bakeoff.backends import Variant
 from bakeoff.candidate_core import CandidateCore
+from bakeoff.inference.messages import JobBase, LoadJob, LoadSpec
 from bakeoff.lifecycle import StoreEvents, lifecycle, new_run_id
 from bakeoff.source import ModelSource
 from bakeoff.trials.engine import Checked, Engine, run_trials
-from bakeoff.trials.jobs import JobBase, LoadJob, LoadSpec
 from bakeoff.trials.launcher import LocalLauncher
 from bakeoff.trials.settings import TrialSettings
 

@@ -39,7 +39,7 @@ from bakeoff.advise.report import (
 from bakeoff.advise.rules import GOALS, NOT_MEASURED, Advice, Context, rule_reference
 from bakeoff.advise.rules_machine import _BF16_FLAGS, _INT8_FLAGS
 
-# The private names are read by tests/test_registry.py: that a proposal of a broken
+# The private names are read by tests/backends/test_registry.py: that a proposal of a broken
 # plugin says why (_backend_check), and that the flag tables are hardware's own.
 __all__ = [
     "GOALS",

@@ -51,7 +51,7 @@ def offers(precision: str, model_kind: str) -> list[Offer]:
     return [Offer(Variant(RUNTIME, precision), f"{precision} is not built by this version")]
 
 
-# Found by experiment with onnxruntime 1.32 (tests/test_precisions_ort_torch.py
+# Found by experiment with onnxruntime 1.32 (tests/transforms/test_ort_quantize.py
 # repeats it): a bfloat16 graph fails at session creation with NOT_IMPLEMENTED.
 BF16_REASON = (
     "ONNX Runtime's CPU execution provider has no bfloat16 kernels for MatMul, Gemm, Add, "

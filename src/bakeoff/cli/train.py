@@ -223,7 +223,7 @@ def _nodes(
         yield None
         return
     from bakeoff import api
-    from bakeoff.cluster.session import connect, parse_cluster, short_tmp
+    from bakeoff.distributed.session import connect, parse_cluster, short_tmp
 
     spec = parse_cluster(words)
     assert spec is not None  # words is given

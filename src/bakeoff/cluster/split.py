@@ -25,8 +25,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from bakeoff.candidates import Candidate
-from bakeoff.cluster.session import Node, Session, connect, import_ray, parse_cluster, short_tmp
 from bakeoff.cluster.sweep import check_run_options, failure_words, import_node_run, start_runner
+from bakeoff.distributed.session import Node, Session, connect, import_ray, parse_cluster, short_tmp
 from bakeoff.errors import UserError
 from bakeoff.inference.pipeline import share_key
 from bakeoff.judge import pooling

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bakeoff.cluster.runner import NodeRunner
-from bakeoff.cluster.session import (
+from bakeoff.distributed.session import (
     NODE_RESOURCE,
     Node,
     Session,

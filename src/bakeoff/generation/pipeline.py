@@ -43,13 +43,14 @@ from bakeoff.generation.document import (
     spread,
     tpot_verdict,
 )
+from bakeoff.generation.messages import Concurrent, GenerateJob, GenerateSpec
 from bakeoff.generation.reference import GenReference, reference_outputs
 from bakeoff.judge import generation as gen
 from bakeoff.lifecycle import FinishedRun, StoreEvents, lifecycle, new_run_id
 from bakeoff.paths import DEFAULT_STORE
 from bakeoff.store import Store, check_store
 from bakeoff.trials.engine import Checked, Engine, run_trials
-from bakeoff.trials.jobs import Concurrent, GenerateJob, GenerateSpec, MeasuredJob, Timed
+from bakeoff.trials.jobs import Job, Timed
 from bakeoff.trials.launcher import LocalLauncher, Worker, WorkerFailed
 from bakeoff.trials.settings import TrialSettings
 from bakeoff.workload import GenerationWorkload
@@ -193,7 +194,7 @@ class GenerationGate:
             max_drop=w.max_drop,
         )
 
-    def check(self, entrant: GenCandidate, job: MeasuredJob, record: bool) -> Checked:
+    def check(self, entrant: GenCandidate, job: Job, record: bool) -> Checked:
         assert isinstance(job, GenerateJob)
         outputs = json.loads(Path(job.generate.outputs_path).read_text())
         quality = self.judge(outputs)
@@ -326,7 +327,7 @@ def _measure(
             c.set_status("unavailable", why)
             say(f"{c.id}: unavailable: {why}")
     pending = [c for c in candidates if c.status == "pending"]
-    jobs: dict[str, MeasuredJob] = {
+    jobs: dict[str, Job] = {
         c.id: GenerateJob(generate=_spec(w, c, folder, threads, c.id)) for c in pending
     }
     settings = _settings(opts, threads, len(w.prompts))

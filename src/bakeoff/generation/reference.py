@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.errors import UserError
-from bakeoff.trials.gen_worker import progress_path
-from bakeoff.trials.jobs import Exit, GenerateJob, GenerateSpec
+from bakeoff.generation.messages import GenerateJob, GenerateSpec
+from bakeoff.generation.worker import progress_path
+from bakeoff.trials.jobs import Exit
 from bakeoff.trials.launcher import Launcher, WorkerFailed
 
 

@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 
 from bakeoff.candidates import Candidate, candidate_document
+from bakeoff.inference.messages import JobBase
 from bakeoff.inference.options import RunOptions
 from bakeoff.lifecycle import StoreEvents
 from bakeoff.paths import RunFolder
 from bakeoff.report import Reporter
 from bakeoff.store import Store
-from bakeoff.trials.jobs import JobBase
 from bakeoff.workload import Workload
 
 

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bakeoff.trials.jobs import Command, Job, LoadJob, Measure, Timed
+from bakeoff.inference.messages import LoadJob
+from bakeoff.trials.jobs import Command, Job, Measure, Timed
 from bakeoff.trials.launcher import Launcher, Worker, WorkerFailed
 
 

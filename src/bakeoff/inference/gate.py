@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 
 from bakeoff.candidates import Candidate
+from bakeoff.inference.messages import LoadJob
+from bakeoff.inference.quality_outputs import alt_outputs_path
 from bakeoff.judge.quality import Quality, evaluate
 from bakeoff.trials.engine import Checked, GateFailed
-from bakeoff.trials.jobs import LoadJob, MeasuredJob
-from bakeoff.trials.quality_outputs import alt_outputs_path
+from bakeoff.trials.jobs import Job
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class QualityGate:
         except (ValueError, OSError) as exc:
             raise GateFailed(f"quality check{what} failed: {exc}") from None
 
-    def check(self, entrant: Candidate, job: MeasuredJob, record: bool) -> Checked:
+    def check(self, entrant: Candidate, job: Job, record: bool) -> Checked:
         """The outputs the worker saved at `job.outputs_path` (and beside it, at the
         second shape, when axes are variable); `record` keeps the findings on the
         candidate."""

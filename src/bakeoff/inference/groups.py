@@ -20,13 +20,13 @@ from bakeoff.inference.jobs import CandidateJobs
 from bakeoff.inference.options import ScenarioSettings, scenario_settings, trial_settings
 from bakeoff.inference.reference import Reference
 from bakeoff.inference.scenarios import after_rounds, repeat_cold_starts
+from bakeoff.inference.shared_workers import SharedWorkers, build_key, first_job
 from bakeoff.judge.constraints import constraint_violations
 from bakeoff.judge.recommend import Traits, recommend
 from bakeoff.judge.verdict import Measured, Verdict, decide, objective_for
 from bakeoff.trials.engine import Engine, run_trials
 from bakeoff.trials.launcher import Launcher
 from bakeoff.trials.settings import TrialSettings
-from bakeoff.trials.shared import SharedWorkers, build_key, first_job
 from bakeoff.trials.validity import set_validity
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bakeoff.candidates import Candidate
+from bakeoff.inference.messages import ColdStartJob, JobBase, LoadJob, LoadSpec
 from bakeoff.paths import RunFolder
-from bakeoff.trials.jobs import ColdStartJob, JobBase, LoadJob, LoadSpec
 
 
 @dataclass(frozen=True)

@@ -165,7 +165,7 @@ def _require_loadgen(scenario: str) -> None:
     import importlib.util
 
     if importlib.util.find_spec("mlperf_loadgen") is None:
-        from bakeoff.trials.loadgen import INSTALL
+        from bakeoff.inference.loadgen import INSTALL
 
         raise UserError(f"--scenario {scenario} needs MLPerf LoadGen: {INSTALL}")
 

@@ -24,6 +24,7 @@ from bakeoff.inference.context import RunContext
 from bakeoff.inference.document import document, write_json
 from bakeoff.inference.early import EarlyLoads, Preloads
 from bakeoff.inference.groups import early_loads, measure_all
+from bakeoff.inference.messages import JobBase
 from bakeoff.inference.options import RunOptions, checked
 from bakeoff.inference.resume import check_resumable, restore
 from bakeoff.inference.split import split_data
@@ -34,7 +35,6 @@ from bakeoff.loader import load_workload
 from bakeoff.paths import RunFolder, resume_command
 from bakeoff.report import NullReporter, Reporter
 from bakeoff.store import check_store
-from bakeoff.trials.jobs import JobBase
 from bakeoff.trials.launcher import LocalLauncher
 from bakeoff.workload import ConstraintsSpec, Workload, default_runtimes
 

@@ -5,7 +5,7 @@ They come from the reference's own candidate's measuring worker, loaded beside t
 builds (its quality pass is the reference's job, done in the process that is then
 timed), or from a reference process of its own. Either runs the held-out set in
 chunks of one batch size: the largest of the run's where one worker serves them all
-(`trials.shared`). A model that crashes, hangs or runs out of memory at that size
+(`inference.shared_workers`). A model that crashes, hangs or runs out of memory at that size
 (a kernel that breaks at one shape) would then take every candidate's quality
 check, and the run, with it, though it runs at the run's other batch sizes. So the
 held-out set runs again in smaller chunks, each try in a fresh process, before the
@@ -30,9 +30,9 @@ from bakeoff.backends import Variant
 from bakeoff.errors import BakeoffError
 from bakeoff.inference.context import RunContext
 from bakeoff.inference.early import EarlyLoad, EarlyLoads
-from bakeoff.trials.jobs import LoadSpec, ReferenceJob
+from bakeoff.inference.messages import LoadSpec, ReferenceJob
+from bakeoff.inference.quality_outputs import alt_outputs_path
 from bakeoff.trials.launcher import Launcher, Worker, WorkerFailed
-from bakeoff.trials.quality_outputs import alt_outputs_path
 
 # The name of a reference process of its own (its worker's log is logs/reference.log).
 OWN_PROCESS = "reference"

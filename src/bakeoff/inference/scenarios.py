@@ -11,9 +11,9 @@ import numpy as np
 
 from bakeoff.candidates import Candidate, not_isolated
 from bakeoff.inference.jobs import CandidateJobs
+from bakeoff.inference.messages import Offline, Server
 from bakeoff.inference.options import ScenarioSettings
 from bakeoff.trials.engine import AfterRounds, Events, Gate, GateFailed
-from bakeoff.trials.jobs import Offline, Server
 from bakeoff.trials.launcher import Launcher, Worker, WorkerFailed
 from bakeoff.trials.settings import TrialSettings
 

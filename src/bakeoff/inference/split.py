@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from bakeoff.batching import CONST_PREFIX, Layout
-from bakeoff.trials.quality_outputs import ALT_SPLIT
+from bakeoff.inference.quality_outputs import ALT_SPLIT
 from bakeoff.workload import Workload
 
 SPLIT_SEED = 0

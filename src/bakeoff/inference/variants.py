@@ -26,6 +26,7 @@ from bakeoff.backends import Variant
 from bakeoff.errors import BakeoffError
 from bakeoff.inference.context import RunContext
 from bakeoff.inference.early import EarlyLoad, EarlyLoads
+from bakeoff.inference.messages import BuildJob
 from bakeoff.inference.reference import (
     Reference,
     Running,
@@ -33,7 +34,6 @@ from bakeoff.inference.reference import (
     from_own_process,
     load_early,
 )
-from bakeoff.trials.jobs import BuildJob
 from bakeoff.trials.launcher import Launcher, Worker, WorkerFailed
 
 
@@ -110,7 +110,8 @@ def _run(ctx: RunContext, launcher: Launcher, job: _Build, running: Running) -> 
     worker: Worker | None = None
     try:
         worker = launcher.start(
-            BuildJob(base=ctx.job_base, variant=job.variant, threads=job.threads), f"build-{vid}"
+            BuildJob(base=ctx.job_base, variant=job.variant, build_threads=job.threads),
+            f"build-{vid}",
         )
         running.add(vid, worker)
         job.reply = worker.reply(ctx.opts.build_timeout_s)

@@ -20,7 +20,7 @@ started by torchrun) in `ddp`; `fsdp` (FSDP2's `fully_shard`) in `fsdp`;
 `deepspeed` (ZeRO) in `deepspeed_stack`; the Keras backends in `keras_stack` and
 Flax with optax in `jax_stack`, both on the model's twin (`twins`); Lightning,
 whose `Trainer.fit` owns the loop, is a driver of its own in `lightning_stack`. A
-stack with `processes` above 1 runs in ranks that `bakeoff.trials.train_ranks`
+stack with `processes` above 1 runs in ranks that `bakeoff.distributed.ranks`
 starts and drives; each rank builds the stack's trainer (or driver) for its share
 of the global batch. Heavy libraries are imported inside the module that needs them.
 """
@@ -61,7 +61,7 @@ class StackInfo:
     # Started by torchrun even in 1 process (its scaling references run so).
     launched: bool = False
     # With a Ray cluster (`bakeoff train --cluster`), it trains one rank a node there
-    # through Ray Train's TorchTrainer (`bakeoff.trials.train_nodes`).
+    # through Ray Train's TorchTrainer (`bakeoff.distributed.nodes`).
     across_nodes: bool = False
 
 

@@ -1,5 +1,5 @@
 """`ddp`: one rank of PyTorch DistributedDataParallel. torchrun starts the ranks
-(`bakeoff.trials.train_ranks`), each builds this trainer once the process group is
+(`bakeoff.distributed.ranks`), each builds this trainer once the process group is
 up: the eager model from the seed's initial weights, wrapped in DDP, stepping on
 its contiguous share of every global batch. DDP averages the gradients over the
 ranks, so with equal shares a step is the reference's step on the whole batch.

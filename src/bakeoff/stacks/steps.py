@@ -3,7 +3,7 @@
 A *driver* is what the worker's training side talks to. `LocalDriver` runs a
 `Trainer` (the stack's `prepare`/`step`) in its own loop; a stack whose framework
 owns the loop (Lightning's `Trainer.fit`) is a driver of its own. In a
-multi-process stack each rank has its driver, and `bakeoff.trials.train_ranks`
+multi-process stack each rank has its driver, and `bakeoff.distributed.ranks`
 sends the same calls to every rank."""
 
 from __future__ import annotations

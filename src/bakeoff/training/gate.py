@@ -8,7 +8,7 @@ import math
 
 from bakeoff.training.candidate import TrainCandidate
 from bakeoff.trials.engine import Checked
-from bakeoff.trials.jobs import MeasuredJob
+from bakeoff.trials.jobs import Job
 
 
 class FirstLossGate:
@@ -18,7 +18,7 @@ class FirstLossGate:
     def __init__(self, expected: float, tolerance: dict[str, float]) -> None:
         self.expected, self.tolerance = expected, tolerance
 
-    def check(self, entrant: TrainCandidate, job: MeasuredJob, record: bool) -> Checked:
+    def check(self, entrant: TrainCandidate, job: Job, record: bool) -> Checked:
         first = entrant.worker.get("first_loss")
         if first is None or not math.isfinite(first):
             return Checked(False, f"its first loss is {first}, not a number")

@@ -40,6 +40,7 @@ from bakeoff.training import tensorboard
 from bakeoff.training.candidate import TrainCandidate
 from bakeoff.training.document import document
 from bakeoff.training.gate import FIRST_LOSS_TOLERANCE, FirstLossGate
+from bakeoff.training.messages import TargetJob, TrainJob
 from bakeoff.training.options import (
     NodeCluster,
     TrainOptions,
@@ -56,7 +57,7 @@ from bakeoff.training.specs import candidate_spec
 from bakeoff.training.throughput import gemm_precision, lora_step_flops, step_flops
 from bakeoff.training.verdicts import check_parity, throughput_verdict
 from bakeoff.trials.engine import Engine, run_trials
-from bakeoff.trials.jobs import MeasuredJob, TargetJob, TrainJob
+from bakeoff.trials.jobs import Job
 from bakeoff.trials.launcher import LocalLauncher, WorkerFailed, worker_env
 from bakeoff.trials.settings import TrialSettings
 
@@ -245,7 +246,7 @@ def _rounds(
         if why:
             c.set_status("unavailable", why)
     pending = [c for c in candidates if c.status == "pending"]
-    jobs: dict[str, MeasuredJob] = {
+    jobs: dict[str, Job] = {
         c.id: TrainJob(train=candidate_spec(recipe, c, data, init, 0, threads, cluster))
         for c in pending
     }

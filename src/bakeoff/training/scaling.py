@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.training.candidate import TrainCandidate
+from bakeoff.training.messages import TrainJob
 from bakeoff.training.options import NodeCluster
 from bakeoff.training.recipe import Recipe
 from bakeoff.training.specs import candidate_spec, stack_spec
 from bakeoff.training.throughput import samples_per_s
-from bakeoff.trials.jobs import MeasuredJob, TrainJob
+from bakeoff.trials.jobs import Job
 
 
 def scaling_entrants(
@@ -21,7 +22,7 @@ def scaling_entrants(
     data: Path,
     init: Path,
     threads: int,
-    jobs: dict[str, MeasuredJob],
+    jobs: dict[str, Job],
     cluster: NodeCluster | None = None,
 ) -> list[TrainCandidate]:
     """For each multi-process stack, the same stack in 1 process with the run's

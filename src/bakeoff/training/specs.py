@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff import stacks
+from bakeoff.stacks.spec import TrainSpec
 from bakeoff.training.candidate import TrainCandidate
 from bakeoff.training.options import NodeCluster
 from bakeoff.training.recipe import Recipe
-from bakeoff.trials.jobs import TrainSpec
 
 
 def stack_spec(

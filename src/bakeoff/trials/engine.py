@@ -29,7 +29,7 @@ import numpy as np
 from bakeoff import environment
 from bakeoff.judge import verdict
 from bakeoff.trials.entrant import Entrant
-from bakeoff.trials.jobs import Exit, Measure, MeasuredJob, Warmup
+from bakeoff.trials.jobs import Exit, Job, Measure, Warmup
 from bakeoff.trials.lanes import (
     AfterRace,
     AfterRounds,
@@ -67,9 +67,7 @@ __all__ = [
 ]
 
 
-def run_trials(
-    entrants: Sequence[E], jobs: Mapping[str, MeasuredJob], engine: Engine[E]
-) -> Outcome:
+def run_trials(entrants: Sequence[E], jobs: Mapping[str, Job], engine: Engine[E]) -> Outcome:
     """Fill in cold start, the gate's findings, samples and peak memory of each
     entrant (`jobs`: its worker's job, by id); set each final status and validity."""
     phases = {"load_and_quality": 0.0, "warmup": 0.0, "rounds": 0.0}

@@ -17,7 +17,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from bakeoff.judge import verdict
 from bakeoff.trials.entrant import Entrant
-from bakeoff.trials.jobs import MeasuredJob, Warmup
+from bakeoff.trials.jobs import Job, Warmup
 from bakeoff.trials.launcher import Launcher, Worker, WorkerFailed
 from bakeoff.trials.settings import TrialSettings
 
@@ -38,7 +38,7 @@ class Checked:
 
 
 class Gate(Protocol[E_contra]):
-    def check(self, entrant: E_contra, job: MeasuredJob, record: bool) -> Checked:
+    def check(self, entrant: E_contra, job: Job, record: bool) -> Checked:
         """A worker started for `job` has loaded and written its first outputs: do
         they pass? `record`: keep what was found on the entrant (its measuring
         worker), rather than only judge (a further process of the same build).
@@ -122,7 +122,7 @@ class Lane(Generic[E]):
     """One candidate in the rounds: its job, its workers, the calls of its timed blocks."""
 
     entrant: E
-    job: MeasuredJob
+    job: Job
     processes: Processes
     calls: int = 0
     settle: int = 0
@@ -170,7 +170,7 @@ def fail(c: Entrant, worker: Worker | None, reason: str) -> None:
 
 
 def launch(
-    c: Entrant, job: MeasuredJob, engine: Engine[E], started: list[Worker] | None = None
+    c: Entrant, job: Job, engine: Engine[E], started: list[Worker] | None = None
 ) -> tuple[Worker, dict[str, Any]]:
     """A worker for `job` that has loaded and made its first call, and what it said
     (`started`, when given, gets the worker as soon as it exists). Raises NotStarted."""
@@ -188,7 +188,7 @@ def launch(
 
 def checked(
     c: E,
-    job: MeasuredJob,
+    job: Job,
     engine: Engine[E],
     started: tuple[Worker, dict[str, Any]],
     record: bool,
@@ -227,13 +227,13 @@ def checked(
     return worker
 
 
-def start_checked(c: E, job: MeasuredJob, engine: Engine[E], record: bool) -> Worker:
+def start_checked(c: E, job: Job, engine: Engine[E], record: bool) -> Worker:
     """A worker for `job`, alone, that has loaded, made its first call and passed the
     gate. Raises NotStarted."""
     return checked(c, job, engine, launch(c, job, engine), record)
 
 
-def new_lane(c: E, job: MeasuredJob, worker: Worker) -> Lane[E]:
+def new_lane(c: E, job: Job, worker: Worker) -> Lane[E]:
     # A resumed run's worker is a new process: its rounds get a new slot.
     return Lane(c, job, Processes([(max(c.round_slots, default=-1) + 1, worker)]))
 
@@ -243,7 +243,7 @@ def not_entered(c: Entrant, exc: NotStarted, events: Events) -> None:
     events.note(f"{c.id}: {c.status}: {c.reason}", c)
 
 
-def enter(c: E, job: MeasuredJob, engine: Engine[E]) -> Lane[E] | None:
+def enter(c: E, job: Job, engine: Engine[E]) -> Lane[E] | None:
     """Load a candidate's measuring worker through the gate; None if it did not pass."""
     engine.events.note(f"loading {c.id}", c)
     try:
@@ -254,7 +254,7 @@ def enter(c: E, job: MeasuredJob, engine: Engine[E]) -> Lane[E] | None:
 
 
 def enter_all(
-    entrants: Sequence[E], jobs: Mapping[str, MeasuredJob], engine: Engine[E]
+    entrants: Sequence[E], jobs: Mapping[str, Job], engine: Engine[E]
 ) -> dict[str, Lane[E]]:
     """Every entrant's measuring worker, loaded and through the gate: one at a time,
     or `load_side_by_side` at a time (nothing is timed yet; their cold starts are
@@ -332,7 +332,7 @@ def _starting(lane: Lane[E], engine: Engine[E], next_round: int) -> None:
 
 
 def _launched(
-    c: E, job: MeasuredJob, engine: Engine[E], started: list[Worker] | None = None
+    c: E, job: Job, engine: Engine[E], started: list[Worker] | None = None
 ) -> tuple[Worker, dict[str, Any]] | str:
     """`launch`, or why the worker did not start (in a loading thread: nothing here
     touches the run's records)."""
@@ -349,7 +349,7 @@ def _nth(n: int) -> str:
 def _add_process(
     lane: Lane[E],
     engine: Engine[E],
-    job: MeasuredJob,
+    job: Job,
     launched: tuple[Worker, dict[str, Any]] | str,
     next_round: int,
 ) -> None:

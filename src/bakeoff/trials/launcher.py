@@ -25,18 +25,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol
 
-from bakeoff.trials.jobs import (
-    ColdStartJob,
-    Command,
-    GenerateJob,
-    Job,
-    JobError,
-    LoadJob,
-    Measure,
-    TargetJob,
-    Timed,
-    TrainJob,
-)
+from bakeoff.trials.jobs import Command, Job, JobError, Measure, Timed
 
 THREAD_VARIABLES = (
     "OMP_NUM_THREADS",
@@ -90,7 +79,7 @@ def _log_tail(path: Path, lines: int = 3) -> str:
     return "; last output: " + " | ".join(tail) if tail else ""
 
 
-# Jobs whose worker times a load and a first call get on-disk compile caches of
+# Jobs whose worker times a load and a first call (`Job.timed_load`) get on-disk compile caches of
 # their own, empty: torch.compile's first call then includes the compile that a
 # fresh deployment pays, and repeated cold starts are independent. With the
 # shared default cache (/tmp/torchinductor_$USER) a digits run's first process
@@ -99,15 +88,8 @@ def _log_tail(path: Path, lines: int = 3) -> str:
 # The worker removes the folder named in PRIVATE_CACHE_VARIABLE when it ends, as
 # the orchestrator does when it closes the worker: if the orchestrator is killed,
 # its workers see the socket close and exit, and nothing is left in /tmp.
-TIMED_JOBS = (LoadJob, ColdStartJob, TrainJob, TargetJob, GenerateJob)
 COMPILE_CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 PRIVATE_CACHE_VARIABLE = "BAKEOFF_WORKER_COMPILE_CACHE"
-
-
-def _compiles_of(job: LoadJob) -> str:
-    """Whose compiled kernels a measuring job's worker makes: its candidate's build,
-    at whatever batch size (one worker is timed at several in turn)."""
-    return job.load.candidate_id.removesuffix(f"-b{job.load.batch_size}")
 
 
 class WorkerProcess:
@@ -129,7 +111,7 @@ class WorkerProcess:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         env = worker_env(threads)
         self.compile_cache: Path | None = None
-        if isinstance(job, TIMED_JOBS):
+        if job.timed_load:
             self.compile_cache = Path(tempfile.mkdtemp(prefix="bakeoff-compile-cache-"))
             if seed_cache is not None:
                 # A kernel it cannot copy is compiled again, as from empty.
@@ -146,7 +128,7 @@ class WorkerProcess:
         try:
             with open(log_path, "ab") as log:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "bakeoff.trials.worker", str(child_sock.fileno())],
+                    [sys.executable, "-m", job.worker, str(child_sock.fileno())],
                     pass_fds=[child_sock.fileno()],
                     env=env,
                     stdin=subprocess.DEVNULL,
@@ -262,9 +244,9 @@ class LocalLauncher:
         self._lock = threading.Lock()  # workers may start side by side
 
     def start(self, job: Job, name: str) -> WorkerProcess:
-        if not isinstance(job, LoadJob):
+        key = job.compiles_of()
+        if key is None:
             return WorkerProcess(job, job.threads, self.logs / f"{name}.log")
-        key = _compiles_of(job)
         with self._lock:
             first = self._first.get(key)
         seed = first.compile_cache if first is not None and job.reuse_compiles else None

@@ -1,0 +1,391 @@
+"""`bakeoff run` on a text-generation workload: a tiny random GPT-2 folder of the
+test's own, its prompts and held-out text, through the real runtimes on the trial
+engine (issue 22)."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bakeoff import api, generators
+from bakeoff.cli import app
+from bakeoff.errors import UserError
+from bakeoff.workload import parse_spec
+from browser import CHROMIUM, look_at
+from extras import require_program
+from front_door import call
+from tiny_gpt2 import tiny_gpt2, with_tokenizer
+from widths import WIDTHS, assert_fits, printed_at
+
+SHORT = ["def __init__(self, name):", "return self.name", "self.name = name"]
+LONG = ["def __init__(self, name): return self.name def __init__(self, name): return self"]
+
+
+def _workload(folder: Path, *, extra_data: str = "", quality: str = "") -> Path:
+    model = with_tokenizer(tiny_gpt2(folder / "model", vocab=320))
+    (folder / "prompts.txt").write_text("\n".join(SHORT + LONG) + "\n")
+    (folder / "heldout.txt").write_text("self.name = name\nreturn self\n")
+    path = folder / "gen.toml"
+    path.write_text(
+        f"""name = "tiny-gpt2"
+
+[model]
+kind = "hf"
+path = "{model.name}"
+task = "text-generation"
+
+[data]
+prompts = "prompts.txt"
+perplexity_text = "heldout.txt"
+max_new_tokens = 8
+{extra_data}
+{quality}
+"""
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
+    folder = tmp_path_factory.mktemp("gen")
+    wl = _workload(folder)
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(wl),
+            "--quick",
+            "--budget",
+            "3",
+            "--runtimes",
+            # torch-compile's compile would double this fixture's time: its greedy
+            # text is checked in tests/generators/test_generators.py instead, as are
+            # the GenAI runtimes' INT8 and INT4 folders
+            "torch,onnxruntime-genai,openvino-genai,llama-cpp",
+            "--precisions",
+            "fp32,f16",
+            "--concurrency",
+            "2,4",
+            "--json",
+            str(folder / "g.json"),
+            "--store",
+            str(folder / ".bakeoff" / "bakeoff.db"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    return json.loads((folder / "g.json").read_text()), result.output
+
+
+def test_the_stored_run_is_shown_and_other_commands_refuse_it(
+    run: tuple[dict, str], tmp_path: Path
+) -> None:
+    doc, _ = run
+    store = str(Path(doc["workload"]["folder"]).parent / ".bakeoff" / "bakeoff.db")
+    shown = CliRunner().invoke(app, ["show", doc["run_id"], "--store", store])
+    assert shown.exit_code == 0 and "time per output token at batch 1" in shown.output
+    for argv in (
+        ["export", doc["run_id"], "--out", str(tmp_path / "x")],
+        ["compare", doc["run_id"], doc["run_id"]],
+    ):
+        refused = CliRunner().invoke(app, [*argv, "--store", store])
+        assert isinstance(refused.exception, UserError), argv
+        assert "text-generation run" in str(refused.exception)
+
+
+def _report(run: tuple[dict, str], path: Path, fmt: str) -> str:
+    doc, _ = run
+    store = str(Path(doc["workload"]["folder"]).parent / ".bakeoff" / "bakeoff.db")
+    argv = ["report", doc["run_id"], "--format", fmt, "-o", str(path), "--store", store]
+    written = CliRunner().invoke(app, argv)
+    assert written.exit_code == 0, written.output
+    return path.read_text()
+
+
+def test_a_generative_run_has_an_html_and_a_markdown_report(
+    run: tuple[dict, str], tmp_path: Path
+) -> None:
+    doc, _ = run
+    ok = [c["id"] for c in doc["candidates"] if c["status"] == "ok"]
+    page = _report(run, tmp_path / "r.html", "html")
+    for section in ("verdict", "speed", "results", "concurrency", "workload"):
+        assert f'id="section-{section}"' in page
+    assert doc["verdict"]["tpot_batch_1"]["headline"] in html.unescape(page)
+    assert all(cid in page for cid in ok)
+    for c in doc["candidates"]:  # why each one did not run, where one did not
+        if c["status"] != "ok":
+            assert html.escape(c["reason"]) in page, c["id"]
+    summary = _report(run, tmp_path / "r.md", "md")
+    assert (
+        f"**time per output token at batch 1**: {doc['verdict']['tpot_batch_1']['headline']}"
+        in (summary)
+    )
+    rows = [line for line in summary.splitlines() if line.startswith("| ")]
+    assert len(rows) == 1 + len(doc["candidates"])  # the header, then one row each
+
+
+@pytest.mark.browser
+def test_the_generative_report_renders_in_headless_chromium(
+    run: tuple[dict, str], tmp_path: Path
+) -> None:
+    require_program(CHROMIUM, "apt-get install chromium (make browser)")
+    doc, _ = run
+    page = tmp_path / "r.html"
+    _report(run, page, "html")
+    seen = look_at(page, tmp_path / "profile")
+    assert seen["errors"] == []
+    assert seen["requests"] == [page.resolve().as_uri()]  # the page itself, nothing else
+    assert seen["outside"] == []  # no label runs past its chart
+    by_id = {c["id"]: c for c in seen["charts"]}
+    ok = [c for c in doc["candidates"] if c["status"] == "ok"]
+    assert by_id["gen-tpot"]["marks"] == len(ok)
+    assert all(c["hit"] and c["titled"] for c in seen["charts"]), seen["charts"]
+
+
+def test_every_candidate_is_ok_rejected_or_unavailable_with_why(run: tuple[dict, str]) -> None:
+    doc, _ = run
+    by = {c["id"]: c for c in doc["candidates"]}
+    assert set(by) == {
+        "torch-fp32",
+        "onnxruntime-genai-fp32",
+        "openvino-genai-fp32",
+        "llama-cpp-f16",
+    }
+    for cid in ("onnxruntime-genai-fp32", "openvino-genai-fp32"):
+        assert by[cid]["status"] == "ok", by[cid]["reason"]
+        assert by[cid]["quality"]["token_agreement"] == 1.0  # FP32 writes torch's text
+        assert by[cid]["model_size_mb"] > 0 and by[cid]["cold_start_s"]["build"] >= 0
+    llama_why = generators.availability("llama-cpp")
+    if llama_why:  # make test does not install llama-cpp-python (minutes to build)
+        assert by["llama-cpp-f16"]["status"] == "unavailable"
+        assert "bakeoff[llama-cpp]" in llama_why
+    else:
+        assert by["llama-cpp-f16"]["status"] in ("ok", "rejected")
+    for c in by.values():
+        assert c["status"] in ("ok", "rejected", "unavailable")
+        assert c["status"] == "ok" or c["reason"]
+
+
+def test_an_ok_candidate_has_every_figure_the_issue_names(run: tuple[dict, str]) -> None:
+    doc, _ = run
+    ok = [c for c in doc["candidates"] if c["status"] == "ok"]
+    assert "torch-fp32" in {c["id"] for c in ok}
+    for c in ok:
+        for key in ("ttft_ms", "tpot_ms"):
+            fig = c[key]
+            assert {"p50", "p90", "p99", "ci95"} <= set(fig)
+            lo, hi = fig["ci95"]["p50"]
+            assert 0 < lo <= fig["p50"] <= hi
+        rate = c["tokens_per_s"]
+        assert rate["value"] > 0 and rate["ci95"][0] <= rate["value"] <= rate["ci95"][1]
+        assert c["peak_rss_mb"] > 0 and c["model_size_mb"] > 0
+        q = c["quality"]
+        assert {"token_agreement", "common_prefix", "perplexity", "reference_perplexity"} <= set(q)
+        assert c["cold_start_s"]["load"] > 0 and c["cold_start_s"]["first_token"] > 0
+    torch = next(c for c in ok if c["id"] == "torch-fp32")
+    # the reference against itself: the same tokens and the same perplexity
+    assert torch["quality"]["token_agreement"] == 1.0
+    assert torch["quality"]["perplexity"] == pytest.approx(doc["reference"]["perplexity"])
+
+
+def test_the_verdict_names_a_tpot_winner_and_a_tokens_per_s_winner_under_concurrency(
+    run: tuple[dict, str],
+) -> None:
+    doc, output = run
+    v = doc["verdict"]["tpot_batch_1"]
+    ok = {c["id"] for c in doc["candidates"] if c["status"] == "ok"}
+    assert v["winner"] in ok and v["baseline"] == "torch-fp32" and v["headline"]
+    conc = doc["verdict"]["tokens_per_s_concurrency"]
+    assert conc["at_concurrency"] == 4 and set(conc["per_concurrency"]) == {"2", "4"}
+    for level in conc["per_concurrency"].values():
+        assert level["winner"] in ok and level["baseline"] == "torch-fp32" and level["headline"]
+        assert set(level["ranking"]) == ok  # raced out on TPOT or not, every ok one is swept
+    assert conc["winner"] == conc["per_concurrency"]["4"]["winner"]
+    # One `verdicts` list, as every kind's document has; `verdict` kept for one version.
+    assert doc["verdicts"] == [v, conc]
+    wl = doc["workload"]
+    assert wl["prompts"] == 4 and wl["prompt_tokens"]["max"] > wl["prompt_tokens"]["min"]
+    assert "time per output token at batch 1" in output and "TPOT p50 ms" in output
+    assert "tokens/s, 4 requests at once:" in output and "by requests at once" in output
+
+
+def test_each_ok_candidate_has_tokens_per_s_and_ttft_p99_at_each_concurrency(
+    run: tuple[dict, str],
+) -> None:
+    doc, _ = run
+    for c in doc["candidates"]:
+        if c["status"] != "ok":
+            assert "concurrency" not in c
+            continue
+        assert set(c["concurrency"]) == {"1", "2", "4"}, c["id"]
+        for level, figures in c["concurrency"].items():
+            rate = figures["tokens_per_s"]
+            assert 0 < rate["ci95"][0] <= rate["value"] <= rate["ci95"][1], (c["id"], level)
+            assert figures["ttft_ms"]["p99"] >= figures["ttft_ms"]["p50"] > 0
+            # whole passes over the 4 prompts, every round (one a round in the sweep)
+            assert figures["requests"] % 4 == 0 and figures["requests"] >= 4 * figures["rounds"]
+            if level != "1":
+                assert figures["requests"] == 4 * figures["rounds"]
+        # at 1, the TPOT rounds' own figures
+        assert c["concurrency"]["1"]["tokens_per_s"]["value"] == c["tokens_per_s"]["value"]
+        assert c["settings"]["batching"]
+
+
+def test_concurrency_levels_are_checked(tmp_path: Path) -> None:
+    wl = _workload(tmp_path)
+    for bad in ("1,2", "2,2", "x", "-4"):
+        got = CliRunner().invoke(app, ["run", str(wl), "--concurrency", bad])
+        assert isinstance(got.exception, UserError), bad
+        assert str(got.exception).startswith("--concurrency: distinct whole numbers")
+
+
+def test_a_spec_for_generation_names_what_it_misses(tmp_path: Path) -> None:
+    def spec(text: str) -> None:
+        parse_spec(text, "gen.toml")
+
+    head = 'name = "x"\n[model]\nkind = "hf"\npath = "m"\n'
+    with pytest.raises(UserError, match="needs \\[data\\] prompts"):
+        spec(head + 'task = "text-generation"\n[data]\ntext = "t.txt"\n')
+    with pytest.raises(UserError, match=r"data\.prompts needs"):
+        spec(head + '[data]\nprompts = "p.txt"\n')
+    with pytest.raises(UserError, match="max_new_tokens and perplexity_text go with prompts"):
+        spec(head + '[data]\ntext = "t.txt"\nmax_new_tokens = 4\n')
+    with pytest.raises(UserError, match='"perplexity" goes with task = "text-generation"'):
+        spec(
+            head
+            + 'task = "text-generation"\n[data]\nprompts = "p.txt"\n[quality]\nmetric = "cosine"\n'
+        )
+    ok = parse_spec(head + 'task = "text-generation"\n[data]\nprompts = "p.txt"\n', "gen.toml")
+    assert ok.quality.metric == "perplexity" and ok.quality.max_drop == pytest.approx(0.10)
+
+
+def test_a_prompt_too_long_for_the_model_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    wl = _workload(tmp_path, extra_data="")
+    (tmp_path / "prompts.txt").write_text("self " * 200 + "\n")
+    with pytest.raises(UserError, match="exceeds the model's 128 positions"):
+        api.load_generation(str(wl))
+
+
+def test_a_model_that_is_not_a_causal_lm_is_refused(tmp_path: Path) -> None:
+    from transformers import BertConfig, BertModel
+
+    wl = _workload(tmp_path)
+    config = BertConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        vocab_size=320,
+    )  # fmt: skip
+    BertModel(config).save_pretrained(tmp_path / "model")
+    with pytest.raises(UserError, match="needs a causal language model"):
+        api.load_generation(str(wl))
+
+
+def test_other_commands_say_they_do_not_take_generative_workloads_yet(tmp_path: Path) -> None:
+    from bakeoff.loader import load_workload
+
+    with pytest.raises(UserError, match="text-generation workload"):
+        load_workload(str(_workload(tmp_path)))
+    with pytest.raises(UserError, match="text-generation workload"):
+        load_workload("builtin:tiny-lm")
+    flags = CliRunner().invoke(app, ["run", str(tmp_path / "gen.toml"), "--batch-sizes", "1,8"])
+    assert isinstance(flags.exception, UserError)
+    assert str(flags.exception).startswith("--batch-sizes: not for a text-generation workload")
+
+
+# Loaded into every worker through PYTHONPATH (Python imports `sitecustomize` at
+# start): the runtimes named in BAKEOFF_TEST_CRASH_AT_PROMPT ("runtime:length,...")
+# kill their worker with SIGSEGV on a prompt of that many tokens, as a native crash
+# at one prompt length would.
+CRASH_AT_PROMPT = """
+import os
+
+_SPEC = os.environ.get("BAKEOFF_TEST_CRASH_AT_PROMPT")
+if _SPEC:
+    import resource
+    import signal
+
+    from bakeoff import generators
+
+    _AT = {r: int(n) for r, n in (pair.rsplit(":", 1) for pair in _SPEC.split(","))}
+    _load = generators.load
+
+    def load(runtime, folder, threads):
+        gen = _load(runtime, folder, threads)
+        if runtime not in _AT:
+            return gen
+        generate, generate_batch = gen.generate, gen.generate_batch
+
+        def crash_on(prompts):
+            if any(len(p) == _AT[runtime] for p in prompts):
+                resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file
+                os.kill(os.getpid(), signal.SIGSEGV)
+
+        def crashing(prompt, max_new_tokens, on_token):
+            crash_on([prompt])
+            return generate(prompt, max_new_tokens, on_token)
+
+        def crashing_batch(prompts, max_new_tokens):
+            crash_on(prompts)
+            return generate_batch(prompts, max_new_tokens)
+
+        gen.generate, gen.generate_batch = crashing, crashing_batch
+        return gen
+
+    generators.load = load
+"""
+
+
+def test_a_runtime_that_crashes_on_one_prompt_length_fails_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch (the reference too) dies on the longest prompt, OpenVINO GenAI on the
+    shortest: each fails on its own, ONNX Runtime GenAI is checked and timed, and the
+    run ends with its verdict. The reference runs again without the prompt it died
+    on, which no candidate is quality-checked on, and the document says so."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(CRASH_AT_PROMPT)
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(inject), os.environ.get("PYTHONPATH")]))
+    )
+    wl = _workload(tmp_path)
+    w = api.load_generation(str(wl))
+    assert w is not None
+    lengths = [len(p) for p in w.prompts]
+    longest, shortest = max(lengths), min(lengths)
+    assert lengths.count(longest) == lengths.count(shortest) == 1
+    monkeypatch.setenv("BAKEOFF_TEST_CRASH_AT_PROMPT", f"torch:{longest},openvino-genai:{shortest}")
+    result = CliRunner().invoke(
+        app,
+        [
+            "run", str(wl), "--quick", "--budget", "3",
+            "--runtimes", "torch,onnxruntime-genai,openvino-genai", "--precisions", "fp32",
+            "--concurrency", "2", "--json", str(tmp_path / "g.json"),
+            "--store", str(tmp_path / "s.db"),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "g.json").read_text())
+    by = {c["id"]: c for c in doc["candidates"]}
+    for failed in ("torch-fp32", "openvino-genai-fp32"):
+        assert by[failed]["status"] == "failed" and "SIGSEGV" in by[failed]["reason"]
+    ort = by["onnxruntime-genai-fp32"]
+    assert ort["status"] == "ok", ort["reason"]
+    assert ort["quality"]["passed"] is True and ort["tpot_ms"] is not None
+    (gone,) = doc["reference"]["prompts_left_out"]
+    assert gone["prompt"] == lengths.index(longest) and gone["prompt_tokens"] == longest
+    assert "SIGSEGV" in gone["reason"]
+    assert f"prompt {gone['prompt']} ({longest} tokens): left out" in result.output
+    assert doc["verdict"]["tpot_batch_1"]["winner"] == "onnxruntime-genai-fp32"
+
+
+def test_the_generative_tables_fit_ordinary_terminals(run: tuple[dict, str]) -> None:
+    doc, _ = run
+    store = str(Path(doc["workload"]["folder"]).parent / ".bakeoff" / "bakeoff.db")
+    ids = [doc["run_id"], *(c["id"] for c in doc["candidates"])]
+    for width in WIDTHS:
+        shown = printed_at(width, lambda: call("show", doc["run_id"], "--store", store).stdout)
+        assert_fits(shown, width, ids)
