@@ -98,7 +98,7 @@ test-llama-cpp: $(LLAMA_STAMP)
 # The HTML report in headless Chromium alone; keeps its screenshot in test-output/.
 test-report: $(TEST_STAMP) browser
 	@test -x $(CHROMIUM) || { echo "Chromium is needed: apt-get install chromium"; exit 1; }
-	BAKEOFF_TEST_OUTPUT=test-output $(PY) -m pytest -m browser tests/test_report.py
+	BAKEOFF_TEST_OUTPUT=test-output $(PY) -m pytest -m browser tests/report/test_html.py
 	@echo "screenshot: test-output/report.png"
 
 lint: $(TEST_STAMP)
