@@ -26,6 +26,22 @@ def test_cosine_identical_outputs_drop_zero() -> None:
     assert q.passed  # float noise must not fail an exact variant at max_drop 0
 
 
+def test_cosine_counts_a_row_zero_in_both_as_the_same_answer() -> None:
+    """A ReLU can zero a whole output row: the same zero row from a candidate is a
+    match (found on a tiny Keras MLP, whose exact copy was rejected at cosine 0.875)."""
+    ref = _ref(n=8)
+    ref[0] = 0.0
+    same = ref.copy()
+    same[0] = 1e-12  # rounding, not an answer
+    q = evaluate("cosine", same, ref, None, max_drop=0.0)
+    assert q.value == pytest.approx(1.0) and q.passed
+    assert evaluate("cosine", np.zeros((3, 4)), np.zeros((3, 4)), None, 0.0).passed
+    wrong = ref.copy()
+    wrong[0] = 1.0  # zero in the reference, an answer in the candidate: a difference
+    q = evaluate("cosine", wrong, ref, None, max_drop=0.01)
+    assert q.worst == pytest.approx(0.0) and not q.passed
+
+
 def test_cosine_reports_worst_sample() -> None:
     ref = _ref(n=10)
     out = ref.copy()

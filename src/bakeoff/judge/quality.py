@@ -77,9 +77,14 @@ def evaluate(
         # average says (argmax of a NaN row is 0, which could look "correct").
         return Quality(metric, float("nan"), float("nan"), float("inf"), max_drop, None, bad)
     if metric == "cosine":
-        norms = np.linalg.norm(out, axis=1) * np.linalg.norm(ref, axis=1)
-        cos = np.sum(out * ref, axis=1) / np.maximum(norms, 1e-12)
+        own, theirs = np.linalg.norm(out, axis=1), np.linalg.norm(ref, axis=1)
+        cos = np.sum(out * ref, axis=1) / np.maximum(own * theirs, 1e-12)
         cos = np.where(np.isfinite(cos), cos, -1.0)
+        # A row that is zero (to rounding) in both is the same answer, not an opposite
+        # one: a ReLU can zero a whole output row, and the cosine of two zero vectors
+        # is undefined. Zero in one and not in the other stays a real difference.
+        tiny = 1e-6 * max(float(own.max(initial=0.0)), float(theirs.max(initial=0.0)))
+        cos = np.where((own <= tiny) & (theirs <= tiny), 1.0, cos)
         return Quality(
             metric, float(cos.mean()), 1.0, float(1.0 - cos.mean()), max_drop, float(cos.min())
         )
