@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -20,32 +19,7 @@ from bakeoff.models import build_torch_model, read_state_dict
 from bakeoff.source import ModelSource
 from bakeoff.workload import parse_spec
 from sentences import SENTENCES
-
-ARCH_MODULE = textwrap.dedent(
-    """
-    import numpy as np
-    import torch
-
-
-    class Mlp(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = torch.nn.Sequential(
-                torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)
-            )
-
-        def forward(self, x):
-            return self.net(x)
-
-
-    def build():
-        return Mlp()  # not seeded: only the weights file makes two builds agree
-
-
-    def inputs():
-        return np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32)
-    """
-)
+from torch_weights import RunsCode, reference_model, torch_workload
 
 
 @pytest.fixture(scope="module")
@@ -55,42 +29,10 @@ def minilm_folder() -> str:
     return model_folder()
 
 
-def _torch_workload(tmp_path: Path, weights: str | None, tail: str = "") -> Path:
-    (tmp_path / "tiny_arch.py").write_text(ARCH_MODULE)
-    line = f'weights = "{weights}"\n' if weights else ""
-    path = tmp_path / "workload.toml"
-    path.write_text(
-        'name = "tiny"\n[model]\nkind = "torch"\nfactory = "tiny_arch:build"\n'
-        f'{line}[data]\nfactory = "tiny_arch:inputs"\n{tail}'
-    )
-    return path
-
-
-def _reference_model(tmp_path: Path) -> object:
-    """The factory's architecture with seeded weights: what the files hold."""
-    import torch
-
-    (tmp_path / "tiny_arch.py").write_text(ARCH_MODULE)
-    ns: dict = {}
-    exec(compile(ARCH_MODULE, "tiny_arch", "exec"), ns)
-    torch.manual_seed(1234)
-    return ns["build"]().eval()
-
-
-class _RunsCode:
-    """Unpickling this calls exec(): it writes a marker file. torch.save pickles it."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self) -> tuple:
-        return (exec, (f"open({str(self.marker)!r}, 'w').write('ran')",))
-
-
 def _evil_file(path: Path, marker: Path) -> None:
     import torch
 
-    torch.save({"net.0.weight": torch.zeros(16, 8), "net.0.bias": _RunsCode(marker)}, path)
+    torch.save({"net.0.weight": torch.zeros(16, 8), "net.0.bias": RunsCode(marker)}, path)
 
 
 # ----------------------------------------------------------------- weights files
@@ -107,7 +49,7 @@ def test_weights_file_that_would_run_code_is_refused_and_never_runs(tmp_path: Pa
 
     marker = tmp_path / "MARKER"
     _evil_file(tmp_path / "evil.pt", marker)
-    wl = _torch_workload(tmp_path, "evil.pt")
+    wl = torch_workload(tmp_path, "evil.pt")
     with pytest.raises(UserError) as info:
         load_workload(str(wl))
     msg = str(info.value)
@@ -131,13 +73,13 @@ def test_weights_file_loads_into_the_factory_model(tmp_path: Path, name: str) ->
     import torch
     from safetensors.torch import save_file
 
-    ref = _reference_model(tmp_path)
+    ref = reference_model(tmp_path)
     state = ref.state_dict()  # type: ignore[attr-defined]
     if name.endswith(".safetensors"):
         save_file(state, str(tmp_path / name))
     else:
         torch.save(state, tmp_path / name)
-    wl = load_workload(str(_torch_workload(tmp_path, name)))
+    wl = load_workload(str(torch_workload(tmp_path, name)))
     assert wl.source.weights == str(tmp_path / name)
     x = torch.from_numpy(wl.inputs["input"])
     model = build_torch_model(wl.source)
@@ -152,7 +94,7 @@ def test_pt_and_safetensors_of_the_same_weights_agree(tmp_path: Path) -> None:
     import torch
     from safetensors.torch import save_file
 
-    state = _reference_model(tmp_path).state_dict()  # type: ignore[attr-defined]
+    state = reference_model(tmp_path).state_dict()  # type: ignore[attr-defined]
     torch.save(state, tmp_path / "a.pt")
     save_file(state, str(tmp_path / "b.safetensors"))
     a, b = read_state_dict(str(tmp_path / "a.pt")), read_state_dict(str(tmp_path / "b.safetensors"))
@@ -163,10 +105,10 @@ def test_pt_and_safetensors_of_the_same_weights_agree(tmp_path: Path) -> None:
 def test_weights_that_do_not_fit_list_missing_and_unexpected_keys(tmp_path: Path) -> None:
     import torch
 
-    state = _reference_model(tmp_path).state_dict()  # type: ignore[attr-defined]
+    state = reference_model(tmp_path).state_dict()  # type: ignore[attr-defined]
     state["head.weight"] = state.pop("net.2.weight")
     torch.save(state, tmp_path / "renamed.pt")
-    wl = load_workload(str(_torch_workload(tmp_path, "renamed.pt")))  # keys need the model
+    wl = load_workload(str(torch_workload(tmp_path, "renamed.pt")))  # keys need the model
     with pytest.raises(UserError) as info:
         build_torch_model(wl.source)
     msg = str(info.value)
@@ -178,10 +120,10 @@ def test_weights_that_do_not_fit_list_missing_and_unexpected_keys(tmp_path: Path
 def test_weights_of_the_wrong_shape_are_refused(tmp_path: Path) -> None:
     import torch
 
-    state = _reference_model(tmp_path).state_dict()  # type: ignore[attr-defined]
+    state = reference_model(tmp_path).state_dict()  # type: ignore[attr-defined]
     state["net.2.weight"] = torch.zeros(5, 16)
     torch.save(state, tmp_path / "shape.pt")
-    wl = load_workload(str(_torch_workload(tmp_path, "shape.pt")))
+    wl = load_workload(str(torch_workload(tmp_path, "shape.pt")))
     with pytest.raises(UserError, match=r"does not fit the model.*net\.2\.weight"):
         build_torch_model(wl.source)
 
@@ -189,26 +131,27 @@ def test_weights_of_the_wrong_shape_are_refused(tmp_path: Path) -> None:
 def test_training_checkpoint_is_not_a_state_dict(tmp_path: Path) -> None:
     import torch
 
-    state = _reference_model(tmp_path).state_dict()  # type: ignore[attr-defined]
+    state = reference_model(tmp_path).state_dict()  # type: ignore[attr-defined]
     torch.save({"model": state, "epoch": 3}, tmp_path / "ckpt.pt")
     with pytest.raises(UserError) as info:
-        load_workload(str(_torch_workload(tmp_path, "ckpt.pt")))
+        load_workload(str(torch_workload(tmp_path, "ckpt.pt")))
     assert "model.weights = 'ckpt.pt'" in str(info.value)
     assert "not a plain state_dict" in str(info.value)
     assert "'model', 'epoch'" in str(info.value)
+    assert 'set weights_key = "model" to read the state_dict inside it' in str(info.value)
 
 
 def test_weights_file_errors_name_the_key(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"model\.weights = 'nope\.pt'.*does not exist"):
-        load_workload(str(_torch_workload(tmp_path, "nope.pt")))
+        load_workload(str(torch_workload(tmp_path, "nope.pt")))
     (tmp_path / "junk.safetensors").write_bytes(b"not a safetensors file at all")
     with pytest.raises(UserError, match=r"model\.weights = 'junk\.safetensors'.*not a valid"):
-        load_workload(str(_torch_workload(tmp_path, "junk.safetensors")))
+        load_workload(str(torch_workload(tmp_path, "junk.safetensors")))
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(UserError, match=r"model\.weights = 'junk\.pt'.*cannot read"):
-        load_workload(str(_torch_workload(tmp_path, "junk.pt")))
+        load_workload(str(torch_workload(tmp_path, "junk.pt")))
     with pytest.raises(UserError) as info:
-        load_workload(str(_torch_workload(tmp_path, "model.pkl")))
+        load_workload(str(torch_workload(tmp_path, "model.pkl")))
     assert "model: weights = 'model.pkl': unknown file type" in str(info.value)
     with pytest.raises(UserError, match='weights is for kind = "torch" only'):
         parse_spec(
@@ -222,9 +165,9 @@ def test_torch_weights_run_end_to_end(tmp_path: Path, store_path: Path) -> None:
     """Workers (torch, and the ONNX export) build the model with the file's weights."""
     from safetensors.torch import save_file
 
-    state = _reference_model(tmp_path).state_dict()  # type: ignore[attr-defined]
+    state = reference_model(tmp_path).state_dict()  # type: ignore[attr-defined]
     save_file(state, str(tmp_path / "m.safetensors"))
-    wl = _torch_workload(
+    wl = torch_workload(
         tmp_path,
         "m.safetensors",
         tail='[search]\nruntimes = ["torch", "onnxruntime"]\nprecisions = ["fp32"]\n'

@@ -4,7 +4,9 @@ itself imports no framework): `mlp/`, a SavedModel whose serving_default signatu
 takes x [batch, 64]; and `two_inputs.keras`, a functional Keras 3 model with inputs
 feat [batch, 8] (float32) and ids [batch, seq] (int32) into a 50-row Embedding; and
 `one_input.keras`, a functional model of one input, only [batch, 5] (Keras writes
-a single input's entry unlike several)."""
+a single input's entry unlike several); `mlp.h5`, a Sequential x [batch, 6] -> 3 in
+the legacy HDF5 format; and `lambda.h5`, a model holding a Python lambda, which
+must never be deserialized."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from pathlib import Path
 SAVEDMODEL = "mlp"
 KERAS_FILE = "two_inputs.keras"
 ONE_INPUT_KERAS_FILE = "one_input.keras"
+H5_FILE = "mlp.h5"
+LAMBDA_H5_FILE = "lambda.h5"
 
 WRITE = textwrap.dedent(
     """
@@ -52,6 +56,10 @@ WRITE = textwrap.dedent(
     keras.Model([feat, ids], logits).save(out / "two_inputs.keras")
     only = keras.Input((5,), name="only")
     keras.Model(only, keras.layers.Dense(2)(only)).save(out / "one_input.keras")
+    x = keras.Input((6,), name="x")
+    layers = [keras.layers.Dense(4, activation="relu"), keras.layers.Dense(3)]
+    keras.Sequential([x, *layers]).save(out / "mlp.h5")
+    keras.Model(x, keras.layers.Lambda(lambda t: t * 2.0)(x)).save(out / "lambda.h5")
     """
 )
 

@@ -16,6 +16,9 @@ from typing import Any
 from bakeoff.source import ModelSource
 
 KERAS_BACKENDS = ("jax", "tensorflow", "torch")
+# The model files Keras 3 loads: its own .keras zip, and the legacy HDF5 files of
+# tf.keras / Keras 2 (through Keras 3's legacy loader, with the same safe mode).
+KERAS_FILE_SUFFIXES = (".keras", ".h5", ".hdf5")
 # Keras' mixed precision policy for bf16 variants: bf16 compute, float32 variables.
 BF16_POLICY = "mixed_bfloat16"
 
@@ -49,9 +52,10 @@ def set_keras_backend(backend: str) -> Any:
 def load_keras_model(source: ModelSource, backend: str, weights: str | None = None) -> Any:
     """The workload's Keras model on `backend` (one of KERAS_BACKENDS).
 
-    A file is loaded with ``safe_mode=True``: Keras then refuses to deserialize
-    lambdas (arbitrary code) from a user's file. A factory is the user's own
-    code, called after the backend is set; `weights` (a ``.weights.h5`` saved
+    A file (.keras, or a legacy .h5 / .hdf5) is loaded with ``safe_mode=True``:
+    Keras then refuses to deserialize lambdas (arbitrary code) from a user's file
+    (the workload checks refuse them before, from the file's config). A factory is
+    the user's own code, called after the backend is set; `weights` (a ``.weights.h5`` saved
     by a build step) replaces its initial weights, so every backend and every
     export runs the same numbers even when the factory initialises randomly.
     """
@@ -59,10 +63,11 @@ def load_keras_model(source: ModelSource, backend: str, weights: str | None = No
         raise ValueError(f"load_keras_model needs a kind = 'keras' model, got {source.kind!r}")
     keras = set_keras_backend(backend)
     if source.path is not None:
-        if not source.path.endswith(".keras"):
+        if not source.path.lower().endswith(KERAS_FILE_SUFFIXES):
             raise ValueError(
-                f"{source.path}: Keras 3 models load from a .keras file (model.save("
-                "'model.keras')); legacy .h5 files and SavedModel folders are not accepted"
+                f"{source.path}: Keras models load from a .keras file (model.save("
+                "'model.keras')) or a legacy .h5 / .hdf5 file; a SavedModel folder is "
+                'kind = "savedmodel"'
             )
         try:
             return keras.saving.load_model(source.path, compile=False, safe_mode=True)

@@ -29,11 +29,15 @@ __all__ = ["is_model_path", "spec_for_model", "spec_toml"]
 
 # A single file of one of these kinds is a model; a folder is one when it holds a
 # Hugging Face config.json or a TensorFlow saved_model.pb.
-_KINDS_BY_SUFFIX = {".onnx": "onnx", ".xml": "openvino", ".keras": "keras"}
+_KINDS_BY_SUFFIX = {
+    ".onnx": "onnx",
+    ".xml": "openvino",
+    ".keras": "keras",
+    ".h5": "keras",  # a legacy tf.keras / Keras 2 file, which Keras 3 loads
+    ".hdf5": "keras",
+}
 # Files people will try that are not (yet) a workload alone, and what to do instead.
 _NOT_YET = {
-    ".h5": "a Keras HDF5 file",
-    ".hdf5": "a Keras HDF5 file",
     ".tflite": "a TFLite file",
     ".pt": "a PyTorch checkpoint",
     ".pth": "a PyTorch checkpoint",

@@ -4,6 +4,10 @@ Only worker and build processes build models: that imports torch (and
 transformers for Hugging Face folders), which the orchestrator never needs.
 The one exception is `check_weights_file`, which the orchestrator calls on a
 kind = "torch" weights file so an unsafe file is refused before any build.
+
+A weights file is a plain state_dict, or (with `weights_key`) a checkpoint dict
+that holds one: the file is read with torch.load(weights_only=True) all the same,
+then the key path is followed and what it reaches must be a plain state_dict.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from bakeoff.errors import UserError
+from bakeoff.errors import UserError, did_you_mean
 from bakeoff.source import PICKLE_SUFFIXES, ModelSource, import_factory
 
 # The seed of every weight a Hugging Face folder lacks (an untrained head): each
@@ -35,7 +39,7 @@ def build_torch_model(source: ModelSource) -> Any:
                 "expected a torch.nn.Module"
             )
         if source.weights is not None:
-            load_weights(model, source.weights)
+            load_weights(model, source.weights, source.weights_key)
     elif source.kind == "hf":
         assert source.path is not None
         if source.task == "sequence-classification":
@@ -89,7 +93,9 @@ def _refusal(path: str, where: str, exc: Exception) -> UserError:
     )
 
 
-def _torch_load(path: str, where: str, mmap: bool) -> Any:
+def torch_load_weights_only(path: str, where: str, mmap: bool) -> Any:
+    """The object a torch file holds, read by the weights-only unpickler and nothing else
+    (a file that would run code is refused, unread); `mmap` leaves tensor data on disk."""
     import torch
 
     try:
@@ -100,30 +106,113 @@ def _torch_load(path: str, where: str, mmap: bool) -> Any:
         raise _refusal(path, where, exc) from None
 
 
-def _check_state_dict(obj: Any, path: str, where: str) -> None:
+def _check_state_dict(obj: Any, location: str, where: str, weights_key: str | None) -> None:
     import torch
 
     if not isinstance(obj, dict):
         raise UserError(
-            f"{where}: {path} holds a {type(obj).__name__}, not a state_dict "
+            f"{where}: {location} holds a {type(obj).__name__}, not a state_dict "
             "(a dict of parameter name -> tensor); save model.state_dict()"
         )
     odd = [k for k, v in obj.items() if not (isinstance(k, str) and isinstance(v, torch.Tensor))]
     if odd:
         shown = ", ".join(repr(k) for k in odd[:5]) + (" ..." if len(odd) > 5 else "")
+        # A training checkpoint usually holds the state_dict under a key of its own:
+        # name that key, so the fix is one line of the workload, not a re-save.
+        inside = [f"{weights_key}.{name}" if weights_key else name for name in _inner(obj)]
+        if inside:
+            keys = " or ".join(f'"{name}"' for name in inside[:3])
+            fix = f"set weights_key = {keys} to read the state_dict inside it"
+        else:
+            fix = "save model.state_dict() alone"
         raise UserError(
-            f"{where}: {path} is not a plain state_dict: entries {shown} are not tensors "
-            "(a training checkpoint? save model.state_dict() alone)"
+            f"{where}: {location} is not a plain state_dict: entries {shown} are not tensors "
+            f"(a training checkpoint? {fix})"
         )
 
 
-def check_weights_file(path: str, where: str) -> None:
+def _inner(obj: dict[Any, Any], depth: int = 2) -> list[str]:
+    """Dotted key paths, `depth` levels deep at most, of the non-empty dicts of
+    tensors by name in `obj`: the state_dicts a training checkpoint holds."""
+    import torch
+
+    found: list[str] = []
+    for key, value in obj.items():
+        if not (isinstance(key, str) and isinstance(value, dict) and value):
+            continue
+        if all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items()):
+            found.append(key)
+        elif depth > 1:
+            found += [f"{key}.{name}" for name in _inner(value, depth - 1)]
+    return found
+
+
+def _follow_key(obj: Any, weights_key: str, path: str, where: str) -> tuple[Any, str]:
+    """What `weights_key` reaches in a checkpoint, and where that is (for messages).
+
+    Each dot-separated part is a dict key; at each level the longest run of parts
+    that is a key wins, so a key with dots of its own ("encoder.v2") is found whole.
+    """
+    location, rest = path, weights_key
+    while rest:
+        first = rest.split(".")[0]
+        if not isinstance(obj, dict):
+            kind = type(obj).__name__
+            article = "an" if kind[:1].lower() in "aeiou" else "a"
+            raise UserError(
+                f"{where}: {location} is not a dict ({article} {kind}): it has no key {first!r}"
+            )
+        key = _longest_key(obj, rest)
+        if key is None:
+            names = [k for k in obj if isinstance(k, str)]
+            raise UserError(
+                f"{where}: {location} has no key {first!r}{did_you_mean(first, names)}; "
+                f"its keys: {_shown_keys(list(obj))}"
+            )
+        obj, location, rest = obj[key], f"{location}[{key!r}]", rest[len(key) + 1 :]
+    return obj, location
+
+
+def _longest_key(obj: dict[Any, Any], dotted: str) -> str | None:
+    parts = dotted.split(".")
+    for n in range(len(parts), 0, -1):
+        if (candidate := ".".join(parts[:n])) in obj:
+            return candidate
+    return None
+
+
+def _shown_keys(keys: list[Any], limit: int = 8) -> str:
+    if not keys:
+        return "none (an empty dict)"
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    return ", ".join(repr(k) for k in keys[:limit]) + more
+
+
+def state_dict_in(obj: Any, path: str, where: str, weights_key: str | None) -> dict[str, Any]:
+    """The plain state_dict the file's object is, or holds at `weights_key`."""
+    location = path
+    if weights_key is not None:
+        obj, location = _follow_key(obj, weights_key, path, where)
+    _check_state_dict(obj, location, where, weights_key)
+    return dict(obj)
+
+
+def _no_key_in_safetensors(path: str, where: str, weights_key: str | None) -> None:
+    if weights_key is not None:
+        raise UserError(
+            f"{where}: weights_key is for a checkpoint dict (.pt, .pth, .bin); {path} is a "
+            "safetensors file, a flat state_dict already: leave weights_key out"
+        )
+
+
+def check_weights_file(path: str, where: str, weights_key: str | None = None) -> None:
     """Refuse an unreadable or unsafe weights file without reading every tensor."""
     if path.endswith(PICKLE_SUFFIXES):
         # mmap leaves tensor data on disk; only the zip format (torch >= 1.6) has it.
-        obj = _torch_load(path, where, mmap=zipfile.is_zipfile(path))
-        _check_state_dict(obj, path, where)
+        obj = torch_load_weights_only(path, where, mmap=zipfile.is_zipfile(path))
+        state_dict_in(obj, path, where, weights_key)
         return
+    _no_key_in_safetensors(path, where, weights_key)
     from safetensors import SafetensorError, safe_open
 
     try:
@@ -134,12 +223,14 @@ def check_weights_file(path: str, where: str) -> None:
         raise UserError(f"{where}: {path} is not a valid safetensors file: {exc}") from None
 
 
-def read_state_dict(path: str, where: str = "model.weights") -> dict[str, Any]:
+def read_state_dict(
+    path: str, where: str = "model.weights", weights_key: str | None = None
+) -> dict[str, Any]:
     """Tensors only: safetensors, or torch.load(weights_only=True), never more."""
     if path.endswith(PICKLE_SUFFIXES):
-        obj = _torch_load(path, where, mmap=False)
-        _check_state_dict(obj, path, where)
-        return dict(obj)
+        obj = torch_load_weights_only(path, where, mmap=False)
+        return state_dict_in(obj, path, where, weights_key)
+    _no_key_in_safetensors(path, where, weights_key)
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -149,10 +240,17 @@ def read_state_dict(path: str, where: str = "model.weights") -> dict[str, Any]:
         raise UserError(f"{where}: {path} is not a valid safetensors file: {exc}") from None
 
 
-def load_weights(model: Any, path: str) -> None:
-    """Strict: every parameter and buffer comes from the file, and nothing else is in it."""
-    where = f"model.weights = {Path(path).name!r}"
-    state = read_state_dict(path, where)
+def weights_where(prefix: str, weights: str, weights_key: str | None) -> str:
+    """How messages name the weights a spec gives: `prefix` then the keys' values."""
+    key = f", weights_key = {weights_key!r}" if weights_key is not None else ""
+    return f"{prefix}model.weights = {weights!r}{key}"
+
+
+def load_weights(model: Any, path: str, weights_key: str | None = None) -> None:
+    """Strict: every parameter and buffer comes from the file (at `weights_key` in it,
+    if given), and nothing else is in it."""
+    where = weights_where("", Path(path).name, weights_key)
+    state = read_state_dict(path, where, weights_key)
     expected = set(model.state_dict())
     missing = sorted(expected - set(state))
     unexpected = sorted(set(state) - expected)

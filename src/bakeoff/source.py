@@ -42,6 +42,8 @@ class ModelSource:
     batch_axes: dict[str, int] = field(default_factory=dict)
     # inputs with no batch axis, fed unchanged to every call (exported static)
     constants: list[str] = field(default_factory=list)
+    # torch: the state_dict's key in a checkpoint dict `weights` holds ("a.b" nests)
+    weights_key: str | None = None
 
 
 @contextmanager

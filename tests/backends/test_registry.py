@@ -20,7 +20,16 @@ import numpy as np
 import pytest
 
 from bakeoff import advise, backends, hardware
-from bakeoff.backends import REFERENCES, Variant, get_backend, reference_variant, runtime_names
+from bakeoff.backends import (
+    REFERENCES,
+    STAND_IN_REFERENCES,
+    Availability,
+    Variant,
+    get_backend,
+    reference_choice,
+    reference_variant,
+    runtime_names,
+)
 from bakeoff.errors import UserError
 from bakeoff.workload import parse_spec
 from fake_workload import race_workload as _racing_workload
@@ -244,7 +253,9 @@ def test_the_reference_per_kind_is_one_map_for_the_run_and_the_advice() -> None:
 
     assert pipeline.reference_variant is reference_variant  # what the run's baseline comes from
     for kind, ref in REFERENCES.items():
-        assert Variant(ref.runtime, "fp32") == reference_variant(kind)
+        own = get_backend(ref.runtime).availability().available
+        if own or kind not in STAND_IN_REFERENCES:
+            assert Variant(ref.runtime, "fp32") == reference_variant(kind)
         assert ref.runtime in runtime_names(), kind
     assert reference_variant("torch") == reference_variant("some-new-kind")
     facts = advise.facts_for_ref("builtin:minilm")
@@ -298,3 +309,28 @@ def test_the_gpu_probe_is_one_for_the_advice_the_fingerprint_and_cuda(
         assert gpu.gpu_info() == [] and gpu.no_cuda_reason() == f"no CUDA device: {source}"
     finally:
         gpu.probe.cache_clear()
+
+
+def test_a_savedmodel_without_tensorflow_has_openvino_fp32_as_its_reference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kind's own reference is not installed: OpenVINO, which reads the SavedModel
+    itself, stands in at FP32, and the reason names the install command."""
+    import bakeoff.backends as backends
+
+    real = backends.get_backend
+
+    class Missing:
+        def availability(self) -> Availability:
+            return Availability(False, None, "tensorflow-cpu is not installed", "pip install x")
+
+    monkeypatch.setattr(
+        backends, "get_backend", lambda r: Missing() if r == "tensorflow" else real(r)
+    )
+    variant, why = reference_choice("savedmodel")
+    assert variant == Variant("openvino", "fp32")
+    assert "openvino-fp32" in why and "TensorFlow is not installed here (pip install x)" in why
+    assert reference_choice("onnx") == (Variant("onnxruntime", "fp32"), "")  # no stand-in
+    monkeypatch.setattr(backends, "get_backend", real)
+    if real("tensorflow").availability().available:
+        assert reference_choice("savedmodel") == (Variant("tensorflow", "fp32"), "")

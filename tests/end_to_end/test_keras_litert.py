@@ -187,8 +187,8 @@ def test_keras_spec_validation_names_the_problem() -> None:
     def spec(model: str) -> None:
         parse_spec(f'name = "x"\n[model]\n{model}\n[data]\npath = "d.npz"\n', "w.toml")
 
-    with pytest.raises(UserError, match="legacy HDF5"):
-        spec('kind = "keras"\npath = "model.h5"')
+    with pytest.raises(UserError, match=r"legacy \.h5 / \.hdf5 file, got 'model\.pb'"):
+        spec('kind = "keras"\npath = "model.pb"')
     with pytest.raises(UserError, match="exactly one of path"):
         spec('kind = "keras"\npath = "m.keras"\nfactory = "m:f"')
     with pytest.raises(UserError, match="exactly one of path"):
@@ -196,6 +196,8 @@ def test_keras_spec_validation_names_the_problem() -> None:
     with pytest.raises(UserError, match="savedmodel"):
         spec('kind = "keras"\npath = "saved_model_dir"')
     spec('kind = "keras"\npath = "m.keras"')
+    spec('kind = "keras"\npath = "model.h5"')  # legacy HDF5, through Keras 3's loader
+    spec('kind = "keras"\npath = "MODEL.HDF5"')
 
 
 CHILD = textwrap.dedent(

@@ -1,18 +1,23 @@
-"""A Keras file and a TensorFlow SavedModel given alone are workloads too, and a
-table (Parquet, CSV, JSON lines) given as --data feeds inputs by column name."""
+"""A Keras file (Keras 3's .keras or a legacy .h5) and a TensorFlow SavedModel given
+alone are workloads too, and a table (Parquet, CSV, JSON lines) given as --data feeds
+inputs by column name."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from bakeoff.loader import load_workload
-from bakeoff.workload.generated import GENERATED_NOTE, signature_of
+from bakeoff.workload.generated import GENERATED_NOTE, keras_model_config, signature_of
 from front_door import call, refused_in_one_line
-from tf_models import KERAS_FILE, ONE_INPUT_KERAS_FILE, SAVEDMODEL
+from tf_models import H5_FILE, KERAS_FILE, LAMBDA_H5_FILE, ONE_INPUT_KERAS_FILE, SAVEDMODEL
 from tiny_onnx_text import VOCABULARY, write_tiny_onnx_text
 
 
@@ -31,6 +36,85 @@ def test_a_keras_file_alone_is_read_from_its_config_without_loading_it(tf_models
     ids = workload.inputs["ids"]
     assert ids.shape == (128, 128) and ids.min() >= 0 and ids.max() < 50
     assert GENERATED_NOTE in workload.notes
+
+
+# What tf.keras 2 (Keras 2) writes in an HDF5 file's model_config, unlike Keras 3: the
+# input's shape as `batch_input_shape`, on the first layer of a Sequential model.
+KERAS2_SEQUENTIAL = {
+    "class_name": "Sequential",
+    "config": {
+        "name": "sequential",
+        "layers": [
+            {
+                "class_name": "Conv2D",
+                "config": {"name": "conv2d", "batch_input_shape": [None, 48, 48, 1]},
+            },
+            {"class_name": "Flatten", "config": {"name": "flatten"}},
+        ],
+    },
+}
+KERAS2_FUNCTIONAL = {
+    "class_name": "Functional",
+    "config": {
+        "layers": [
+            {
+                "class_name": "InputLayer",
+                "config": {"name": "input_1", "batch_input_shape": [None, 7], "dtype": "float32"},
+            },
+            {
+                "class_name": "Sequential",  # a nested model with serialized code in it
+                "config": {"layers": [{"class_name": "Lambda", "config": {"name": "scale"}}]},
+            },
+        ],
+        "input_layers": [["input_1", 0, 0]],
+    },
+}
+
+
+def test_a_legacy_h5_file_alone_is_read_from_its_model_config(tf_models: Path) -> None:
+    [x] = signature_of(str(tf_models / H5_FILE), "test")
+    assert (x.name, x.dims, x.dtype) == ("x", (None, 6), np.float32)
+    assert keras_model_config(str(tf_models / H5_FILE))["class_name"] == "Sequential"
+    workload = load_workload(str(tf_models / H5_FILE))
+    assert workload.source.kind == "keras" and workload.source.path.endswith(H5_FILE)
+    assert workload.inputs["x"].shape == (128, 6)
+
+
+def test_a_keras_2_config_gives_its_inputs_and_its_lambdas() -> None:
+    from bakeoff.workload.generated import _keras_config_inputs, layers_with_code
+
+    [image] = _keras_config_inputs(KERAS2_SEQUENTIAL)
+    assert (image.name, image.dims, image.dtype) == ("input", (None, 48, 48, 1), np.float32)
+    [only] = _keras_config_inputs(KERAS2_FUNCTIONAL)
+    assert (only.name, only.dims) == ("input_1", (None, 7))
+    assert layers_with_code(KERAS2_SEQUENTIAL) == []
+    assert layers_with_code(KERAS2_FUNCTIONAL) == ["scale"]
+
+
+def test_a_keras_file_with_a_lambda_is_refused_before_anything_loads(
+    tf_models: Path, tmp_path: Path
+) -> None:
+    store = ("--store", str(tmp_path / "s.db"))
+    line = refused_in_one_line(call("run", str(tf_models / LAMBDA_H5_FILE), *store))
+    assert "refused: the model holds Lambda layer(s)" in line
+    assert 'factory = "module:callable"' in line
+    (tmp_path / "junk.h5").write_bytes(b"not hdf5")
+    line = refused_in_one_line(call("run", str(tmp_path / "junk.h5"), *store))
+    assert "not a readable Keras model file" in line
+
+
+def test_a_legacy_h5_file_runs_to_a_verdict_on_keras_3(tf_models: Path, tmp_path: Path) -> None:
+    """Keras 3 loads the legacy file itself (safe_mode on): the reference on its
+    TensorFlow backend, a candidate on JAX, both through the quality gate."""
+    doc_path = tmp_path / "r.json"
+    flags = ("--quick", "--runtimes", "keras-jax", "--precisions", "fp32", "--batch-sizes", "1")
+    store = ("--budget", "3", "--store", str(tmp_path / "s.db"), "--json", str(doc_path))
+    done = call("run", str(tf_models / H5_FILE), *flags, *store)
+    assert done.code == 0, done.stderr
+    doc = json.loads(doc_path.read_text())
+    by_id = {c["id"]: c for c in doc["candidates"]}
+    assert by_id["keras-jax-fp32-b1"]["status"] == "ok", by_id["keras-jax-fp32-b1"]["reason"]
+    assert by_id["keras-jax-fp32-b1"]["quality"]["drop"] < 1e-4
 
 
 def test_a_savedmodel_folder_alone_is_read_by_openvino(tf_models: Path) -> None:
@@ -112,3 +196,52 @@ def test_openvino_runs_a_savedmodel_it_converts_itself(tf_models: Path, tmp_path
     assert by_id["tensorflow-fp32-b1"]["status"] == "ok"  # the reference
     # a SavedModel has no second OpenVINO conversion to leave out
     assert "openvino-fp32-direct" not in doc["settings"]["left_out"]
+
+
+# Put first on a child's PYTHONPATH (its workers inherit it): TensorFlow is not
+# installed, as far as that process can tell.
+WITHOUT_TENSORFLOW = textwrap.dedent(
+    """
+    import sys
+
+
+    class NoTensorFlow:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == "tensorflow":
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+
+
+    sys.meta_path.insert(0, NoTensorFlow())
+    """
+)
+
+
+def test_a_savedmodel_runs_without_tensorflow_on_an_openvino_reference(
+    tf_models: Path, tmp_path: Path
+) -> None:
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text(WITHOUT_TENSORFLOW)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hide), *sys.path])}
+    doc_path = tmp_path / "r.json"
+    argv = [str(tf_models / SAVEDMODEL), "--quick", "--precisions", "fp32", "--batch-sizes", "1"]
+    argv += ["--budget", "3", "--store", str(tmp_path / "s.db"), "--json", str(doc_path)]
+    cli = "import sys; from bakeoff.cli import main; sys.argv[0] = 'bakeoff'; main()"
+    done = subprocess.run(
+        [sys.executable, "-c", cli, "run", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(doc_path.read_text())
+    assert doc["workload"]["reference"] == "openvino-fp32"
+    said = "the reference is OpenVINO at FP32 (its own SavedModel reader), openvino-fp32"
+    assert any(said in note for note in doc["workload"]["notes"])
+    assert said in done.stderr + done.stdout
+    by_id = {c["id"]: c for c in doc["candidates"]}
+    assert by_id["openvino-fp32-b1"]["status"] == "ok"
+    tf = by_id["tensorflow-fp32-b1"]
+    assert tf["status"] == "unavailable" and "pip install" in tf["reason"], tf

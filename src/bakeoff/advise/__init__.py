@@ -4,16 +4,18 @@ A list of small, explicit rules over what bakeoff can detect cheaply (the model'
 kind and family, its parameter count, the CPU's instruction sets, an NVIDIA GPU,
 Apple Silicon) and what the user states (the deployment target, the goal,
 training). Each rule returns `Advice`: what to try and why, what is out and why.
-Nothing here imports a runtime or a model: the model is read from its files, never
-run. After a run, `confirmations` says per piece of advice whether the measurement
-confirmed it: advice is a hypothesis, the run is the test.
+Nothing here builds or runs a model: it is read from its files (OpenVINO's reader
+for an IR, a SavedModel or a TFLite file; torch's weights-only loader for a
+state_dict), never compiled or run. After a run, `confirmations` says per piece of
+advice whether the measurement confirmed it: advice is a hypothesis, the run is the
+test.
 
 The modules, in the order the advice is made: facts.py (what is detected),
-rules.py (what a rule reads and returns, and the model's rules), rules_target.py
-(the deployment target's), rules_machine.py (the CPU's, the baseline's, training's),
-report.py (the rules applied and checked against the backends), confirm.py (the
-advice against a run's result document). This face is what the rest of bakeoff and
-its tests use.
+parameters.py (the parameter count, from each kind of model file), rules.py (what a
+rule reads and returns, and the model's rules), rules_target.py (the deployment
+target's), rules_machine.py (the CPU's, the baseline's, training's), report.py (the
+rules applied and checked against the backends), confirm.py (the advice against a
+run's result document). This face is what the rest of bakeoff and its tests use.
 """
 
 from __future__ import annotations

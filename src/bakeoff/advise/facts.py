@@ -1,20 +1,28 @@
 """The facts advice is based on, read cheaply: the model's kind, family and parameter
-count from its files (config.json, safetensors headers, ONNX initializers), never by
-running it; this machine's CPU instruction sets and vendor, NVIDIA GPUs (through the one
-probe in backends/gpu.py), Apple Silicon and memory. `facts_for_ref` reads them for a
-workload reference without loading its data or importing its factory.
+count from its files (config.json, safetensors headers, state_dict tensors, ONNX
+initializers, OpenVINO IR constants, SavedModel variables, TFLite tensors, Keras
+weights: parameters.py), never by building or running it; this machine's CPU
+instruction sets and vendor, NVIDIA GPUs (through the one probe in backends/gpu.py),
+Apple Silicon and memory. `facts_for_ref` reads them for a workload reference
+without loading its data or importing its factory.
 """
 
 from __future__ import annotations
 
 import json
 import platform
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bakeoff import hardware
+from bakeoff.advise.parameters import (
+    onnx_parameter_count,
+    path_parameter_count,
+    safetensors_params,
+    state_dict_parameter_count,
+    weights_parameter_count,
+)
 from bakeoff.backends import gpu
 from bakeoff.errors import UserError
 from bakeoff.model_file import is_model_path, spec_for_model, spec_toml
@@ -126,40 +134,32 @@ def _memory_gib() -> float | None:
     return round(psutil.virtual_memory().total / 2**30, 1)
 
 
-def safetensors_params(files: list[Path]) -> int | None:
-    """Element count from the headers: 8 bytes of length, then JSON; no tensor is read."""
-    total = 0
-    for f in files:
-        try:
-            with f.open("rb") as fh:
-                (n,) = struct.unpack("<Q", fh.read(8))
-                header = json.loads(fh.read(n))
-        except (OSError, ValueError, struct.error):
-            return None
-        for name, info in header.items():
-            if name != "__metadata__":
-                size = 1
-                for d in info.get("shape", []):
-                    size *= int(d)
-                total += size
-    return total
-
-
-def _hf_params(folder: Path, config: dict[str, Any]) -> tuple[int | None, str]:
-    index = folder / "model.safetensors.index.json"
-    files: list[Path] = []
+def _hf_shards(folder: Path, name: str) -> list[Path]:
+    """A Hugging Face folder's weight files saved as `name` (model.safetensors,
+    pytorch_model.bin): the one file, or the shards its `name`.index.json lists."""
+    index = folder / f"{name}.index.json"
     if index.is_file():
         try:
             shards = set(json.loads(index.read_text())["weight_map"].values())
-            files = [folder / s for s in sorted(shards)]
         except (OSError, ValueError, KeyError):
-            files = []
-    elif (folder / "model.safetensors").is_file():
-        files = [folder / "model.safetensors"]
+            return []
+        return [folder / s for s in sorted(shards)]
+    return [folder / name] if (folder / name).is_file() else []
+
+
+def _hf_params(folder: Path, config: dict[str, Any]) -> tuple[int | None, str]:
+    files = _hf_shards(folder, "model.safetensors")
     if files:
         n = safetensors_params(files)
         if n is not None:
             return n, "safetensors header"
+    pickled = _hf_shards(folder, "pytorch_model.bin")
+    if pickled:
+        try:
+            count = sum(state_dict_parameter_count(str(f)) for f in pickled)
+            return count, "state_dict tensors"
+        except Exception:  # refused or broken: the run says so; advice estimates
+            pass
     # A transformer's size from its config: 12 h^2 per layer plus the embeddings.
     h, layers = config.get("hidden_size"), config.get("num_hidden_layers")
     vocab = config.get("vocab_size")
@@ -192,12 +192,7 @@ def _onnx_facts(path: Path) -> tuple[str, str | None, int | None, str]:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # a broken file: the run will say so; advice goes on
         return "unknown", None, None, f"unknown (cannot read {path.name}: {exc})"
-    n = 0
-    for init in model.graph.initializer:
-        size = 1
-        for d in init.dims:
-            size *= int(d)
-        n += size
+    n = onnx_parameter_count(model)
     ops = {node.op_type for node in model.graph.node}
     if ops & {"Attention", "MultiHeadAttention"} or {"MatMul", "Softmax"} <= ops:
         family = "transformer"
@@ -209,7 +204,11 @@ def _onnx_facts(path: Path) -> tuple[str, str | None, int | None, str]:
 
 
 def model_facts(
-    kind: str, path: str | None, weights: str | None, factory: str | None
+    kind: str,
+    path: str | None,
+    weights: str | None,
+    factory: str | None,
+    weights_key: str | None = None,
 ) -> dict[str, Any]:
     """family, architecture, pretrained, custom, params, params_source: from files only."""
     out: dict[str, Any] = {
@@ -241,17 +240,30 @@ def model_facts(
         )
     elif kind == "torch":
         out["custom"] = True
-        if weights and weights.endswith(".safetensors"):
-            n = safetensors_params([Path(weights)])
-            out["params"] = n
-            out["params_source"] = "safetensors header" if n is not None else "unknown"
-        else:
-            out["params_source"] = "unknown (counting would import torch and the model)"
+        out["params"], out["params_source"] = _weights_params(weights, weights_key)
+    elif path and (counted := path_parameter_count(kind, path)) is not None:
+        out["params"], out["params_source"] = counted  # openvino, savedmodel, keras, tflite
     return out
 
 
+def _weights_params(weights: str | None, weights_key: str | None) -> tuple[int | None, str]:
+    """A custom torch model's count, from its weights file; without one, only building
+    the model (importing the user's code) would tell, and advice builds nothing."""
+    if not weights:
+        return None, "unknown (no weights file; counting would build the model)"
+    try:
+        return weights_parameter_count(weights, weights_key)
+    except Exception as exc:  # refused or broken: the run says so; advice goes on
+        return None, f"unknown (cannot read {Path(weights).name}: {' '.join(str(exc).split())})"
+
+
 def detect_facts(
-    origin: str, kind: str, path: str | None, weights: str | None, factory: str | None
+    origin: str,
+    kind: str,
+    path: str | None,
+    weights: str | None,
+    factory: str | None,
+    weights_key: str | None = None,
 ) -> Facts:
     gpus, gpu_source = detect_gpus()
     flags = hardware.cpu_flags()
@@ -267,7 +279,7 @@ def detect_facts(
         gpu_source=gpu_source,
         apple_silicon=is_apple_silicon(),
         memory_gib=_memory_gib(),
-        **model_facts(kind, path, weights, factory),
+        **model_facts(kind, path, weights, factory, weights_key),
     )
 
 
@@ -284,7 +296,7 @@ def _builtin_model(name: str) -> tuple[str, str | None, str | None]:
     if name == "digits-keras":
         from bakeoff.builtins.digits_keras import model_path
 
-        return "keras", str(model_path()), None  # may not be trained yet: not read
+        return "keras", str(model_path()), None  # counted once its first run trains it
     raise UserError(f"builtin:{name}: no such built-in workload (have: {', '.join(BUILTINS)})")
 
 
@@ -316,4 +328,4 @@ def facts_for_ref(ref: str | None) -> Facts:
     check_model_files(model, str(base), ref)  # advice on a model that is not there is none
     path = str((base / model.path).absolute()) if model.path else None
     weights = str((base / model.weights).absolute()) if model.weights else None
-    return detect_facts(ref, model.kind, path, weights, model.factory)
+    return detect_facts(ref, model.kind, path, weights, model.factory, model.weights_key)

@@ -337,6 +337,31 @@ REFERENCES: dict[str, Reference] = {
 }
 
 
+# Where a model kind's own reference runtime is not installed, the FP32 of a runtime
+# that reads the same file itself stands in: OpenVINO converts a SavedModel with no
+# TensorFlow, and runs FP32 at its f32 precision hint (never bf16 behind the name).
+STAND_IN_REFERENCES: dict[str, Reference] = {
+    "savedmodel": Reference("openvino", "OpenVINO at FP32 (its own SavedModel reader)"),
+}
+
+
 def reference_variant(model_kind: str) -> Variant:
     """The FP32 reference variant of a model kind (PyTorch eager for any other kind)."""
-    return Variant(REFERENCES.get(model_kind, REFERENCES["torch"]).runtime, "fp32")
+    return reference_choice(model_kind)[0]
+
+
+def reference_choice(model_kind: str) -> tuple[Variant, str]:
+    """The FP32 reference variant of a model kind, and why it is not the kind's own
+    reference ("" when it is): a stand-in where the own one is not installed."""
+    own = REFERENCES.get(model_kind, REFERENCES["torch"])
+    stand_in = STAND_IN_REFERENCES.get(model_kind)
+    if stand_in is not None:
+        missing = get_backend(own.runtime).availability()
+        if not missing.available and get_backend(stand_in.runtime).availability().available:
+            install = f" ({missing.install})" if missing.install else ""
+            why = (
+                f"the reference is {stand_in.what}, {stand_in.runtime}-fp32: {own.what} "
+                f"is not installed here{install}"
+            )
+            return Variant(stand_in.runtime, "fp32"), why
+    return Variant(own.runtime, "fp32"), ""

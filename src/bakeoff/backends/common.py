@@ -44,6 +44,10 @@ def package_availability(dist: str, module: str, install: str) -> Availability:
         version = importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         version = None
-    if version is None or importlib.util.find_spec(module) is None:
+    try:
+        found = importlib.util.find_spec(module)
+    except ImportError:  # an install whose import machinery fails is not usable either
+        found = None
+    if version is None or found is None:
         return Availability(False, None, f"{dist} is not installed", install)
     return Availability(True, version)

@@ -16,7 +16,12 @@ import numpy as np
 
 from bakeoff import advise as advising
 from bakeoff import environment
-from bakeoff.backends import compiles_when_loaded, reference_variant, runtime_names
+from bakeoff.backends import (
+    compiles_when_loaded,
+    reference_choice,
+    reference_variant,
+    runtime_names,
+)
 from bakeoff.candidates import Candidate, enumerate_candidates, explicit_candidates
 from bakeoff.errors import UserError
 from bakeoff.inference import peak
@@ -74,7 +79,9 @@ def advice_for(workload: Workload, target: str | None) -> advising.AdviceReport:
     """The advice for a loaded workload: facts from its model files, goal from its
     [search] objective when that names one."""
     src = workload.source
-    facts = advising.detect_facts(workload.origin, src.kind, src.path, src.weights, src.factory)
+    facts = advising.detect_facts(
+        workload.origin, src.kind, src.path, src.weights, src.factory, src.weights_key
+    )
     objective = workload.spec.search.objective
     goal = objective if objective in advising.GOALS else None
     return advising.advise_facts(facts, target, goal)
@@ -315,6 +322,9 @@ def run(
     with warnings.catch_warnings():  # its notes, printed here, not as warnings too
         warnings.simplefilter("ignore", UserWarning)
         workload = load_workload(ref, opts.data)
+    _, stand_in = reference_choice(workload.source.kind)
+    if stand_in:  # said, and kept in the document's notes
+        workload = dataclasses.replace(workload, notes=(*workload.notes, stand_in))
     for note in workload.notes:
         rep.stage(f"note: {note}")
     workload = _with_flags(workload, opts)

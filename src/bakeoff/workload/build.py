@@ -83,6 +83,7 @@ def workload_from_spec(spec: WorkloadSpec, origin: str, base_dir: str | None) ->
         task=(spec.model.task or DEFAULT_HF_TASK) if is_hf else None,
         num_labels=spec.model.num_labels,
         weights=weights,
+        weights_key=spec.model.weights_key,
         variable_axes={k: sorted(set(v)) for k, v in spec.data.variable_axes.items()},
         function=spec.model.function,
         batch_axes=dict(layout.batch_axes),

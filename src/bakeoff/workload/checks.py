@@ -39,6 +39,8 @@ def check_model_path(model: ModelSpec, base_dir: str | None, origin: str) -> str
             f"{key}: {resolved} is not a TensorFlow SavedModel folder (no saved_model.pb in it;"
             " write one with tf.saved_model.save or model.export)"
         )
+    if model.kind == "keras":
+        _check_keras_file(resolved, key)
     if model.kind == "openvino":
         weights = resolved.with_suffix(".bin")
         if not resolved.is_file():
@@ -49,6 +51,27 @@ def check_model_path(model: ModelSpec, base_dir: str | None, origin: str) -> str
                 "with a .bin of the same name next to it)"
             )
     return str(resolved)
+
+
+def _check_keras_file(path: Path, key: str) -> None:
+    """A Keras file whose config is readable and holds no serialized code (read, never
+    loaded: the orchestrator imports no Keras)."""
+    from bakeoff.workload.generated import keras_model_config, layers_with_code
+
+    try:
+        config = keras_model_config(str(path))
+    except Exception as exc:  # not a zip / not HDF5 / no config: say what was found
+        gist = " ".join(str(exc).split())[:200]
+        raise UserError(
+            f"{key}: {path} is not a readable Keras model file ({type(exc).__name__}: {gist})"
+        ) from None
+    lambdas = layers_with_code(config)
+    if lambdas:
+        raise UserError(
+            f"{key}: refused: the model holds Lambda layer(s) {', '.join(lambdas)}, Python "
+            "code that bakeoff never deserializes from a file (Keras safe_mode); build the "
+            'model in your own code instead: factory = "module:callable" returning it'
+        )
 
 
 def _existing_file(base_dir: str | None, value: str, key: str) -> Path:
@@ -74,16 +97,18 @@ def check_weights(model: ModelSpec, base_dir: str | None, origin: str) -> str | 
     A pickle-based file is opened with torch's weights-only unpickler, which
     refuses anything but tensors and plain containers without running it; torch
     is imported for this only (kind = "torch" workloads import it with their
-    factory anyway). Whether the keys fit the architecture needs the model,
-    which only workers build: that check comes with the reference build.
+    factory anyway). With `weights_key`, the key path is followed in the file and
+    what it reaches is checked the same way. Whether the keys fit the architecture
+    needs the model, which only workers build: that check comes with the reference
+    build.
     """
     if model.weights is None:
         return None
     resolved = _existing_file(base_dir, model.weights, f"{origin}: model.weights")
-    key = f"{origin}: model.weights = {model.weights!r}"
-    from bakeoff.models import check_weights_file
+    from bakeoff.models import check_weights_file, weights_where
 
-    check_weights_file(str(resolved), key)
+    where = weights_where(f"{origin}: ", model.weights, model.weights_key)
+    check_weights_file(str(resolved), where, model.weights_key)
     return str(resolved)
 
 

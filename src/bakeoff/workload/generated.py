@@ -61,12 +61,12 @@ def signature_of(model_path: str, origin: str) -> list[InputSignature]:
     path = Path(model_path)
     if path.is_dir() and (path / "saved_model.pb").is_file():
         what, read = "TensorFlow SavedModel", _openvino_signature  # OpenVINO reads it, no TF
-    elif path.suffix in _READERS:
-        what, read = _READERS[path.suffix]
+    elif path.suffix.lower() in _READERS:
+        what, read = _READERS[path.suffix.lower()]
     else:
         raise UserError(
             f"{origin}: generated inputs need an ONNX (.onnx), OpenVINO IR (.xml) or Keras "
-            f"(.keras) file or a TensorFlow SavedModel folder, got {model_path}; give the "
+            f"(.keras, .h5) file or a TensorFlow SavedModel folder, got {model_path}; give the "
             "model's inputs as data (an .npz) instead"
         )
     try:
@@ -139,11 +139,46 @@ def _openvino_signature(path: str) -> list[InputSignature]:
 
 
 def _keras_signature(path: str) -> list[InputSignature]:
-    """A Keras 3 file's inputs, read from the config.json in its zip: nothing in the
-    file is loaded or run. A functional model names its input layers; a Sequential
-    one has one input (its InputLayer, or the shape it was built with)."""
-    with zipfile.ZipFile(path) as archive:
-        config = json.loads(archive.read("config.json"))
+    return _keras_config_inputs(keras_model_config(path))
+
+
+def keras_model_config(path: str) -> dict[str, Any]:
+    """The model config a Keras file keeps as JSON: the config.json in a Keras 3 zip,
+    or a legacy HDF5 file's `model_config` attribute (read with h5py, as Keras itself
+    reads it). Nothing in the file is loaded or run."""
+    if path.lower().endswith(".keras"):
+        with zipfile.ZipFile(path) as archive:
+            config = json.loads(archive.read("config.json"))
+    else:
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            text = f.attrs.get("model_config")
+        if text is None:
+            raise ValueError("no model_config in it (a weights-only .h5, from save_weights?)")
+        config = json.loads(text if isinstance(text, str) else bytes(text).decode())
+    if not isinstance(config, dict):
+        raise ValueError("its model config is not a JSON object")
+    return config
+
+
+def layers_with_code(config: dict[str, Any]) -> list[str]:
+    """The names of the Lambda layers in a Keras model config, nested models' too: each
+    holds serialized Python code, which must never be deserialized from a file."""
+    found = []
+    for layer in (config.get("config") or {}).get("layers") or []:
+        if not isinstance(layer, dict):
+            continue
+        if layer.get("class_name") == "Lambda":
+            found.append(str((layer.get("config") or {}).get("name", "?")))
+        found += layers_with_code(layer)  # a nested Sequential or functional model
+    return found
+
+
+def _keras_config_inputs(config: dict[str, Any]) -> list[InputSignature]:
+    """A functional model names its input layers; a Sequential one has one input (its
+    InputLayer, or the shape it was built with). Keras 2 files write an input's shape
+    as `batch_input_shape`, Keras 3 ones as `batch_shape`."""
     body = config.get("config") or {}
     layers = body.get("layers") or []
     input_layers = {
@@ -154,8 +189,11 @@ def _keras_signature(path: str) -> list[InputSignature]:
     vocabulary = _keras_vocabulary(layers)
     if config.get("class_name") == "Sequential":
         first = next(iter(input_layers.values()), None)
+        built = next((x.get("config") or {} for x in layers), {})
         if first is not None:
-            shape, dtype, name = first.get("batch_shape"), first.get("dtype"), first["name"]
+            shape, dtype, name = _batch_shape(first), first.get("dtype"), first["name"]
+        elif _batch_shape(built):  # Keras 2: the first layer says the input's shape
+            shape, dtype, name = _batch_shape(built), built.get("dtype"), "input"
         else:
             shape = body.get("build_input_shape") or (config.get("build_config") or {}).get(
                 "input_shape"
@@ -177,12 +215,16 @@ def _keras_signature(path: str) -> list[InputSignature]:
         InputSignature(
             name,
             _keras_dtype(input_layers[name].get("dtype")),
-            _keras_dims(input_layers[name].get("batch_shape") or []),
+            _keras_dims(_batch_shape(input_layers[name]) or []),
             vocabulary.get(name),
         )
         for name in order
         if name in input_layers
     ]
+
+
+def _batch_shape(layer_config: dict[str, Any]) -> Any:
+    return layer_config.get("batch_shape") or layer_config.get("batch_input_shape")
 
 
 def _keras_vocabulary(layers: list[dict[str, Any]]) -> dict[str, int]:
@@ -222,6 +264,8 @@ _READERS = {
     ".onnx": ("ONNX", _onnx_signature),
     ".xml": ("OpenVINO IR", _openvino_signature),
     ".keras": ("Keras", _keras_signature),
+    ".h5": ("Keras HDF5", _keras_signature),
+    ".hdf5": ("Keras HDF5", _keras_signature),
 }
 
 

@@ -48,7 +48,7 @@ def _format_validation_error(
 # [model] keys by kind: a misspelled key is answered with the keys its own kind takes,
 # not with every key of every kind.
 MODEL_KEYS_BY_KIND: dict[str, tuple[str, ...]] = {
-    "torch": ("kind", "factory", "weights"),
+    "torch": ("kind", "factory", "weights", "weights_key"),
     "hf": ("kind", "path", "task", "num_labels"),
     "onnx": ("kind", "path"),
     "openvino": ("kind", "path"),
@@ -120,6 +120,7 @@ _MODEL_FILES = {
     ".xml": 'kind = "openvino", path = "{name}"',
     ".keras": 'kind = "keras", path = "{name}"',
     ".h5": 'kind = "keras", path = "{name}"',
+    ".hdf5": 'kind = "keras", path = "{name}"',
     ".pt": 'kind = "torch", factory = "module:function", weights = "{name}"',
     ".pth": 'kind = "torch", factory = "module:function", weights = "{name}"',
     ".safetensors": 'kind = "torch", factory = "module:function", weights = "{name}"',

@@ -23,6 +23,7 @@ from pydantic import (
 
 from bakeoff.backends import DEVELOPMENT_VARIABLE, development, is_runtime, runtime_names
 from bakeoff.errors import did_you_mean
+from bakeoff.keras_models import KERAS_FILE_SUFFIXES
 from bakeoff.source import PICKLE_SUFFIXES
 from bakeoff.workload.data_spec import (
     TEXT_INPUT,
@@ -92,27 +93,18 @@ def _check_runtime(name: str) -> None:
         raise ValueError(f"unknown runtime {name!r}{more}; expected one of {', '.join(known)}")
 
 
-# Keras model files other than Keras 3's own .keras zip, and why each is refused.
-KERAS_LEGACY_SUFFIXES = (".h5", ".hdf5")
-
-
 def _check_keras_source(path: str | None, factory: str | None) -> None:
     if (path is None) == (factory is None):
         raise ValueError(
             'kind = "keras" needs exactly one of path = "model.keras" (saved with '
-            'model.save) or factory = "module:callable" returning a keras.Model'
+            'model.save, or a legacy .h5 file) or factory = "module:callable" returning a '
+            "keras.Model"
         )
-    if path is None or path.endswith(".keras"):
+    if path is None or path.lower().endswith(KERAS_FILE_SUFFIXES):
         return
-    if path.endswith(KERAS_LEGACY_SUFFIXES):
-        raise ValueError(
-            f"path = {path!r} is a legacy HDF5 Keras file; Keras 3 loads .keras files only. "
-            "Load it once with tf.keras / keras 2 and save it again with "
-            "model.save('model.keras'), or give a factory that builds the model"
-        )
     raise ValueError(
-        f'kind = "keras" needs path = "model.keras" (a Keras 3 file), got {path!r}; '
-        'for a TensorFlow SavedModel folder use kind = "savedmodel"'
+        f'kind = "keras" needs path = "model.keras" (a Keras 3 file) or a legacy .h5 / '
+        f'.hdf5 file, got {path!r}; for a TensorFlow SavedModel folder use kind = "savedmodel"'
     )
 
 
@@ -120,6 +112,22 @@ def resolve_path(base_dir: str | None, name: str) -> Path:
     """A path from the spec, relative to the workload file, made absolute: build
     steps change the working directory, so workers must never see a relative one."""
     return Path(base_dir or ".", name).absolute()
+
+
+def _check_weights_key(kind: str, weights: str | None, weights_key: str) -> None:
+    """weights_key names the state_dict inside a torch checkpoint dict: it needs one."""
+    if kind != "torch":
+        raise ValueError(f'weights_key is for kind = "torch" only, not kind = "{kind}"')
+    if weights is None:
+        raise ValueError(
+            f'weights_key = {weights_key!r} needs weights = "checkpoint.pt": it names the '
+            "state_dict inside that file"
+        )
+    if weights.endswith(SAFETENSORS_SUFFIXES):
+        raise ValueError(
+            f"weights_key is for a checkpoint dict (.pt, .pth, .bin); weights = {weights!r} is "
+            "a safetensors file, a flat state_dict already: leave weights_key out"
+        )
 
 
 class ModelSpec(_Strict):
@@ -130,6 +138,11 @@ class ModelSpec(_Strict):
     factory: str | None = Field(None, description='"module:callable" returning a torch.nn.Module')
     weights: str | None = Field(
         None, description="torch: a state_dict file (.safetensors, .pt, .pth, .bin) to load"
+    )
+    weights_key: str | None = Field(
+        None,
+        min_length=1,
+        description='torch: the key of the state_dict in a checkpoint dict ("a.b" nests)',
     )
     path: str | None = Field(
         None, description="a model file (onnx, OpenVINO IR .xml) or a local folder (hf)"
@@ -210,6 +223,8 @@ class ModelSpec(_Strict):
                     f"weights = {self.weights!r}: unknown file type; expected one of "
                     f"{', '.join(known)} (a state_dict; .safetensors preferred)"
                 )
+        if self.weights_key is not None:
+            _check_weights_key(self.kind, self.weights, self.weights_key)
         if self.task is not None and self.kind != "hf":
             raise ValueError(f'task is for kind = "hf" only, not kind = "{self.kind}"')
         if self.num_labels is not None and self.task != "sequence-classification":
