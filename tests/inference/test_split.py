@@ -141,6 +141,9 @@ variable_axes = { input = [1] }
 """
 
 
+# slow: the longest batch-axes run; the split, the refusals and the exporters keep their fast
+# tests (make test stays within its 12 minutes on 2 cores)
+@pytest.mark.slow
 def test_a_stateful_model_runs_end_to_end_at_batch_1_and_8(
     tmp_path: Path, store_path: Path
 ) -> None:

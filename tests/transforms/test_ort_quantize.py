@@ -284,6 +284,9 @@ def test_torch_compile_bf16_autocast(tmp_path: Path, store_path: Path) -> None:
     assert c["cold_start_s"]["first_call"] > 0
 
 
+# slow: cache hygiene, 40-60 s of torch.compile; torch-compile itself runs in make test elsewhere
+# (make test stays within its 12 minutes on 2 cores)
+@pytest.mark.slow
 def test_torch_compile_workers_compile_in_private_caches_they_remove(
     tmp_path: Path, store_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
