@@ -13,7 +13,9 @@ import contextlib
 import hashlib
 import io
 import json
+import os
 import signal
+import subprocess
 import sys
 import traceback
 from dataclasses import dataclass
@@ -142,3 +144,24 @@ def write_export(folder: Path) -> dict:
     }
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return manifest
+
+
+def run_in_child(folder: Path, sitecustomize: str, *argv: str) -> dict[str, Any]:
+    """`bakeoff run ... --json` in a child process whose Python (and every worker it
+    starts) first runs `sitecustomize` (what a machine without a package, or with a
+    broken one, looks like); its document, after it exited 0."""
+    hook = folder / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(sitecustomize)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), *sys.path])}
+    doc_path = folder / "r.json"
+    cli_main = "import sys; from bakeoff.cli import main; sys.argv[0] = 'bakeoff'; main()"
+    done = subprocess.run(
+        [sys.executable, "-c", cli_main, "run", *argv, "--json", str(doc_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {**json.loads(doc_path.read_text()), "said": done.stdout + done.stderr}

@@ -2,10 +2,13 @@
 held-out set runs again in smaller chunks, each in a fresh process, and only the
 candidates at the batch size that crashes fail. On the fake runtime, whose
 `crash_at_batch` kills its worker with SIGSEGV on a call of that many samples
-(the real runtimes' case is in tests/end_to_end/test_real_runtimes.py)."""
+(the real runtimes' case is in tests/end_to_end/test_real_runtimes.py). And a
+reference whose runtime cannot load the model at all: another runtime's FP32 of the
+same file stands in."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +119,61 @@ def test_a_hang_at_the_largest_batch_size_is_killed_and_fails_only_its_candidate
     assert outputs["chunk_size"] == 1
     (failed,) = outputs["fell_back_from"]
     assert failed["chunk_size"] == 32 and "trial timeout of 8 s" in failed["reason"]
+
+
+# Put first on a child's PYTHONPATH (its workers inherit it): TensorFlow imports, but
+# cannot load the SavedModel, as an older TensorFlow's SavedModel fails on a newer one
+# (`'_UserObject' object has no attribute 'add_slot'`, seen on a real model).
+TENSORFLOW_CANNOT_LOAD = textwrap.dedent(
+    """
+    import importlib.util
+    import sys
+
+
+    class BreakSavedModelLoad:
+        def find_spec(self, name, path=None, target=None):
+            if name != "tensorflow":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                run(module)
+
+                def load(*args, **kwargs):
+                    raise AttributeError("'_UserObject' object has no attribute 'add_slot'")
+
+                module.saved_model.load = load
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+
+    sys.meta_path.insert(0, BreakSavedModelLoad())
+    """
+)
+
+
+def test_a_savedmodel_its_tensorflow_cannot_load_gets_openvino_as_its_reference(
+    tf_models: Path, tmp_path: Path
+) -> None:
+    """The reference's own runtime fails to load the model: the builds go on, and
+    OpenVINO's FP32 of the same folder gives the reference's outputs; the run says so,
+    and TensorFlow's candidates fail with TensorFlow's own reason."""
+    from front_door import run_in_child
+    from tf_models import SAVEDMODEL
+
+    flags = ("--quick", "--precisions", "fp32", "--batch-sizes", "1", "--budget", "3")
+    store = ("--store", str(tmp_path / "s.db"))
+    doc = run_in_child(
+        tmp_path, TENSORFLOW_CANNOT_LOAD, str(tf_models / SAVEDMODEL), *flags, *store
+    )
+    assert doc["workload"]["reference"] == "openvino-fp32"
+    why = doc["workload"]["reference_outputs"]["stands_in_for"]
+    assert "tensorflow-fp32" in why and "add_slot" in why
+    assert any("the reference is openvino-fp32, standing in" in n for n in doc["workload"]["notes"])
+    by_id = {c["id"]: c for c in doc["candidates"]}
+    assert by_id["openvino-fp32-b1"]["status"] == "ok"
+    assert by_id["tensorflow-fp32-b1"]["status"] == "failed"
+    assert "add_slot" in by_id["tensorflow-fp32-b1"]["reason"]

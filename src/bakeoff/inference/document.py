@@ -42,7 +42,12 @@ def _workload_section(ctx: RunContext, reference: Reference) -> dict[str, Any]:
         "batch_axes": workload.source.batch_axes,
         "constants": workload.source.constants,
         "constraints": workload.limits,
-        "notes": list(workload.notes),
+        "notes": list(workload.notes)
+        + (
+            [f"the reference is {reference.variant.id}, standing in: {reference.stands_in_for}"]
+            if reference.stands_in_for
+            else []
+        ),
         # "generated": made from the model's signature (no data given), so the quality
         # gate ran on them and not on the user's data
         "inputs": "generated" if workload.spec.data and workload.spec.data.generate else "given",

@@ -52,6 +52,9 @@ class Reference:
     worker: str
     chunk_size: int
     failed: tuple[tuple[int, str], ...] = ()
+    # Why the kind's own reference gave no outputs, where another runtime's FP32 of
+    # the same file stood in (`inference.variants`); "" when it is the own one.
+    stands_in_for: str = ""
 
     def record(self) -> dict[str, Any]:
         """The document's account of where the reference's outputs came from."""
@@ -59,6 +62,7 @@ class Reference:
             "worker": self.worker,
             "chunk_size": self.chunk_size,
             "fell_back_from": [{"chunk_size": size, "reason": why} for size, why in self.failed],
+            **({"stands_in_for": self.stands_in_for} if self.stands_in_for else {}),
         }
 
 
@@ -169,6 +173,17 @@ def from_own_process(
     return _read(variant, path, t_ref, worker, first_bs, ())
 
 
+class ReferenceFailed(BakeoffError):
+    """The FP32 reference gave no outputs at any chunk size: the run's error, unless
+    another runtime's FP32 of the same file stands in (`inference.variants`)."""
+
+    def __init__(self, which: str, reasons: str) -> None:
+        super().__init__(
+            f"the FP32 reference ({which}) failed, so no variant can be quality-checked: {reasons}"
+        )
+        self.which, self.reasons = which, reasons
+
+
 # One try at a chunk size: where the outputs were saved and by which worker, or why
 # it failed.
 _Try = Callable[[int], tuple[Path, str] | WorkerFailed]
@@ -260,10 +275,7 @@ def _fall_back(
         if len(failed) == 1
         else "; ".join(f"in chunks of {size}: {why}" for size, why in failed)
     )
-    raise BakeoffError(
-        f"the FP32 reference ({variant.id}, {where}) failed, so no variant can be "
-        f"quality-checked: {reasons}"
-    )
+    raise ReferenceFailed(f"{variant.id}, {where}", reasons)
 
 
 def _read(

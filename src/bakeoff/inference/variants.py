@@ -9,6 +9,7 @@ exporting and quantizing.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import heapq
 import itertools
@@ -22,13 +23,14 @@ from typing import Any
 
 from bakeoff import cache as variant_cache
 from bakeoff import environment
-from bakeoff.backends import Variant
+from bakeoff.backends import STAND_IN_REFERENCES, Variant
 from bakeoff.errors import BakeoffError
 from bakeoff.inference.context import RunContext
 from bakeoff.inference.early import EarlyLoad, EarlyLoads
 from bakeoff.inference.messages import BuildJob
 from bakeoff.inference.reference import (
     Reference,
+    ReferenceFailed,
     Running,
     from_own_load,
     from_own_process,
@@ -313,17 +315,16 @@ def _builds_and_reference(
         futures = {slots.submit(_BUILD, _run, ctx, launcher, job, running): job for job in jobs}
         # The reference's variant was built alone, before these.
         pending: set[Future[Any]] = {ref_future, *futures, *queue_loads(slots, others)}
+        stand_in = _stand_in(ctx, reference, variants)
+        failed: ReferenceFailed | None = None
         try:
             while pending:
                 slots.dispatch()
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in finished:
-                    future.result()  # the reference's failure (or a stop) raises here
                     if future is ref_future:
-                        result = ref_future.result()
-                        ctx.rep.stage(
-                            f"reference outputs ({reference.id}) in {result.seconds:.1f} s"
-                            + (" (beside the builds)" if jobs else "")
+                        result, failed = _reference_done(
+                            ctx, future, reference, stand_in, beside=bool(jobs)
                         )
                     elif future in futures:
                         done += 1
@@ -338,8 +339,72 @@ def _builds_and_reference(
                 f.cancel()
             running.stop()
             raise
+    if failed is not None and stand_in is not None:
+        return _from_stand_in(ctx, launcher, builds, stand_in, failed, running)
     assert result is not None
     return result
+
+
+def _reference_done(
+    ctx: RunContext,
+    future: Future[Any],
+    reference: Variant,
+    stand_in: Variant | None,
+    beside: bool,
+) -> tuple[Reference | None, ReferenceFailed | None]:
+    """The reference's outputs, or (where a stand-in can give them once the builds are
+    done) why the reference gave none; its failure otherwise ends the run here."""
+    if stand_in is not None and (failed := _failure(future)) is not None:
+        # the builds go on: the stand-in's is one of them
+        ctx.rep.stage(
+            f"the FP32 reference ({failed.which}) failed: {failed.reasons}; the builds go "
+            f"on, and {stand_in.id}, which reads the same file, will give its outputs"
+        )
+        return None, failed
+    result: Reference = future.result()  # the reference's failure (or a stop) raises here
+    ctx.rep.stage(
+        f"reference outputs ({reference.id}) in {result.seconds:.1f} s"
+        + (" (beside the builds)" if beside else "")
+    )
+    return result, None
+
+
+def _stand_in(ctx: RunContext, reference: Variant, variants: list[Variant]) -> Variant | None:
+    """The FP32 variant that gives the reference's outputs if the reference's own
+    runtime cannot load the model (`backends.STAND_IN_REFERENCES`: OpenVINO for a
+    SavedModel an older TensorFlow wrote), where the run builds it; else None."""
+    other = STAND_IN_REFERENCES.get(ctx.workload.source.kind)
+    if other is None or other.runtime == reference.runtime:
+        return None
+    return next((v for v in variants if v == Variant(other.runtime, "fp32")), None)
+
+
+def _failure(future: Future[Any]) -> ReferenceFailed | None:
+    """The reference's failure, if its job ended in one (anything else raises)."""
+    try:
+        future.result()
+    except ReferenceFailed as exc:
+        return exc
+    return None
+
+
+def _from_stand_in(
+    ctx: RunContext,
+    launcher: Launcher,
+    builds: Builds,
+    stand_in: Variant,
+    failed: ReferenceFailed,
+    running: Running,
+) -> Reference:
+    """The reference's outputs from the stand-in's build, in a process of its own, once
+    every build is done; the document says which reference it used and why."""
+    artifact = builds.built.get(stand_in.id)
+    if not isinstance(artifact, dict):
+        raise BakeoffError(f"{failed}; the stand-in {stand_in.id} could not be built either")
+    ctx.rep.stage(f"computing reference outputs ({stand_in.id}, standing in)")
+    found = from_own_process(ctx, launcher, stand_in, artifact, ctx.threads, running)
+    why = f"the FP32 reference ({failed.which}) failed: {failed.reasons}"
+    return dataclasses.replace(found, stands_in_for=why)
 
 
 def build_all(
