@@ -104,7 +104,8 @@ def test_a_hugging_face_folder_alone_is_a_text_workload() -> None:
     ("argv", "names"),
     [
         (["run", "{tmp}/model.keras"], ["model.keras", "not a readable Keras model"]),
-        (["run", "{tmp}/model.tflite"], ["TFLite", "not a workload yet"]),
+        (["run", "{tmp}/model.tflite"], ["model.tflite", "not a TFLite flatbuffer"]),
+        (["run", "{tmp}/model.pt"], ["PyTorch checkpoint", "not a workload yet"]),
         (["run", "{tmp}"], ["no model bakeoff knows"]),
         (["run", "{tmp}/absent.onnx"], ["no such"]),
         (["run", "builtin:minilm", "--data", "{tmp}/d.npz"], ["--data", "a model file"]),
@@ -116,7 +117,7 @@ def test_a_hugging_face_folder_alone_is_a_text_workload() -> None:
 def test_what_is_not_a_model_alone_is_refused_in_one_line(
     argv: list[str], names: list[str], model: Path, tmp_path: Path
 ) -> None:
-    for name in ("model.keras", "model.tflite", "d.npz", "d.csv", "d.xlsx", "w.toml"):
+    for name in ("model.keras", "model.tflite", "model.pt", "d.npz", "d.csv", "d.xlsx", "w.toml"):
         (tmp_path / name).write_bytes(b"x")
     args = [a.format(tmp=tmp_path, model=model) for a in argv]
     store = [] if args[0] == "init" else ["--store", str(tmp_path / "s.db")]

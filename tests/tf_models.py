@@ -5,8 +5,11 @@ takes x [batch, 64]; and `two_inputs.keras`, a functional Keras 3 model with inp
 feat [batch, 8] (float32) and ids [batch, seq] (int32) into a 50-row Embedding; and
 `one_input.keras`, a functional model of one input, only [batch, 5] (Keras writes
 a single input's entry unlike several); `mlp.h5`, a Sequential x [batch, 6] -> 3 in
-the legacy HDF5 format; and `lambda.h5`, a model holding a Python lambda, which
-must never be deserialized."""
+the legacy HDF5 format; `lambda.h5`, a model holding a Python lambda, which
+must never be deserialized; and two TFLite files of one Keras model x [1, 12] ->
+Dense(16, relu) -> Dense(4), its batch fixed at 1 as TensorFlow's converter fixes it
+for a model built with batch_size=1: `float.tflite` (FP32 weights) and `int8.tflite`
+(full-integer INT8 weights and activations, float input and output)."""
 
 from __future__ import annotations
 
@@ -21,6 +24,10 @@ KERAS_FILE = "two_inputs.keras"
 ONE_INPUT_KERAS_FILE = "one_input.keras"
 H5_FILE = "mlp.h5"
 LAMBDA_H5_FILE = "lambda.h5"
+FLOAT_TFLITE = "float.tflite"
+INT8_TFLITE = "int8.tflite"
+TFLITE_FEATURES = 12  # x [1, 12], the batch fixed at 1 in both files
+TFLITE_OUTPUTS = 4
 
 WRITE = textwrap.dedent(
     """
@@ -60,6 +67,24 @@ WRITE = textwrap.dedent(
     layers = [keras.layers.Dense(4, activation="relu"), keras.layers.Dense(3)]
     keras.Sequential([x, *layers]).save(out / "mlp.h5")
     keras.Model(x, keras.layers.Lambda(lambda t: t * 2.0)(x)).save(out / "lambda.h5")
+
+    fixed = keras.Input((12,), batch_size=1, name="x")
+    hidden = keras.layers.Dense(16, activation="relu")(fixed)
+    small = keras.Model(fixed, keras.layers.Dense(4)(hidden))
+    (out / "float.tflite").write_bytes(tf.lite.TFLiteConverter.from_keras_model(small).convert())
+
+
+    def representative():
+        r = np.random.default_rng(0)
+        for _ in range(32):
+            yield [r.standard_normal((1, 12)).astype("float32")]
+
+
+    converter = tf.lite.TFLiteConverter.from_keras_model(small)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = representative
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    (out / "int8.tflite").write_bytes(converter.convert())
     """
 )
 

@@ -2,7 +2,7 @@
 
 `bakeoff run model.onnx` should not need a workload file first. The spec written
 here is the one a user would write: the model's kind from its file (ONNX, OpenVINO
-IR, a Keras file, a TensorFlow SavedModel folder, a Hugging Face folder, its task
+IR, a Keras file, a TFLite file, a TensorFlow SavedModel folder, a Hugging Face folder, its task
 read from its config), and its data from `--data` or, without it, made for it:
 inputs generated from the model's own signature (`[data] generate`, see
 workload/generated.py), and for a Hugging Face text model the sentences bakeoff
@@ -35,10 +35,10 @@ _KINDS_BY_SUFFIX = {
     ".keras": "keras",
     ".h5": "keras",  # a legacy tf.keras / Keras 2 file, which Keras 3 loads
     ".hdf5": "keras",
+    ".tflite": "tflite",  # run as it is (LiteRT), or read by OpenVINO
 }
 # Files people will try that are not (yet) a workload alone, and what to do instead.
 _NOT_YET = {
-    ".tflite": "a TFLite file",
     ".pt": "a PyTorch checkpoint",
     ".pth": "a PyTorch checkpoint",
     ".safetensors": "a safetensors file",

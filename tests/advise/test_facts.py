@@ -15,7 +15,14 @@ from bakeoff import advise
 from bakeoff.advise import parameters
 from extras import require_module
 from front_door import call
-from tf_models import H5_FILE, KERAS_FILE, ONE_INPUT_KERAS_FILE, SAVEDMODEL
+from tf_models import (
+    FLOAT_TFLITE,
+    H5_FILE,
+    INT8_TFLITE,
+    KERAS_FILE,
+    ONE_INPUT_KERAS_FILE,
+    SAVEDMODEL,
+)
 from torch_weights import RunsCode
 
 # tests/tf_models.py's models, counted by hand: w1 64x32, b1 32, w2 32x10; an Embedding
@@ -302,6 +309,27 @@ def test_advise_prints_the_count_of_an_ir_given_alone(tmp_path: Path) -> None:
     doc = json.loads(as_json.stdout)
     assert doc["facts"]["params"] == MLP_PARAMS
     assert doc["facts"]["params_source"] == "OpenVINO IR constants"
+
+
+@pytest.mark.parametrize("name", [FLOAT_TFLITE, INT8_TFLITE])
+def test_advise_on_a_tflite_file_alone_proposes_litert_and_openvino(
+    name: str, tf_models: Path
+) -> None:
+    """Its count printed; LiteRT (the file as it is) and OpenVINO proposed; NNCF INT8
+    only for the float file; a quantized file named as its own reference."""
+    args = ("advise", str(tf_models / name), "--target", "server-cpu")
+    shown = call(*args)
+    assert shown.code == 0, shown.stderr
+    assert "kind tflite," in _words(shown.stdout) and " parameters" in shown.stdout
+    doc = json.loads(call(*args, "--json").stdout)
+    assert doc["facts"]["params"] > 0 and "TFLite" in doc["facts"]["params_source"]
+    by_id = {a["id"]: a for a in doc["advice"]}
+    proposed = by_id["tflite-runtimes"]["proposes"]
+    assert ["litert", "fp32"] in proposed and ["openvino", "fp32"] in proposed
+    quantized = name == INT8_TFLITE
+    assert doc["facts"]["quantized"] == ("int8" if quantized else None)
+    assert (["openvino", "int8"] in proposed) is not quantized
+    assert ("already int8" in by_id["reference"]["reason"]) is quantized
 
 
 def test_advise_prints_the_count_of_a_savedmodel_given_alone(tf_models: Path) -> None:

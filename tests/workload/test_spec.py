@@ -16,6 +16,7 @@ import pytest
 from bakeoff.errors import UserError
 from bakeoff.loader import load_workload
 from bakeoff.workload import parse_spec
+from bakeoff.workload.spec import default_runtimes
 
 FAKE_MODEL = '[model]\nkind = "fake"\n'
 
@@ -114,6 +115,7 @@ _MODEL_TABLES = {
     "keras": ('factory = "m:build"\nfactroy = "m:build"', "factory"),
     "jax": ('function = "m:apply"\nparmas = "p.npz"', "params"),
     "savedmodel": ('paht = "saved"', "path"),
+    "tflite": ('path = "m.tflite"\npaht = "m.tflite"', "path"),
     "builtin": ('nme = "digits"', "name"),
     "fake": ("optoins = { latency_ms = 1.0 }", "options"),
 }
@@ -248,6 +250,36 @@ def test_torch_model_without_factory(tmp_path: Path) -> None:
     assert str(path) in msg
     assert "model" in msg
     assert "needs factory" in msg
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [("", 'needs path = "model.tflite"'), ('path = "m.onnx"', "got 'm.onnx'")],
+)
+def test_a_tflite_model_needs_a_tflite_file(path: str, expected: str) -> None:
+    text = f'name = "w"\n[model]\nkind = "tflite"\n{path}\n[data]\npath = "d.npz"\n'
+    with pytest.raises(UserError) as info:
+        parse_spec(text, "w.toml")
+    assert expected in str(info.value)
+
+
+def test_a_tflite_model_runs_on_litert_and_openvino_by_default() -> None:
+    spec = parse_spec(
+        'name = "w"\n[model]\nkind = "tflite"\npath = "m.TFLITE"\n[data]\npath = "d.npz"\n',
+        "w.toml",
+    )
+    assert default_runtimes(spec.model.kind) == ["litert", "openvino"]
+
+
+def test_a_file_that_is_no_tflite_flatbuffer_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "m.tflite").write_bytes(b"\x00\x00\x00\x00ONNX and more")
+    np.savez(tmp_path / "d.npz", x=np.zeros((4, 3), np.float32))
+    path = tmp_path / "w.toml"
+    path.write_text(
+        'name = "w"\n[model]\nkind = "tflite"\npath = "m.tflite"\n[data]\npath = "d.npz"\n'
+    )
+    msg = _load_error(path)
+    assert "not a TFLite flatbuffer" in msg and "TFL3" in msg
 
 
 def test_invalid_toml(tmp_path: Path) -> None:

@@ -77,6 +77,8 @@ class Facts:
     cpu_flags_source: str = "/proc/cpuinfo"
     # Intel, AMD, Hygon, ... or "unknown"; BAKEOFF_CPU_VENDOR may simulate it.
     cpu_vendor: str = "unknown"
+    # A model file quantized already (a .tflite with int8 weights): its weights' type.
+    quantized: str | None = None
 
     def describe(self) -> str:
         params = "unknown" if self.params is None else _count(self.params)
@@ -243,6 +245,10 @@ def model_facts(
         out["params"], out["params_source"] = _weights_params(weights, weights_key)
     elif path and (counted := path_parameter_count(kind, path)) is not None:
         out["params"], out["params_source"] = counted  # openvino, savedmodel, keras, tflite
+    if kind == "tflite" and path:
+        from bakeoff.backends.tflite_file import quantized_weights
+
+        out["quantized"] = quantized_weights(path)  # then the file is its own reference
     return out
 
 

@@ -23,6 +23,7 @@ from bakeoff.advise.rules import (
     rule_keras,
     rule_reference,
     rule_savedmodel,
+    rule_tflite,
     rule_torch_compile,
     rule_transformer_deployment,
 )
@@ -110,6 +111,7 @@ RULES: tuple[Rule, ...] = (
     rule_keras,
     rule_jax,
     rule_savedmodel,
+    rule_tflite,
     rule_target,
     rule_cpu_int8,
     rule_cpu_bf16,

@@ -85,6 +85,17 @@ def rule_reference(ctx: Context) -> list[Advice]:
         ]
     runtime, what = reference.runtime, reference.what
     pre = "a pretrained " if ctx.facts.pretrained else ""
+    if ctx.facts.quantized:  # a .tflite quantized already: no FP32 model exists
+        return [
+            Advice(
+                "reference",
+                f"{what} as the reference ({runtime}-fp32 names it)",
+                f"the file's weights are already {ctx.facts.quantized}: the file as it is "
+                "is the yardstick for every other variant's quality and speed",
+                proposes=[(runtime, "fp32")],
+                confirm="reference",
+            )
+        ]
     return [
         Advice(
             "reference",
@@ -270,6 +281,33 @@ def rule_savedmodel(ctx: Context) -> list[Advice]:
     if ctx.facts.model_kind != "savedmodel" or ctx.target not in ("mobile", "edge-intel"):
         return []
     return [_on_device_litert("savedmodel-litert", "a TensorFlow model", ctx.target)]
+
+
+def rule_tflite(ctx: Context) -> list[Advice]:
+    """A .tflite file: LiteRT runs it as it is, and OpenVINO reads it itself with no
+    TensorFlow (OpenVINO's TFLite frontend); a float file can be quantized by NNCF
+    there. Nothing converts it back to another framework."""
+    if ctx.facts.model_kind != "tflite":
+        return []
+    quantized = ctx.facts.quantized
+    proposes = [("litert", "fp32"), ("openvino", "fp32")]
+    if quantized is None and ctx.target in X86_TARGETS:
+        proposes.append(("openvino", "int8"))
+    why = (
+        f"its weights are {quantized} already, so no INT8 is built from it"
+        if quantized
+        else "a float file: NNCF quantizes it to INT8 on OpenVINO"
+    )
+    return [
+        Advice(
+            "tflite-runtimes",
+            "the .tflite file on LiteRT (as it is) and on OpenVINO (its own TFLite reader)",
+            f"a TFLite file runs on LiteRT, its own runtime, and OpenVINO reads it with no "
+            f"TensorFlow; their speed differs by model; {why}",
+            proposes=proposes,
+            confirm="runtime-wins",
+        )
+    ]
 
 
 def _on_device_litert(advice_id: str, model: str, target: str) -> Advice:

@@ -333,6 +333,9 @@ REFERENCES: dict[str, Reference] = {
     "keras": Reference("keras-tensorflow", "Keras 3 on its TensorFlow backend"),
     "jax": Reference("jax", "JAX"),
     "savedmodel": Reference("tensorflow", "TensorFlow"),
+    # "fp32" of a .tflite file is the file as it is: there is no other model to
+    # convert from. A file quantized already is its own reference (`file_reference_note`).
+    "tflite": Reference("litert", "LiteRT, running the TFLite file as it is"),
     "fake": Reference("fake", "the fake runtime", advised=False),
 }
 
@@ -342,6 +345,7 @@ REFERENCES: dict[str, Reference] = {
 # TensorFlow, and runs FP32 at its f32 precision hint (never bf16 behind the name).
 STAND_IN_REFERENCES: dict[str, Reference] = {
     "savedmodel": Reference("openvino", "OpenVINO at FP32 (its own SavedModel reader)"),
+    "tflite": Reference("openvino", "OpenVINO at FP32 (its own TFLite reader)"),
 }
 
 
@@ -365,3 +369,21 @@ def reference_choice(model_kind: str) -> tuple[Variant, str]:
             )
             return Variant(stand_in.runtime, "fp32"), why
     return Variant(own.runtime, "fp32"), ""
+
+
+# How a run note names the runtime that holds the reference.
+_RUNTIME_LABELS = {"litert": "LiteRT", "openvino": "OpenVINO"}
+
+
+def file_reference_note(model_kind: str, path: str | None) -> str:
+    """What a reader must know about the reference of this very file ("" when
+    nothing): a .tflite whose weights are quantized already is its own reference,
+    under its runtime's "fp32" name, and the other candidates are gated against it
+    rather than against an FP32 model, which does not exist."""
+    if model_kind != "tflite" or path is None:
+        return ""
+    from bakeoff.backends.tflite_file import quantized_note
+
+    variant = reference_variant(model_kind)
+    label = _RUNTIME_LABELS.get(variant.runtime, variant.runtime)
+    return quantized_note(path, label, variant.id)

@@ -1,6 +1,7 @@
 """LiteRT (the successor of TensorFlow Lite) on the CPU, with XNNPACK: FP32, FP16
 weight-only and INT8 full-integer post-training quantization, converted from a
-Keras 3 model with TensorFlow's converter and run by ``ai-edge-litert``."""
+Keras 3 model with TensorFlow's converter and run by ``ai-edge-litert``; and a
+user's own .tflite file (kind "tflite") run as it is, which needs LiteRT alone."""
 
 from __future__ import annotations
 
@@ -28,18 +29,24 @@ METHODS = {"fp32": None, "fp16": "weight-only", "int8": "static"}
 
 
 def availability() -> Availability:
-    runtime = package_availability("ai-edge-litert", "ai_edge_litert", INSTALL)
-    if not runtime.available:
-        return runtime
-    # Conversion needs TensorFlow's converter (and Keras to load the model).
+    # LiteRT alone runs a .tflite file; converting a Keras model needs more, which
+    # its offers say (`_conversion_missing`), so a .tflite runs without TensorFlow.
+    return package_availability("ai-edge-litert", "ai_edge_litert", INSTALL)
+
+
+def _conversion_missing() -> str | None:
+    """Why a Keras model cannot be converted to LiteRT here, or None: conversion needs
+    TensorFlow's converter (and Keras to load the model)."""
     for dist, module in (("tensorflow-cpu", "tensorflow"), ("keras", "keras")):
         a = package_availability(dist, module, INSTALL)
         if not a.available:
-            return Availability(False, None, f"{a.reason} (needed to convert to LiteRT)", INSTALL)
-    return runtime
+            return f"{a.reason} (needed to convert to LiteRT); install: {INSTALL}"
+    return None
 
 
 def offers(precision: str, model_kind: str) -> list[Offer]:
+    if model_kind == "tflite":
+        return [_file_offer(precision)]
     if model_kind != "keras":
         return [
             Offer(
@@ -49,7 +56,8 @@ def offers(precision: str, model_kind: str) -> list[Offer]:
         ]
     if precision in METHODS:
         note = emulation_note(precision) if precision == "int8" else None
-        return [Offer(Variant(RUNTIME, precision, METHODS[precision]), note=note)]
+        variant = Variant(RUNTIME, precision, METHODS[precision])
+        return [Offer(variant, _conversion_missing(), note)]
     return [
         Offer(
             Variant(RUNTIME, precision),
@@ -59,7 +67,22 @@ def offers(precision: str, model_kind: str) -> list[Offer]:
     ]
 
 
+def _file_offer(precision: str) -> Offer:
+    """A .tflite file runs as it is, under "fp32" (for a file quantized already, the
+    run's note says its weights are not FP32); nothing else is built from it."""
+    if precision == "fp32":
+        return Offer(Variant(RUNTIME, "fp32"))
+    return Offer(
+        Variant(RUNTIME, precision),
+        f"{precision} is not built: LiteRT runs the .tflite file as it is (litert-fp32), "
+        "and there is no original model to convert to another precision from (OpenVINO's "
+        "NNCF quantizes a float file to INT8)",
+    )
+
+
 def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
+    if ctx.source.kind == "tflite":
+        return _file_artifact(ctx)
     from bakeoff.transforms.keras_export import load_for_build
     from bakeoff.transforms.litert_convert import BACKEND, convert
 
@@ -71,6 +94,23 @@ def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
         return convert(model, variant.precision, calib, out, layout)
 
     return cached_step(ctx.artifacts_dir, name, step)
+
+
+def _file_artifact(ctx: BuildContext) -> dict[str, Any]:
+    """The user's .tflite file itself: no step, no copy."""
+    from pathlib import Path
+
+    from bakeoff.backends.tflite_file import quantized_weights
+    from bakeoff.transforms import StepFailed
+
+    assert ctx.source.path is not None
+    if not Path(ctx.source.path).is_file():
+        raise StepFailed(f"the TFLite file {ctx.source.path} does not exist")
+    artifact: dict[str, Any] = {"path": ctx.source.path, "exporter": "user-provided"}
+    quantized = quantized_weights(ctx.source.path)
+    if quantized is not None:  # recorded with the candidate's settings: not FP32 weights
+        artifact["quantization"] = {"weights": f"{quantized}, quantized in the file"}
+    return artifact
 
 
 class LiteRtRunner:
@@ -125,13 +165,45 @@ def allocate(interpreter: Any, layout: Layout, input_names: Sequence[str], batch
     interpreter.allocate_tensors()
 
 
+def allocate_fixed(
+    interpreter: Any, layout: Layout, input_names: Sequence[str], batch_size: int
+) -> None:
+    """`allocate` for a user's file, whose batch may be fixed (at 1, say): LiteRT
+    resizes its inputs where the graph allows, and where it does not, the load fails
+    with the batch size it could not run, not with LiteRT's traceback. A graph that
+    takes the new input size but keeps its output's batch (a Reshape to a constant
+    shape) cannot run it either: its outputs would not be one row per sample."""
+    signature = [d["shape_signature"] for d in interpreter.get_input_details()]
+    fixed = [int(s[0]) for s in signature if len(s) and int(s[0]) > 0]
+    why = f"the .tflite file fixes the batch at {fixed[0]}" if fixed else "the .tflite file"
+    before = [list(d["shape"]) for d in interpreter.get_output_details()]
+    try:
+        allocate(interpreter, layout, input_names, batch_size)
+    except Exception as exc:
+        gist = " ".join(str(exc).split())[:300]
+        raise RuntimeError(
+            f"{why}, and LiteRT cannot resize it to batch size {batch_size} "
+            f"(resize_tensor_input: {type(exc).__name__}: {gist})"
+        ) from None
+    for out, shape in zip(interpreter.get_output_details(), before, strict=True):
+        # an output that had the batch axis of the inputs and kept its old size
+        stuck = bool(shape) and shape[0] in fixed and shape[0] != batch_size
+        if stuck and int(out["shape"][0]) == shape[0]:
+            raise RuntimeError(
+                f"{why}: LiteRT resized its input to batch size {batch_size}, but the output "
+                f"{_plain_name(out['name'])} stays {list(out['shape'])}, so batch size "
+                f"{batch_size} cannot run on LiteRT"
+            )
+
+
 def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> LiteRtRunner:
     import importlib.metadata
 
     check_options(ctx.options, OPTIONS, RUNTIME)
     interpreter = make_interpreter(artifact["path"], ctx.threads)
     # fixed to the candidate's batch size once, before the tensors are allocated
-    allocate(interpreter, Layout.of(ctx.source), ctx.input_names, ctx.batch_size)
+    fit = allocate_fixed if ctx.source.kind == "tflite" else allocate
+    fit(interpreter, Layout.of(ctx.source), ctx.input_names, ctx.batch_size)
     settings: dict[str, Any] = {
         "litert_version": importlib.metadata.version("ai-edge-litert"),
         "num_threads": ctx.threads,

@@ -30,6 +30,8 @@ def availability() -> Availability:
 
 
 def offers(precision: str, model_kind: str) -> list[Offer]:
+    if model_kind == "tflite":
+        return [Offer(Variant(RUNTIME, precision), _tflite_refused())]
     if model_kind not in ("torch", "hf", "onnx", "keras"):
         return [Offer(Variant(RUNTIME, precision), f"the model is {model_kind}, not ONNX-able")]
     if precision == "fp32":
@@ -49,6 +51,24 @@ def offers(precision: str, model_kind: str) -> list[Offer]:
     if precision == "int4":
         return [Offer(Variant(RUNTIME, "int4", "weight-only"))]
     return [Offer(Variant(RUNTIME, precision), f"{precision} is not built by this version")]
+
+
+def _tflite_refused() -> str:
+    """Why a .tflite file gets no ONNX Runtime candidate: bakeoff converts none to
+    ONNX. tf2onnx is the one converter that reads .tflite files, and it needs
+    TensorFlow; where it is installed, the reason still must not promise a path
+    bakeoff does not take."""
+    found = package_availability("tf2onnx", "tf2onnx", "")
+    if found.available:
+        return (
+            "this version does not convert a TFLite file to ONNX (tf2onnx is installed, "
+            "but bakeoff does not run it); LiteRT and OpenVINO run the file itself"
+        )
+    return (
+        "no TFLite-to-ONNX converter is installed (tf2onnx, the one that reads .tflite "
+        "files, is not, and needs TensorFlow), and this version converts none; LiteRT and "
+        "OpenVINO run the file itself"
+    )
 
 
 # Found by experiment with onnxruntime 1.32 (tests/transforms/test_ort_quantize.py

@@ -1,6 +1,7 @@
 """OpenVINO on the CPU: FP32 (from ONNX, or straight from torch), FP16/BF16 as
 inference precision hints, NNCF INT8 (plain and accuracy-aware) and NNCF INT4
-weight-only. A model given as OpenVINO IR (kind "openvino") is its own FP32 IR.
+weight-only. A model given as OpenVINO IR (kind "openvino") is its own FP32 IR; a
+SavedModel folder or a .tflite file is read by OpenVINO itself (no TensorFlow).
 
 The inference precision hint is always set explicitly: on CPUs with BF16
 support OpenVINO otherwise runs an FP32 model in bf16 without saying so.
@@ -44,7 +45,7 @@ _HINT_ALIASES = {"fp32": "f32", "fp16": "f16", "bfloat16": "bf16"}
 
 
 def offers(precision: str, model_kind: str) -> list[Offer]:
-    if model_kind not in ("torch", "hf", "onnx", "openvino", "keras", "savedmodel"):
+    if model_kind not in ("torch", "hf", "onnx", "openvino", "keras", "savedmodel", "tflite"):
         return [Offer(Variant(RUNTIME, precision), f"the model is {model_kind}, not convertible")]
     if precision == "fp32":
         out = [Offer(Variant(RUNTIME, "fp32"))]
@@ -94,14 +95,56 @@ def _fp32_ir(ctx: BuildContext) -> dict[str, Any]:
         folder = str(ctx.source.path)
         ir = cached_step(ctx.artifacts_dir, "ov-fp32", lambda d: ir_from_savedmodel(folder, d))
         return {**ir, "exporter": "openvino.convert_model (SavedModel)"}
+    if ctx.source.kind == "tflite":  # the same: OpenVINO's TFLite frontend
+        return _tflite_ir(str(ctx.source.path), ctx.artifacts_dir)
 
     onnx_fp32 = ensure_onnx(ctx.source, ctx.artifacts_dir, example_inputs(ctx))
     ir = cached_step(ctx.artifacts_dir, "ov-fp32", lambda d: ir_from_onnx(onnx_fp32["path"], d))
     return {**ir, "exporter": onnx_fp32["exporter"]}
 
 
+def _tflite_ir(path: str, artifacts_dir: str) -> dict[str, Any]:
+    """A .tflite file as IR, its batch axis made dynamic where the graph allows (one IR
+    for every batch size, as ANY_BATCH_SIZE promises), else kept as the file fixes it
+    (`fixed_batch`, which `load` and the runner check).
+
+    A file whose weights are quantized already runs as it is, under "fp32" like its
+    LiteRT reference: OpenVINO keeps the file's int8 weights (and runs them in int8
+    where its CPU plugin has the kernels); the artifact's quantization says so, and
+    the run's note (`backends.file_reference_note`). Calling it "int8" would give one
+    file two names, and an FP32 model to compare it with does not exist.
+    """
+    from bakeoff.backends.tflite_file import quantized_weights
+    from bakeoff.transforms.tflite_ir import ir_from_tflite
+
+    ir = cached_step(artifacts_dir, "ov-fp32", lambda d: ir_from_tflite(path, d))
+    out = {**ir, "exporter": "openvino.convert_model (TFLite)"}
+    quantized = quantized_weights(path)
+    if quantized is not None:
+        out["quantization"] = {"weights": f"{quantized}, quantized in the file"}
+    return out
+
+
+def _already_quantized(variant: Variant, ctx: BuildContext) -> None:
+    """NNCF is not run on a .tflite file quantized already: its weights are low-bit
+    now, and openvino-fp32 runs them as they are. A hand-written candidate is built
+    as asked."""
+    if ctx.source.kind != "tflite" or not ctx.skip_unneeded or variant.precision in _HINTS:
+        return
+    from bakeoff.backends.tflite_file import quantized_weights
+
+    quantized = quantized_weights(str(ctx.source.path))
+    if quantized is not None and variant.precision != "fp32":
+        raise StepNotNeeded(
+            f"not needed: the .tflite file's weights are already {quantized}, and "
+            "openvino-fp32 runs them as they are; NNCF has no FP32 weights to quantize"
+        )
+
+
 def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
     from bakeoff.transforms import openvino_convert as conv
+
+    _already_quantized(variant, ctx)
 
     if variant.method == "direct":
         return cached_step(
@@ -174,14 +217,23 @@ def _plain_int8(ctx: BuildContext, ir: dict[str, Any]) -> dict[str, Any]:
 
 
 class OpenVinoRunner:
-    def __init__(self, compiled: Any, settings: dict[str, Any]) -> None:
+    def __init__(
+        self, compiled: Any, settings: dict[str, Any], fixed_batch: int | None = None
+    ) -> None:
         self.compiled = compiled
         self.request = compiled.create_infer_request()
         self.settings = settings
         self.inputs = input_types(compiled.inputs)
+        # A model file whose batch OpenVINO could not make dynamic runs only this one.
+        self.fixed_batch = fixed_batch
 
     def prepare(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return map_inputs(batch, self.inputs)
+        prepared = map_inputs(batch, self.inputs)
+        if self.fixed_batch is not None:  # a worker kept across batch sizes comes here
+            sizes = {a.shape[0] for a in prepared.values() if a.ndim}
+            if sizes - {self.fixed_batch}:
+                raise RuntimeError(_fixed_batch_refusal(self.fixed_batch, max(sizes)))
+        return prepared
 
     def run(self, prepared: dict[str, np.ndarray]) -> Any:
         return self.request.infer(prepared)
@@ -217,10 +269,20 @@ def compile_cpu(path: str, config: dict[str, Any]) -> Any:
     return core.compile_model(core.read_model(path), "CPU", config)
 
 
+def _fixed_batch_refusal(fixed: int, batch_size: int) -> str:
+    return (
+        f"the model file fixes the batch at {fixed} and OpenVINO could not reshape it "
+        f"(model.reshape), so batch size {batch_size} cannot run on OpenVINO"
+    )
+
+
 def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> OpenVinoRunner:
     import openvino as ov
 
     check_options(ctx.options, OPTIONS, RUNTIME)
+    fixed_batch = artifact.get("fixed_batch")
+    if fixed_batch is not None and ctx.batch_size != fixed_batch:
+        raise RuntimeError(_fixed_batch_refusal(fixed_batch, ctx.batch_size))
     # A candidate's own inference_precision wins over the variant's precision.
     hint = str(ctx.options.get("inference_precision", _HINTS.get(variant.precision, "f32")))
     config = {
@@ -256,4 +318,6 @@ def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> OpenVi
         if "inference_precision_hint" in settings["quantization"]:
             # a candidate's inference_precision option may have replaced the variant's
             settings["quantization"]["inference_precision_hint"] = applied
-    return OpenVinoRunner(compiled, settings)
+    if fixed_batch is not None:
+        settings["fixed_batch"] = fixed_batch
+    return OpenVinoRunner(compiled, settings, fixed_batch)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from bakeoff.backends import file_reference_note
 from bakeoff.batching import Layout
 from bakeoff.errors import UserError
 from bakeoff.source import ModelSource, import_factory
@@ -118,4 +119,8 @@ def _check_model(
     if model.kind == "hf":
         assert model_path is not None
         hf_config, notes = check_hf_folder(model, model_path, origin)
+    # A .tflite quantized already is its own reference: said before anything runs.
+    reference_note = file_reference_note(model.kind, model_path)
+    if reference_note:
+        notes = [*notes, reference_note]
     return model_path, weights, hf_config, notes

@@ -41,6 +41,8 @@ def check_model_path(model: ModelSpec, base_dir: str | None, origin: str) -> str
         )
     if model.kind == "keras":
         _check_keras_file(resolved, key)
+    if model.kind == "tflite":
+        _check_tflite_file(resolved, key)
     if model.kind == "openvino":
         weights = resolved.with_suffix(".bin")
         if not resolved.is_file():
@@ -51,6 +53,23 @@ def check_model_path(model: ModelSpec, base_dir: str | None, origin: str) -> str
                 "with a .bin of the same name next to it)"
             )
     return str(resolved)
+
+
+# A TFLite flatbuffer names its schema in the file identifier, bytes 4..8 (after
+# the root table's offset): read without LiteRT, which the orchestrator may lack.
+TFLITE_IDENTIFIER = b"TFL3"
+
+
+def _check_tflite_file(path: Path, key: str) -> None:
+    if not path.is_file():
+        raise UserError(f'{key}: {path} is not a file (kind = "tflite" needs a .tflite file)')
+    with path.open("rb") as f:
+        head = f.read(8)
+    if head[4:8] != TFLITE_IDENTIFIER:
+        raise UserError(
+            f"{key}: {path} is not a TFLite flatbuffer (its bytes 4..8 are {head[4:8]!r}, not "
+            f"{TFLITE_IDENTIFIER!r}); write it with TensorFlow's or ai-edge-torch's converter"
+        )
 
 
 def _check_keras_file(path: Path, key: str) -> None:

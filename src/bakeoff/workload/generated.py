@@ -1,12 +1,14 @@
 """Inputs made from a model's own signature, for a model given with no data.
 
 A user's first run is often a model file alone. Its inputs are read from the file
-(ONNX: the graph's inputs; OpenVINO IR and a TensorFlow SavedModel, read by
-OpenVINO without TensorFlow: the model's parameters; Keras: the input layers in the
+(ONNX: the graph's inputs; OpenVINO IR, a TensorFlow SavedModel and a TFLite file,
+read by OpenVINO without TensorFlow: the model's parameters; Keras: the input layers in the
 config.json of its zip, nothing in the file loaded or run) and filled by stated
 rules, so the run measures the model at the shapes it was made for:
 
-- the first axis, where it is dynamic, is the batch (the samples are on it);
+- the first axis is the batch (the samples are on it), dynamic or not: a file that
+  fixes it (a TFLite file at batch 1) still gets every sample, each runtime resizing
+  the batch where it can;
 - every other dynamic axis is `sequence_length` long (128 unless the workload says);
 - a float input is standard normal; a bool input is random;
 - an integer input named like a mask (`attention_mask`) is all ones, one named like
@@ -65,8 +67,9 @@ def signature_of(model_path: str, origin: str) -> list[InputSignature]:
         what, read = _READERS[path.suffix.lower()]
     else:
         raise UserError(
-            f"{origin}: generated inputs need an ONNX (.onnx), OpenVINO IR (.xml) or Keras "
-            f"(.keras, .h5) file or a TensorFlow SavedModel folder, got {model_path}; give the "
+            f"{origin}: generated inputs need an ONNX (.onnx), OpenVINO IR (.xml), TFLite "
+            f"(.tflite) or Keras (.keras, .h5) file or a TensorFlow SavedModel folder, got "
+            f"{model_path}; give the "
             "model's inputs as data (an .npz) instead"
         )
     try:
@@ -263,6 +266,7 @@ def _through_convert(node: Any) -> Any:
 _READERS = {
     ".onnx": ("ONNX", _onnx_signature),
     ".xml": ("OpenVINO IR", _openvino_signature),
+    ".tflite": ("TFLite", _openvino_signature),  # OpenVINO's TFLite frontend: no TensorFlow
     ".keras": ("Keras", _keras_signature),
     ".h5": ("Keras HDF5", _keras_signature),
     ".hdf5": ("Keras HDF5", _keras_signature),

@@ -55,6 +55,7 @@ MODEL_KEYS_BY_KIND: dict[str, tuple[str, ...]] = {
     "keras": ("kind", "path", "factory"),
     "jax": ("kind", "function", "params"),
     "savedmodel": ("kind", "path"),
+    "tflite": ("kind", "path"),
     "builtin": ("kind", "name"),
     "fake": ("kind", "options"),
 }
@@ -121,6 +122,7 @@ _MODEL_FILES = {
     ".keras": 'kind = "keras", path = "{name}"',
     ".h5": 'kind = "keras", path = "{name}"',
     ".hdf5": 'kind = "keras", path = "{name}"',
+    ".tflite": 'kind = "tflite", path = "{name}"',
     ".pt": 'kind = "torch", factory = "module:function", weights = "{name}"',
     ".pth": 'kind = "torch", factory = "module:function", weights = "{name}"',
     ".safetensors": 'kind = "torch", factory = "module:function", weights = "{name}"',

@@ -53,6 +53,9 @@ DEFAULT_RUNTIMES_BY_KIND: dict[str, list[str]] = {
     "jax": ["jax"],
     # OpenVINO converts a SavedModel itself, without TensorFlow
     "savedmodel": ["tensorflow", "openvino"],
+    # LiteRT runs the file as it is; OpenVINO reads a .tflite itself. ONNX Runtime is
+    # left out: bakeoff converts no TFLite file to ONNX (its offer says why).
+    "tflite": ["litert", "openvino"],
 }
 
 
@@ -73,6 +76,8 @@ DEFAULT_HF_TASK: HfTask = "feature-extraction"
 SAFETENSORS_SUFFIXES = (".safetensors",)
 # kind = "jax" parameter files: numpy arrays (read with allow_pickle=False) or Flax msgpack.
 JAX_PARAMS_SUFFIXES = (".npz", ".msgpack")
+# kind = "tflite": a TFLite (LiteRT) flatbuffer, run as it is.
+TFLITE_SUFFIX = ".tflite"
 
 
 # MXNet is refused by name (model.kind) and by its checkpoint files (model.path).
@@ -132,7 +137,16 @@ def _check_weights_key(kind: str, weights: str | None, weights_key: str) -> None
 
 class ModelSpec(_Strict):
     kind: Literal[
-        "torch", "hf", "onnx", "openvino", "keras", "jax", "savedmodel", "builtin", "fake"
+        "torch",
+        "hf",
+        "onnx",
+        "openvino",
+        "keras",
+        "jax",
+        "savedmodel",
+        "tflite",
+        "builtin",
+        "fake",
     ]
     name: str | None = Field(None, description="builtin: the built-in workload's name")
     factory: str | None = Field(None, description='"module:callable" returning a torch.nn.Module')
@@ -145,7 +159,8 @@ class ModelSpec(_Strict):
         description='torch: the key of the state_dict in a checkpoint dict ("a.b" nests)',
     )
     path: str | None = Field(
-        None, description="a model file (onnx, OpenVINO IR .xml) or a local folder (hf)"
+        None,
+        description="a model file (onnx, OpenVINO IR .xml, .tflite) or a local folder (hf)",
     )
     task: HfTask | None = Field(None, description="hf: what the module returns")
     num_labels: int | None = Field(
@@ -167,8 +182,8 @@ class ModelSpec(_Strict):
         if kind == "fake" and not development():
             raise ValueError(
                 'kind = "fake" is bakeoff\'s test double, not a model: give torch, hf, onnx, '
-                f"openvino, keras, jax, savedmodel or builtin ({DEVELOPMENT_VARIABLE}=1 allows "
-                "it, for bakeoff's own tests)"
+                "openvino, keras, jax, savedmodel, tflite or builtin "
+                f"({DEVELOPMENT_VARIABLE}=1 allows it, for bakeoff's own tests)"
             )
         return kind
 
@@ -208,6 +223,11 @@ class ModelSpec(_Strict):
             raise ValueError(f'function and params are for kind = "jax" only, not "{self.kind}"')
         if self.kind == "savedmodel" and not self.path:
             raise ValueError('kind = "savedmodel" needs path = "a SavedModel folder"')
+        if self.kind == "tflite" and not (self.path or "").lower().endswith(TFLITE_SUFFIX):
+            raise ValueError(
+                f'kind = "tflite" needs path = "model.tflite" (a TFLite / LiteRT flatbuffer), '
+                f"got {self.path!r}"
+            )
         if self.kind == "keras":
             _check_keras_source(self.path, self.factory)
         if self.kind == "builtin" and not self.name:
