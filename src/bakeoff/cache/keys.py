@@ -120,18 +120,26 @@ def _module_files(source: ModelSource) -> list[tuple[str, Path]]:
     return sorted(files.items())
 
 
+# Source fields added after runs were first stored, with the value they have when
+# unset: a run stored before one was added was hashed without it.
+ADDED_LATER: dict[str, Any] = {"weights_key": None}
+
+
 def model_hash(source: ModelSource) -> dict[str, Any]:
     """{"hash", "files"}: the model's identity by content, for every model kind.
 
     torch: the factory's module file(s) and the weights file; hf: every file of
     the folder; onnx: the file and its external data; openvino: the .xml and
     .bin. Every other field of the source (kind, factory, task, options...)
-    is part of the hash as given, so a field added later counts too.
+    is part of the hash as given, so a field added later counts too; a field added
+    later counts where it is set (`ADDED_LATER`), so the runs stored before it keep
+    their hash and still resume.
     """
     described = {
         k: v
         for k, v in dataclasses.asdict(source).items()
         if k not in ("path", "base_dir", "weights")
+        and not (k in ADDED_LATER and v == ADDED_LATER[k])
     }
     files: list[tuple[str, Path]] = []
     if source.kind == "torch" and source.factory:
