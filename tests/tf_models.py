@@ -1,14 +1,14 @@
-"""Two tiny real TensorFlow-world models, written once per test session by one child
-process (importing TensorFlow costs ~12 s, so it is paid once; the test process
-itself imports no framework): `mlp/`, a SavedModel whose serving_default signature
-takes x [batch, 64]; and `two_inputs.keras`, a functional Keras 3 model with inputs
-feat [batch, 8] (float32) and ids [batch, seq] (int32) into a 50-row Embedding; and
-`one_input.keras`, a functional model of one input, only [batch, 5] (Keras writes
-a single input's entry unlike several); `mlp.h5`, a Sequential x [batch, 6] -> 3 in
-the legacy HDF5 format; `lambda.h5`, a model holding a Python lambda, which
+"""Tiny real TensorFlow-world models, written once per test session by one child process
+(importing TensorFlow costs ~12 s, so it is paid once; the test process itself imports
+no framework): `mlp/`, a SavedModel whose serving_default signature takes x [batch, 64];
+`heads/`, a SavedModel of three named outputs; and `two_inputs.keras`, a functional
+Keras 3 model with inputs feat [batch, 8] (float32) and ids [batch, seq] (int32) into a
+50-row Embedding; `one_input.keras`, a functional model of one input, only [batch, 5]
+(Keras writes a single input's entry unlike several); `mlp.h5`, a Sequential x [batch,
+6] -> 3 in the legacy HDF5 format; `lambda.h5`, a model holding a Python lambda, which
 must never be deserialized; and two TFLite files of one Keras model x [1, 12] ->
-Dense(16, relu) -> Dense(4), its batch fixed at 1 as TensorFlow's converter fixes it
-for a model built with batch_size=1: `float.tflite` (FP32 weights) and `int8.tflite`
+Dense(16, relu) -> Dense(4), its batch fixed at 1 as TensorFlow's converter fixes it for
+a model built with batch_size=1: `float.tflite` (FP32 weights) and `int8.tflite`
 (full-integer INT8 weights and activations, float input and output)."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import textwrap
 from pathlib import Path
 
 SAVEDMODEL = "mlp"
+HEADS_SAVEDMODEL = "heads"  # x [batch, 16] -> onset, note [batch, 6], contour [batch, 9]
 KERAS_FILE = "two_inputs.keras"
 ONE_INPUT_KERAS_FILE = "one_input.keras"
 H5_FILE = "mlp.h5"
@@ -55,6 +56,23 @@ WRITE = textwrap.dedent(
 
     m = Mlp()
     tf.saved_model.save(m, str(out / "mlp"), signatures={"serving_default": m.serve})
+
+
+    class Heads(tf.Module):
+        # Three named outputs, as a transcription model has: two of one shape, so
+        # only their names tell them apart.
+        def __init__(self):
+            r = np.random.default_rng(2)
+            self.w = {k: tf.Variable(r.standard_normal((16, n)).astype("float32"))
+                      for k, n in (("onset", 6), ("note", 6), ("contour", 9))}
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 16], tf.float32, name="x")])
+        def serve(self, x):
+            return {k: tf.matmul(x, w) for k, w in self.w.items()}
+
+
+    h = Heads()
+    tf.saved_model.save(h, str(out / "heads"), signatures={"serving_default": h.serve})
 
     feat = keras.Input((8,), name="feat")
     ids = keras.Input((None,), dtype="int32", name="ids")

@@ -109,7 +109,19 @@ def test_run_options_from_settings_stored_before_an_option_existed() -> None:
 
 
 def test_quality_round_trip() -> None:
-    q = Quality("cosine", 0.97, 1.0, 0.03, 0.05, worst=0.8, non_finite=2)
+    head = Quality("cosine", 0.99, 1.0, 0.01, 0.05, output="scores")
+    q = Quality(
+        "cosine",
+        0.97,
+        1.0,
+        0.03,
+        0.05,
+        worst=0.8,
+        non_finite=2,
+        output="boxes",
+        outputs=(head, Quality("cosine", 0.97, 1.0, 0.03, 0.05, output="boxes")),
+        matched="by shape and position",
+    )
     assert _unexercised(q, Quality("", 0.0, 0.0, 0.0, 0.0)) == []
     assert Quality.from_json(_through_json(q.to_json())) == q
     # Documents older than `worst` and `non_finite` lack them.

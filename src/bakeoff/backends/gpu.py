@@ -217,6 +217,11 @@ class TorchCudaRunner:
 
         return first_output(output).detach().float().cpu().numpy()
 
+    def named_outputs(self, output: Any) -> list[tuple[str, Any]]:
+        from bakeoff.backends.torch_eager import torch_tensors
+
+        return [(n, t.detach().float().cpu().numpy()) for n, t in torch_tensors(output)]
+
 
 def torch_cuda_model(variant: Variant, ctx: Any) -> tuple[Any, Any, dict[str, Any]]:
     """The workload's torch model on cuda:0, in eval mode, with the device described."""

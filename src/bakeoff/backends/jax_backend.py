@@ -143,6 +143,11 @@ class JaxRunner:
             raise ValueError("the JAX function returned no array")
         return np.asarray(leaves[0], dtype=np.float32)
 
+    def named_outputs(self, output: Any) -> list[tuple[str, Any]]:
+        from bakeoff.tensors import named_outputs
+
+        return [(n, np.asarray(a)) for n, a in named_outputs(output)]
+
 
 def load_jax(variant: Variant, ctx: LoadContext, platform: str) -> JaxRunner:
     from bakeoff.source import import_factory

@@ -186,3 +186,16 @@ class KerasRunner:
         elif isinstance(output, list | tuple):
             output = output[0]
         return np.asarray(keras.ops.convert_to_numpy(output), dtype=np.float32)
+
+    def named_outputs(self, output: Any) -> list[tuple[str, Any]]:
+        """A list's outputs by the model's own output names (as its SavedModel and
+        TFLite exports name them), a dict's by its keys."""
+        import keras
+
+        from bakeoff.tensors import named_outputs
+
+        found = named_outputs(output)
+        own = list(getattr(self.model, "output_names", None) or [])
+        if isinstance(output, list | tuple) and len(own) == len(found):
+            found = [(name, t) for name, (_, t) in zip(own, found, strict=True)]
+        return [(n, keras.ops.convert_to_numpy(t)) for n, t in found]

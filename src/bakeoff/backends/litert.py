@@ -120,7 +120,7 @@ class LiteRtRunner:
         self.interpreter = interpreter
         self.settings = settings
         self.inputs = interpreter.get_input_details()
-        self.output = interpreter.get_output_details()[0]["index"]
+        self.outputs = output_tensors(interpreter)
         # The converter names inputs "serving_default_<keras input name>:0": matched to
         # the data's arrays by that name where all of them match, else by position.
         self.model_inputs = [(_plain_name(d["name"]), d["dtype"]) for d in self.inputs]
@@ -128,15 +128,32 @@ class LiteRtRunner:
     def prepare(self, batch: dict[str, np.ndarray]) -> list[np.ndarray]:
         return list(map_inputs(batch, self.model_inputs).values())
 
-    def run(self, prepared: list[np.ndarray]) -> np.ndarray:
+    def run(self, prepared: list[np.ndarray]) -> list[np.ndarray]:
         it = self.interpreter
         for detail, array in zip(self.inputs, prepared, strict=True):
             it.set_tensor(detail["index"], array)
         it.invoke()  # synchronous: the output is complete on return
-        return it.get_tensor(self.output)
+        return [it.get_tensor(index) for _, index in self.outputs]
 
-    def to_numpy(self, output: np.ndarray) -> np.ndarray:
-        return np.asarray(output, dtype=np.float32)
+    def to_numpy(self, output: list[np.ndarray]) -> np.ndarray:
+        return np.asarray(output[0], dtype=np.float32)
+
+    def named_outputs(self, output: list[np.ndarray]) -> list[tuple[str, Any]]:
+        return list(zip((name for name, _ in self.outputs), output, strict=True))
+
+
+def output_tensors(interpreter: Any) -> list[tuple[str, int]]:
+    """The interpreter's outputs as (name, tensor index), in the file's order. The
+    converter names output tensors "StatefulPartitionedCall:0", ...: a file with a
+    serving signature gives each its real name there (read through LiteRT's own
+    signature list; without it, the tensor's name)."""
+    details = interpreter.get_output_details()
+    try:
+        signature = interpreter._get_full_signature_list().get("serving_default", {})
+        by_index = {index: name for name, index in signature.get("outputs", {}).items()}
+    except Exception:  # an older LiteRT without it: the tensors' names
+        by_index = {}
+    return [(by_index.get(d["index"], d["name"]), d["index"]) for d in details]
 
 
 def _plain_name(name: str) -> str:

@@ -129,6 +129,7 @@ class OrtRunner:
         self.session = session
         self.settings = settings
         self.inputs = [(i.name, ONNX_NUMPY_TYPES.get(i.type)) for i in session.get_inputs()]
+        self.output_names = [o.name for o in session.get_outputs()]
 
     def prepare(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return map_inputs(batch, self.inputs)
@@ -138,6 +139,9 @@ class OrtRunner:
 
     def to_numpy(self, output: Any) -> np.ndarray:
         return np.asarray(output[0], dtype=np.float32)
+
+    def named_outputs(self, output: Any) -> list[tuple[str, Any]]:
+        return list(zip(self.output_names, output, strict=True))
 
 
 CPU_PROVIDERS = ("CPUExecutionProvider",)

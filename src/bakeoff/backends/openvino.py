@@ -23,7 +23,7 @@ from bakeoff.backends.common import (
     package_availability,
 )
 from bakeoff.hardware import NATIVE, emulation_note, is_x86, native_flags
-from bakeoff.tensors import map_inputs
+from bakeoff.tensors import map_inputs, sequence_output_name
 from bakeoff.transforms import StepFailed, StepNotNeeded, cached_step
 from bakeoff.transforms.openvino_convert import input_types
 
@@ -216,6 +216,19 @@ def _plain_int8(ctx: BuildContext, ir: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def port_names(ports: Any) -> list[str]:
+    """An OpenVINO model's output names in order: the name the source format gave
+    each (an ONNX graph output, a SavedModel signature key), "output_<i>" where a
+    port has none."""
+    names = []
+    for i, port in enumerate(ports):
+        try:
+            names.append(port.get_any_name())
+        except RuntimeError:  # a port without a tensor name
+            names.append(sequence_output_name(i))
+    return names
+
+
 class OpenVinoRunner:
     def __init__(
         self, compiled: Any, settings: dict[str, Any], fixed_batch: int | None = None
@@ -240,6 +253,9 @@ class OpenVinoRunner:
 
     def to_numpy(self, output: Any) -> np.ndarray:
         return np.asarray(output[0], dtype=np.float32)
+
+    def named_outputs(self, output: Any) -> list[tuple[str, Any]]:
+        return list(zip(port_names(self.compiled.outputs), output.to_tuple(), strict=True))
 
     def new_stream(self) -> Any:
         """An infer request of its own: one request serves one call at a time."""

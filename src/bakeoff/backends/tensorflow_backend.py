@@ -17,7 +17,7 @@ import numpy as np
 from bakeoff.backends import Availability, BuildContext, LoadContext, Offer, Variant
 from bakeoff.backends.common import check_options, package_availability
 from bakeoff.batching import read_split
-from bakeoff.tensors import map_inputs
+from bakeoff.tensors import map_inputs, sequence_output_name
 
 RUNTIME = "tensorflow"
 INSTALL = "pip install tensorflow-cpu==2.21.0 (or: make frameworks)"
@@ -63,6 +63,7 @@ def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
 class TfRunner:
     def __init__(self, fn: Any, inputs: list[tuple[str, Any]], settings: dict[str, Any]) -> None:
         self.fn, self.inputs, self.settings = fn, inputs, settings
+        self.output_names: list[str] = []  # known from the first call's structure
 
     def prepare(self, batch: dict[str, np.ndarray]) -> tuple[Any, ...]:
         import tensorflow as tf
@@ -73,13 +74,19 @@ class TfRunner:
         out = self.fn(*prepared)
         # .numpy() waits for the result: the call is complete when run returns.
         if isinstance(out, dict):
-            return [out[k].numpy() for k in sorted(out)]
+            self.output_names = sorted(out)
+            return [out[k].numpy() for k in self.output_names]
         if isinstance(out, list | tuple):
+            self.output_names = [sequence_output_name(i) for i in range(len(out))]
             return [o.numpy() for o in out]
+        self.output_names = [sequence_output_name(0)]
         return [out.numpy()]
 
     def to_numpy(self, output: list[np.ndarray]) -> np.ndarray:
         return np.asarray(output[0], dtype=np.float32)
+
+    def named_outputs(self, output: list[np.ndarray]) -> list[tuple[str, Any]]:
+        return list(zip(self.output_names, output, strict=True))
 
 
 def _savedmodel(tf: Any, path: str) -> tuple[Any, list[tuple[str, Any]], Any]:

@@ -62,6 +62,9 @@ class TrtRunner:
         first = next(iter(output.values()))
         return first.float().cpu().numpy()
 
+    def named_outputs(self, output: dict[str, Any]) -> list[tuple[str, Any]]:
+        return [(n, t.float().cpu().numpy()) for n, t in output.items()]
+
 
 def _engine(trt: Any, onnx_path: str, shapes: dict[str, tuple[int, ...]], fp16: bool) -> Any:
     logger = trt.Logger(trt.Logger.WARNING)

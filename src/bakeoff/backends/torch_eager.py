@@ -79,6 +79,9 @@ class TorchRunner:
 
         return first_output(output).detach().float().numpy()
 
+    def named_outputs(self, output: Any) -> list[tuple[str, Any]]:
+        return [(n, t.detach().float().numpy()) for n, t in torch_tensors(output)]
+
 
 def set_torch_threads(threads: int) -> dict[str, Any]:
     import torch
@@ -279,3 +282,10 @@ def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> TorchR
     check_options(ctx.options, OPTIONS, RUNTIME)
     model, settings = load_model(variant, ctx)
     return TorchRunner(with_autocast(model, variant.precision), settings)
+
+
+def torch_tensors(output: Any) -> list[tuple[str, Any]]:
+    """A torch model's outputs that are tensors, named (bakeoff.tensors.named_outputs)."""
+    from bakeoff.tensors import named_outputs
+
+    return [(n, t) for n, t in named_outputs(output) if hasattr(t, "detach")]

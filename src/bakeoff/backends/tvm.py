@@ -79,6 +79,12 @@ class TvmRunner:
         first = output if hasattr(output, "numpy") else output[0]
         return np.asarray(first.numpy(), dtype=np.float32)
 
+    def named_outputs(self, output: Any) -> list[tuple[str, Any]]:
+        from bakeoff.tensors import sequence_output_name
+
+        every = [output] if hasattr(output, "numpy") else list(output)
+        return [(sequence_output_name(i), o.numpy()) for i, o in enumerate(every)]
+
 
 def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> TvmRunner:
     check_options(ctx.options, OPTIONS, RUNTIME)

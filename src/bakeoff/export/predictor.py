@@ -168,6 +168,6 @@ def _load_litert(folder: Path, manifest: dict[str, Any]) -> Run:
             backend.allocate(interpreter, layout, list(inputs), n)
             state["batch"], state["runner"] = n, backend.LiteRtRunner(interpreter, {})
         runner = state["runner"]
-        return np.array(runner.run(runner.prepare(inputs)))  # a copy: the buffer is reused
+        return runner.to_numpy(runner.run(runner.prepare(inputs)))  # get_tensor copies
 
     return run

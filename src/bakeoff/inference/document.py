@@ -33,7 +33,7 @@ def _workload_section(ctx: RunContext, reference: Reference) -> dict[str, Any]:
         "metric": workload.spec.quality.metric,
         "max_drop": workload.spec.quality.max_drop,
         "samples": workload.n_samples,
-        "quality_samples": len(reference.outputs),
+        "quality_samples": len(reference.outputs[0][1]),
         "reference": reference.variant.id,
         # The worker and chunk size the reference's outputs came from, and the chunk
         # sizes that failed before it (a model that crashes at one batch size).

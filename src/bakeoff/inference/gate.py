@@ -1,34 +1,70 @@
 """The inference quality gate as the trial engine's `Gate`: a worker's outputs on
-the held-out samples against the FP32 reference's (docs/method.md §1)."""
+the held-out samples against the FP32 reference's, every output matched by name
+(judge.outputs; docs/method.md §1)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from bakeoff.candidates import Candidate
+from bakeoff.errors import UserError
 from bakeoff.inference.messages import LoadJob
 from bakeoff.inference.quality_outputs import alt_outputs_path
-from bakeoff.judge.quality import Quality, evaluate
+from bakeoff.judge.outputs import Named, OutputRule, judge_outputs, load_named
+from bakeoff.judge.quality import Quality
 from bakeoff.trials.engine import Checked, GateFailed
 from bakeoff.trials.jobs import Job
+from bakeoff.workload.spec import QualitySpec
 
 
 @dataclass(frozen=True)
 class QualityGate:
-    reference: np.ndarray
+    reference: Named
     labels: np.ndarray | None
-    metric: str
-    max_drop: float
-    reference_alt: np.ndarray | None = None  # at the second shape (variable axes halved)
+    rule: OutputRule
+    reference_alt: Named | None = None  # at the second shape (variable axes halved)
+    only: Sequence[str] | None = None  # [quality] outputs
+    per_output: Mapping[str, OutputRule] = field(default_factory=dict)
 
-    def _judge(self, path: Path, reference: np.ndarray, what: str) -> Quality:
+    @classmethod
+    def of(
+        cls,
+        spec: QualitySpec,
+        reference: Named,
+        reference_alt: Named | None,
+        labels: np.ndarray | None,
+    ) -> QualityGate:
+        """The gate `[quality]` asks for; an output it names that the reference does
+        not return is the workload's error, named with the ones it does."""
+        rule = OutputRule(spec.metric, spec.max_drop)
+        returned = [name for name, _ in reference]
+        for key, names in (("outputs", spec.outputs or []), ("per_output", spec.per_output)):
+            unknown = [n for n in names if n not in returned]
+            if unknown and len(returned) > 1:
+                raise UserError(
+                    f"[quality] {key} names {', '.join(unknown)}, which the model does not "
+                    f"return; its outputs are {', '.join(returned)}"
+                )
+        per_output = {
+            name: OutputRule(
+                own.metric or rule.metric, rule.max_drop if own.max_drop is None else own.max_drop
+            )
+            for name, own in spec.per_output.items()
+        }
+        only = spec.outputs if len(returned) > 1 else None
+        return cls(reference, labels, rule, reference_alt, only, per_output)
+
+    def _judge(self, path: Path, reference: Named, what: str) -> Quality:
         try:
-            outputs = np.load(path, allow_pickle=False)
-            return evaluate(self.metric, outputs, reference, self.labels, self.max_drop)
-        except (ValueError, OSError) as exc:
+            outputs = load_named(path)
+            return judge_outputs(
+                outputs, reference, self.labels, self.rule, self.only, self.per_output
+            )
+        except (ValueError, OSError, KeyError) as exc:
             raise GateFailed(f"quality check{what} failed: {exc}") from None
 
     def check(self, entrant: Candidate, job: Job, record: bool) -> Checked:
@@ -52,4 +88,5 @@ class QualityGate:
                     False,
                     "quality gate at the second shape (variable axes halved): " + alt.describe(),
                 )
-        return Checked(True, f"quality {quality.metric} {quality.value:.4f}")
+        named = f" (worst: output {quality.output})" if quality.outputs else ""
+        return Checked(True, f"quality {quality.metric} {quality.value:.4f}{named}")

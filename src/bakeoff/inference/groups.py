@@ -268,12 +268,8 @@ def _measure_groups(
     search = workload.spec.search
     t_measure = time.perf_counter()
     base = trial_settings(ctx.opts, ctx.threads, len(ctx.batch_sizes))
-    gate = QualityGate(
-        reference=reference.outputs,
-        reference_alt=reference.outputs_alt,
-        labels=ctx.labels,
-        metric=workload.spec.quality.metric,
-        max_drop=workload.spec.quality.max_drop,
+    gate = QualityGate.of(
+        workload.spec.quality, reference.outputs, reference.outputs_alt, ctx.labels
     )
     events = RunEvents(ctx)
     found = Measuring()

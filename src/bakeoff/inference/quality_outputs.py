@@ -14,6 +14,7 @@ import numpy as np
 from bakeoff.backends import Runner
 from bakeoff.batching import Layout, has_split, read_split
 from bakeoff.inference.messages import LoadJob, ReferenceJob
+from bakeoff.judge.outputs import ONLY_OUTPUT, Named, save_named
 
 
 def batches(
@@ -33,24 +34,46 @@ def batches(
     ]
 
 
+def named_numpy(runner: Runner, output: Any) -> Named:
+    """Every output of one call as float arrays, named (`Runner.named_outputs` where
+    the runtime gives names, else its first output alone)."""
+    if hasattr(runner, "named_outputs"):
+        return [(n, np.asarray(a, dtype=np.float32)) for n, a in runner.named_outputs(output)]
+    return [(ONLY_OUTPUT, np.asarray(runner.to_numpy(output), dtype=np.float32))]
+
+
+def _joined(calls: list[Named], n: int) -> Named:
+    """Each output's batches joined on axis 0, the repeats that filled the last batch
+    dropped. An output other than the first that is not one row per sample (a
+    model's constant, a state without a batch axis) cannot be compared per sample:
+    it is left out."""
+    names = [name for name, _ in calls[0]]
+    joined: Named = []
+    for i, name in enumerate(names):
+        parts = [call[i][1] for call in calls]
+        if i and any(p.ndim == 0 or len(p) != len(calls[0][0][1]) for p in parts):
+            continue
+        joined.append((name, np.concatenate(parts)[:n]))
+    return joined
+
+
 def outputs_on(
     runner: Runner, arrays: dict[str, np.ndarray], layout: Layout, batch_size: int
-) -> tuple[np.ndarray, float]:
-    """The first output on every sample, and the seconds of the first call. It is
-    taken as batched on axis 0 (whatever axis the inputs' batch is on): the batches'
-    outputs are joined there and the repeats that filled the last batch dropped."""
+) -> tuple[Named, float]:
+    """Every output on every sample, and the seconds of the first call. Each is taken
+    as batched on axis 0 (whatever axis the inputs' batch is on)."""
     clock: Callable[[], int] = getattr(runner, "clock_ns", time.perf_counter_ns)
     n = layout.count(arrays)
     count = -(-n // batch_size)
-    outs, first_s = [], 0.0
+    calls, first_s = [], 0.0
     for i, batch in enumerate(batches(arrays, layout, batch_size, count)):
         prepared = runner.prepare(batch)
         t0 = clock()
         out = runner.run(prepared)
         if i == 0:
             first_s = (clock() - t0) / 1e9
-        outs.append(runner.to_numpy(out))
-    return np.concatenate(outs)[:n], first_s
+        calls.append(named_numpy(runner, out))
+    return _joined(calls, n), first_s
 
 
 # The quality hold-out again with the workload's variable axes cut to half: every
@@ -70,7 +93,7 @@ def quality_outputs(runner: Runner, job: ReferenceJob | LoadJob, batch_size: int
     data_path, names = job.base.data_path, job.base.input_names
     quality, layout = read_split(data_path, "quality", names)
     outputs, first_s = outputs_on(runner, quality, layout, batch_size)
-    np.save(job.outputs_path, outputs)
+    save_named(job.outputs_path, outputs)
     if has_split(data_path, ALT_SPLIT, names):
         alt, _ = read_split(data_path, ALT_SPLIT, names)
         try:
@@ -81,7 +104,7 @@ def quality_outputs(runner: Runner, job: ReferenceJob | LoadJob, batch_size: int
                 f"the variant does not run at the second shape (variable axes halved: {shapes}"
                 f" per sample): {type(exc).__name__}: {exc}"
             ) from exc
-        np.save(alt_outputs_path(job.outputs_path), outputs)
+        save_named(alt_outputs_path(job.outputs_path), outputs)
     return first_s
 
 

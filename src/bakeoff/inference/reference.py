@@ -24,14 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from bakeoff.backends import Variant
 from bakeoff.errors import BakeoffError
 from bakeoff.inference.context import RunContext
 from bakeoff.inference.early import EarlyLoad, EarlyLoads
 from bakeoff.inference.messages import LoadSpec, ReferenceJob
 from bakeoff.inference.quality_outputs import alt_outputs_path
+from bakeoff.judge.outputs import Named, load_named
 from bakeoff.trials.launcher import Launcher, Worker, WorkerFailed
 
 # The name of a reference process of its own (its worker's log is logs/reference.log).
@@ -46,8 +45,9 @@ class Reference:
     ran the held-out set in, and the chunk sizes that failed before, with why."""
 
     variant: Variant
-    outputs: np.ndarray
-    outputs_alt: np.ndarray | None
+    # Every output, named (judge.outputs); the first is what exports compare with.
+    outputs: Named
+    outputs_alt: Named | None
     seconds: float
     worker: str
     chunk_size: int
@@ -63,6 +63,8 @@ class Reference:
             "chunk_size": self.chunk_size,
             "fell_back_from": [{"chunk_size": size, "reason": why} for size, why in self.failed],
             **({"stands_in_for": self.stands_in_for} if self.stands_in_for else {}),
+            # A model with several outputs: their names, each judged (judge.outputs).
+            **({"outputs": [n for n, _ in self.outputs]} if len(self.outputs) > 1 else {}),
         }
 
 
@@ -290,8 +292,8 @@ def _read(
     alt_path = alt_outputs_path(path)
     return Reference(
         variant,
-        np.load(path, allow_pickle=False),
-        np.load(alt_path, allow_pickle=False) if alt_path.exists() else None,
+        load_named(path),
+        load_named(alt_path) if alt_path.exists() else None,
         time.perf_counter() - t_ref,
         worker,
         chunk,

@@ -11,7 +11,6 @@ import builtins
 import importlib
 import os
 import resource
-import shutil
 import sys
 import threading
 import time
@@ -36,6 +35,7 @@ from bakeoff.inference.messages import (
     Server,
 )
 from bakeoff.inference.quality_outputs import alt_outputs_path, batches, save_quality_outputs
+from bakeoff.judge.outputs import copy_named
 from bakeoff.sizes import model_bytes
 from bakeoff.trials.jobs import Exit, Job, JobError, Measure, Peak, Timed, Warmup
 from bakeoff.trials.memory import PeakMemory
@@ -218,11 +218,9 @@ class Serving:
         self.warm_calls = 1 + self.quality_calls.get(cmd.batch_size, 0)
         # The outputs this process gave on the quality hold-out, where the gate reads
         # them for the candidate at the new batch size.
-        shutil.copyfile(self.job.outputs_path, cmd.outputs_path)
+        copy_named(self.job.outputs_path, cmd.outputs_path)
         if alt_outputs_path(self.job.outputs_path).exists():
-            shutil.copyfile(
-                alt_outputs_path(self.job.outputs_path), alt_outputs_path(cmd.outputs_path)
-            )
+            copy_named(alt_outputs_path(self.job.outputs_path), alt_outputs_path(cmd.outputs_path))
         return {"first_call_s": first_call_s, "settings": self.runner.settings}
 
     def warm_up(self, cmd: Warmup) -> dict[str, Any]:

@@ -20,23 +20,31 @@ class Quality:
     max_drop: float
     worst: float | None = None  # cosine: the least similar sample
     non_finite: int = 0  # samples whose output held NaN or inf
+    # A model with several outputs (judge.outputs): the figure above is the worst
+    # output's, named here; every output's figure is in `outputs`, and `matched` says
+    # how the variant's outputs were matched to the reference's where not by name.
+    output: str | None = None
+    outputs: tuple[Quality, ...] = ()
+    matched: str = ""
 
     @property
     def passed(self) -> bool:
         return bool(np.isfinite(self.drop)) and self.drop <= self.max_drop + _EPSILON
 
     def describe(self) -> str:
+        named = f"output {self.output}: " if self.output is not None else ""
         if self.non_finite:
-            return f"{self.non_finite} held-out samples gave NaN or inf outputs"
+            return f"{named}{self.non_finite} held-out samples gave NaN or inf outputs"
+        several = f" (the worst of {len(self.outputs)} outputs)" if self.outputs else ""
         return (
-            f"{self.metric} {self.value:.4f} vs reference {self.reference:.4f}: "
+            f"{named}{self.metric} {self.value:.4f} vs reference {self.reference:.4f}: "
             f"drop {self.drop:.4f} {'within' if self.passed else 'exceeds'} "
-            f"max_drop {self.max_drop:g}"
+            f"max_drop {self.max_drop:g}{several}"
         )
 
-    def to_json(self) -> dict[str, float | str | None]:
+    def to_json(self) -> dict[str, Any]:
         """The candidate document's `quality`; `from_json` reads it back."""
-        return {
+        doc: dict[str, Any] = {
             "metric": self.metric,
             "value": self.value,
             "reference": self.reference,
@@ -45,10 +53,17 @@ class Quality:
             "worst": self.worst,
             "non_finite": self.non_finite,
         }
+        if self.output is not None:
+            doc["output"] = self.output
+        if self.outputs:
+            doc["outputs"] = [o.to_json() for o in self.outputs]
+        if self.matched:
+            doc["matched"] = self.matched
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Quality:
-        # `worst` and `non_finite` are absent from documents older than them.
+        # `worst`, `non_finite` and the outputs are absent from documents older than them.
         return cls(
             doc["metric"],
             doc["value"],
@@ -57,6 +72,9 @@ class Quality:
             doc["max_drop"],
             doc.get("worst"),
             doc.get("non_finite", 0),
+            doc.get("output"),
+            tuple(cls.from_json(o) for o in doc.get("outputs", ())),
+            doc.get("matched", ""),
         )
 
 

@@ -58,6 +58,23 @@ def ensure_onnx(source: ModelSource, artifacts_dir: str, example: dict[str, np.n
     return cached_step(artifacts_dir, "onnx-fp32", lambda out: _export(source, example, out))
 
 
+def _output_axes(model: Any, args: tuple[Any, ...], batch: int) -> dict[str, dict[int, str]]:
+    """The model's outputs named as the torch runner names them ("output", or a
+    dict's keys: bakeoff.tensors.named_outputs), so the quality gate matches each
+    ONNX output to the reference's by name; each batched on axis 0 gets a dynamic
+    batch axis."""
+    import torch
+
+    from bakeoff.tensors import named_outputs
+
+    with torch.no_grad():
+        found = [(n, t) for n, t in named_outputs(model(*args)) if isinstance(t, torch.Tensor)]
+    return {
+        name: {0: "batch"} if t.ndim and t.shape[0] == batch else {}
+        for name, t in (found or [("output", torch.zeros(()))])
+    }
+
+
 def _export(source: ModelSource, example: dict[str, np.ndarray], out_dir: Path) -> dict:
     import torch
 
@@ -74,6 +91,7 @@ def _export(source: ModelSource, example: dict[str, np.ndarray], out_dir: Path) 
         for n in names
         if (axis := layout.axis(n)) is not None
     }
+    outputs = _output_axes(model, args, layout.count(example))
     path = out_dir / "model.onnx"
     errors: list[str] = []
     with warnings.catch_warnings():
@@ -84,7 +102,7 @@ def _export(source: ModelSource, example: dict[str, np.ndarray], out_dir: Path) 
                 args,
                 str(path),
                 input_names=names,
-                output_names=["output"],
+                output_names=list(outputs),
                 opset_version=OPSET,
                 dynamo=False,
                 dynamic_axes={
@@ -92,7 +110,7 @@ def _export(source: ModelSource, example: dict[str, np.ndarray], out_dir: Path) 
                         n: {a: "batch" if i == 0 else f"axis{a}" for i, a in enumerate(axes)}
                         for n, axes in dynamic.items()
                     },
-                    "output": {0: "batch"},
+                    **outputs,
                 },
             )
             _check_loads(path)
@@ -105,7 +123,7 @@ def _export(source: ModelSource, example: dict[str, np.ndarray], out_dir: Path) 
                 model,
                 args,
                 input_names=names,
-                output_names=["output"],
+                output_names=list(outputs),
                 opset_version=OPSET,
                 dynamo=True,
                 dynamic_shapes=_dynamic_shapes(model, names, dynamic),
