@@ -332,3 +332,54 @@ def test_torch_autocast_variants_report_the_size_of_their_weights(precision: str
     module = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     runner = TorchRunner(with_autocast(module, precision), {})
     assert model_bytes(runner, {}) == torch_module_bytes(module)
+
+
+def _opset12_conv(path: Path) -> Path:
+    """A Conv at opset 12, as Paddle's exporter writes PaddleOCR's detector: per-channel
+    weights need DequantizeLinear's `axis`, which opset 12 does not have."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(1).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, 8, 8])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_static_int8_graph_its_runtime_refuses_is_rebuilt_per_tensor_and_loads(
+    tmp_path: Path,
+) -> None:
+    from bakeoff.transforms.onnx_check import written_problem
+    from bakeoff.transforms.ort_quantize import static_int8
+
+    source = _opset12_conv(tmp_path / "conv.onnx")
+    calib = {"x": np.random.default_rng(0).random((16, 3, 8, 8), np.float32)}
+    out = tmp_path / "int8"
+    out.mkdir()
+    built = static_int8(str(source), out, calib)
+    settings = built["quantization"]
+    assert settings["per_channel"] is False
+    assert "Unrecognized attribute: axis for operator DequantizeLinear" in settings["retried"]
+    assert written_problem(built["path"], source) is None
+    y = _session(Path(built["path"])).run(None, {"x": calib["x"][:2]})[0]  # type: ignore[attr-defined]
+    assert y.shape == (2, 4, 8, 8)
+
+
+def test_a_written_file_that_does_not_load_is_named_with_the_checkers_words(
+    tmp_path: Path,
+) -> None:
+    from bakeoff.transforms.onnx_check import written_problem
+
+    source = _opset12_conv(tmp_path / "conv.onnx")
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(source.read_bytes()[:-40])
+    problem = written_problem(broken, source)
+    assert problem is not None and problem.startswith("onnx.checker:")

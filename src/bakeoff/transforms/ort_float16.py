@@ -36,6 +36,17 @@ FLOAT16_STEP = (
 FLOAT16_ADVICE = "Try the openvino fp16 candidate (OpenVINO's f16 precision hint on the FP32 model)"
 
 
+def _sorted(model: Any) -> Any:
+    """The converter puts the Casts it adds for float32 inputs after the nodes that
+    read them: ONNX Runtime sorts a graph itself, but the ONNX checker (and other
+    runtimes) want it topologically sorted, as the format says."""
+    import onnx_ir
+
+    graph = onnx_ir.from_proto(model)
+    graph.graph.sort()
+    return onnx_ir.to_proto(graph)
+
+
 def float16(
     source: str,
     out_dir: Path,
@@ -52,13 +63,16 @@ def float16(
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     from bakeoff.transforms.onnx_normalize import describe
+    from bakeoff.transforms.ort_quantize import refuse_invalid
 
     try:
         model = convert_float_to_float16(onnx.load(source), keep_io_types=True)
     except Exception as exc:
         raise step_failed(FLOAT16_STEP, exc, FLOAT16_ADVICE, describe(normalized)) from exc
+    model = _sorted(model)
     path = out_dir / "model.onnx"
     onnx.save(model, str(path))
+    refuse_invalid(FLOAT16_STEP, path, source, FLOAT16_ADVICE)
     dtypes = collections.Counter(init.data_type for init in model.graph.initializer)
     settings = dict(_FLOAT16_SETTINGS)
     settings["float16_initializers"] = dtypes[onnx.TensorProto.FLOAT16]

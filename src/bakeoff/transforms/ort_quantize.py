@@ -44,6 +44,16 @@ INT4_ADVICE = (
 )
 
 
+def refuse_invalid(step: str, written: Path, source: str, advice: str) -> None:
+    """The build step fails, named, where the file it wrote is not a valid model."""
+    from bakeoff.transforms import StepFailed
+    from bakeoff.transforms.onnx_check import written_problem
+
+    problem = written_problem(written, source)
+    if problem is not None:
+        raise StepFailed(f"{step} wrote an invalid model: {problem}. {advice}")
+
+
 def dynamic_int8(
     source: str, out_dir: Path, normalized: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -61,6 +71,7 @@ def dynamic_int8(
             quantize_dynamic(source, str(path), per_channel=True, weight_type=QuantType.QInt8)
     except Exception as exc:
         raise step_failed(DYNAMIC_STEP, exc, DYNAMIC_ADVICE, describe(normalized)) from exc
+    refuse_invalid(DYNAMIC_STEP, path, source, DYNAMIC_ADVICE)
     if normalized is not None:
         settings["onnx_normalization"] = normalized
     return {"path": str(path), "quantization": settings}
@@ -82,7 +93,8 @@ def static_int8(
         quantize_static,
     )
 
-    from bakeoff.transforms import step_failed
+    from bakeoff.transforms import StepFailed, step_failed
+    from bakeoff.transforms.onnx_check import written_problem
     from bakeoff.transforms.onnx_normalize import describe
 
     n = layout.count(calibration)
@@ -107,20 +119,38 @@ def static_int8(
         "activation_type": "QInt8",
         "weight_type": "QInt8",
     }
-    try:
-        with _in_temp_dir():
-            quantize_static(
-                source,
-                str(path),
-                Reader(),
-                quant_format=QuantFormat.QDQ,
-                per_channel=True,
-                activation_type=QuantType.QInt8,
-                weight_type=QuantType.QInt8,
-                calibrate_method=CalibrationMethod.MinMax,
+
+    def quantize(per_channel: bool) -> None:
+        try:
+            with _in_temp_dir():
+                quantize_static(
+                    source,
+                    str(path),
+                    Reader(),
+                    quant_format=QuantFormat.QDQ,
+                    per_channel=per_channel,
+                    activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8,
+                    calibrate_method=CalibrationMethod.MinMax,
+                )
+        except Exception as exc:
+            raise step_failed(STATIC_STEP, exc, STATIC_ADVICE, describe(normalized)) from exc
+
+    # Per-channel weights first (they keep more quality); where the graph that gives
+    # is one ONNX Runtime or the checker refuses (per-channel DequantizeLinear needs
+    # opset 13: a Paddle export of opset 12 gets an `axis` it does not know), per-tensor.
+    quantize(per_channel=True)
+    problem = written_problem(path, source)
+    if problem is not None:
+        settings["per_channel"] = False
+        settings["retried"] = f"per-channel weights wrote an invalid model ({problem})"
+        quantize(per_channel=False)
+        again = written_problem(path, source)
+        if again is not None:
+            raise StepFailed(
+                f"{STATIC_STEP} wrote an invalid model with per-channel weights ({problem}) "
+                f"and with per-tensor weights ({again}). {STATIC_ADVICE}"
             )
-    except Exception as exc:
-        raise step_failed(STATIC_STEP, exc, STATIC_ADVICE, describe(normalized)) from exc
     if normalized is not None:
         settings["onnx_normalization"] = normalized
     return {"path": str(path), "quantization": settings}
@@ -173,6 +203,7 @@ def int4_weight_only(
         )
     path = out_dir / "model.onnx"
     quantizer.model.save_model_to_file(str(path), use_external_data_format=False)
+    refuse_invalid(INT4_STEP, path, source, INT4_ADVICE)
     settings = {
         "method": "weight-only",
         "bits": 4,
