@@ -385,3 +385,70 @@ def test_openvino_runs_no_bf16_on_an_avx2_cpu_so_its_bf16_offer_is_unavailable_t
     monkeypatch.setenv("BAKEOFF_CPU_FLAGS", "avx2")
     [offer] = backend.offers("bf16", "openvino")
     assert offer.reason is not None and "only on CPUs with native bf16" in offer.reason
+
+
+class _Encoder:
+    """A tiny speaker-encoder-like LSTM, as Resemblyzer's: LSTM -> Linear -> ReLU."""
+
+    @staticmethod
+    def ir(tmp_path: Path) -> Path:
+        import openvino as ov
+        import torch
+
+        class Encoder(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.lstm = torch.nn.LSTM(8, 16, 2, batch_first=True)
+                self.linear = torch.nn.Linear(16, 16)
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                _, (hidden, _) = self.lstm(x)
+                return torch.relu(self.linear(hidden[-1]))
+
+        torch.manual_seed(0)
+        model = ov.convert_model(
+            Encoder().eval(),
+            example_input=torch.zeros(2, 12, 8),
+            input=[ov.PartialShape([-1, 12, 8])],
+        )
+        ov.save_model(model, str(tmp_path / "lstm.xml"), compress_to_fp16=False)
+        return tmp_path / "lstm.xml"
+
+
+@pytest.mark.parametrize("accuracy_aware", [False, True])
+def test_nncf_int8_leaves_recurrent_operators_in_float_and_says_so(
+    tmp_path: Path, accuracy_aware: bool
+) -> None:
+    import openvino as ov
+
+    from bakeoff.transforms.openvino_convert import nncf_int8, nncf_int8_accuracy_aware
+
+    xml = _Encoder.ir(tmp_path)
+    calib = {"x": np.random.default_rng(0).random((16, 12, 8), np.float32)}
+    out = tmp_path / "int8"
+    out.mkdir()
+    if accuracy_aware:
+        built = nncf_int8_accuracy_aware(str(xml), out, calib, False, "cosine", 0.01)
+    else:
+        built = nncf_int8(str(xml), out, calib, transformer=False)
+    assert built["quantization"]["left_in_float"] == ["LSTMSequence"]
+    model = ov.Core().read_model(built["path"])
+    assert not any(
+        _reaches_lstm(op) for op in model.get_ops() if op.get_type_name() == "FakeQuantize"
+    )
+    assert any(op.get_type_name() == "FakeQuantize" for op in model.get_ops())  # INT8 still
+
+
+# Operations that only reshape or retype a tensor on its way to another.
+_PASSING = {"Squeeze", "Unsqueeze", "Reshape", "Transpose", "Convert"}
+
+
+def _reaches_lstm(op: object) -> bool:
+    """Whether `op`'s output feeds an LSTMSequence, directly or through reshapes."""
+    for out in op.outputs():  # type: ignore[attr-defined]
+        for target in out.get_target_inputs():
+            node = target.get_node()
+            kind = node.get_type_name()
+            if kind == "LSTMSequence" or (kind in _PASSING and _reaches_lstm(node)):
+                return True
+    return False

@@ -16,6 +16,7 @@ import numpy as np
 from bakeoff.batching import AXIS_0, Layout
 from bakeoff.tensors import OPENVINO_NUMPY_TYPES
 from bakeoff.transforms import StepFailed, step_failed
+from bakeoff.transforms.nncf_scope import float_scope, recurrent_types
 
 # INT4 weight-only settings. Asymmetric keeps a zero point per group, which holds
 # accuracy better than symmetric on weights that are not centred on zero; 128 is
@@ -166,8 +167,9 @@ def _samples(
     return [map_inputs(sample, types) for sample in layout.samples(calibration)]
 
 
-def _ptq_kwargs(nncf: Any, n: int, transformer: bool) -> dict[str, Any]:
+def _ptq_kwargs(nncf: Any, n: int, transformer: bool, model: Any) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"subset_size": n, "preset": nncf.QuantizationPreset.MIXED}
+    kwargs.update(float_scope(nncf, model))  # recurrent operators stay float
     if transformer:
         kwargs["model_type"] = nncf.ModelType.TRANSFORMER
     return kwargs
@@ -187,7 +189,7 @@ def nncf_int8(
     samples = _samples(model, calibration, layout)
     try:
         quantized = nncf.quantize(
-            model, nncf.Dataset(samples), **_ptq_kwargs(nncf, len(samples), transformer)
+            model, nncf.Dataset(samples), **_ptq_kwargs(nncf, len(samples), transformer, model)
         )
     except Exception as exc:
         raise step_failed(
@@ -290,7 +292,7 @@ def _quantize_with_accuracy_control(
             advanced_quantization_parameters=AdvancedQuantizationParameters(
                 smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=-1)
             ),
-            **_ptq_kwargs(nncf, len(items), transformer),
+            **_ptq_kwargs(nncf, len(items), transformer, model),
         )
     except Exception as exc:
         raise step_failed(
@@ -388,6 +390,8 @@ def _save_int8(
         "calibration_samples": calibration_samples,
         **more,
     }
+    if recurrent_types(quantized):  # NNCF's ignored scope: transforms/nncf_scope.py
+        settings["left_in_float"] = recurrent_types(quantized)
     return {"path": str(path), "quantization": settings}
 
 
