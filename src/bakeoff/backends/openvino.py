@@ -98,9 +98,32 @@ def _fp32_ir(ctx: BuildContext) -> dict[str, Any]:
     if ctx.source.kind == "tflite":  # the same: OpenVINO's TFLite frontend
         return _tflite_ir(str(ctx.source.path), ctx.artifacts_dir)
 
-    onnx_fp32 = ensure_onnx(ctx.source, ctx.artifacts_dir, example_inputs(ctx))
+    try:
+        onnx_fp32 = ensure_onnx(ctx.source, ctx.artifacts_dir, example_inputs(ctx))
+    except StepFailed as no_onnx:
+        if ctx.source.kind != "keras":
+            raise
+        return _keras_savedmodel_ir(ctx, no_onnx)
     ir = cached_step(ctx.artifacts_dir, "ov-fp32", lambda d: ir_from_onnx(onnx_fp32["path"], d))
     return {**ir, "exporter": onnx_fp32["exporter"]}
+
+
+def _keras_savedmodel_ir(ctx: BuildContext, no_onnx: StepFailed) -> dict[str, Any]:
+    """A Keras model whose ONNX export failed: OpenVINO converts its SavedModel
+    instead (written on the TensorFlow backend); the ONNX failure is kept with it."""
+    from bakeoff.transforms.keras_savedmodel import savedmodel_from_keras
+    from bakeoff.transforms.openvino_convert import ir_from_savedmodel
+
+    try:
+        folder = savedmodel_from_keras(ctx.source, ctx.artifacts_dir, example_inputs(ctx))["path"]
+    except StepFailed as no_savedmodel:
+        raise StepFailed(f"{no_onnx}; and then {no_savedmodel}") from no_savedmodel
+    ir = cached_step(ctx.artifacts_dir, "ov-fp32", lambda d: ir_from_savedmodel(folder, d))
+    return {
+        **ir,
+        "exporter": "keras tf_saved_model -> openvino.convert_model",
+        "onnx_export_failed": str(no_onnx)[:300],
+    }
 
 
 def _tflite_ir(path: str, artifacts_dir: str) -> dict[str, Any]:

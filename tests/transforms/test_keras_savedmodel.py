@@ -1,0 +1,55 @@
+"""A Keras model whose ONNX export fails still gets OpenVINO candidates: OpenVINO
+converts its SavedModel, written on the TensorFlow backend in a child process."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+# Both of torch's ONNX exporters refuse the model, as they refuse fer 25.10.3's
+# emotion CNN (a Cast the TorchScript exporter cannot write, torch.export failing).
+ONNX_EXPORT_REFUSES = textwrap.dedent(
+    """
+    import importlib.util
+    import sys
+
+
+    class BreakOnnxExport:
+        def find_spec(self, name, path=None, target=None):
+            if name != "torch.onnx":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                run(module)
+
+                def export(*args, **kwargs):
+                    raise RuntimeError("SymbolicValueError: Failed to export a node onnx::Cast")
+
+                module.export = export
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+
+    sys.meta_path.insert(0, BreakOnnxExport())
+    """
+)
+
+
+def test_a_keras_model_torch_cannot_export_to_onnx_reaches_openvino_as_a_savedmodel(
+    tf_models: Path, tmp_path: Path
+) -> None:
+    from front_door import run_in_child
+    from tf_models import H5_FILE
+
+    flags = ("--quick", "--runtimes", "keras-tensorflow,openvino", "--precisions", "fp32")
+    flags += ("--batch-sizes", "2", "--budget", "2", "--store", str(tmp_path / "s.db"))
+    doc = run_in_child(tmp_path, ONNX_EXPORT_REFUSES, str(tf_models / H5_FILE), *flags)
+    by_id = {c["id"]: c for c in doc["candidates"]}
+    ov = by_id["openvino-fp32-b2"]
+    assert ov["status"] == "ok", ov
+    assert ov["exporter"] == "keras tf_saved_model -> openvino.convert_model"
+    assert ov["quality"]["drop"] < 1e-4
