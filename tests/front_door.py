@@ -165,3 +165,42 @@ def run_in_child(folder: Path, sitecustomize: str, *argv: str) -> dict[str, Any]
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return {**json.loads(doc_path.read_text()), "said": done.stdout + done.stderr}
+
+
+_BREAKS_ON_IMPORT = """
+import importlib.util
+import sys
+
+
+class BreakOnImport:
+    def find_spec(self, name, path=None, target=None):
+        if name != {module!r}:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+
+            def broken(*args, **kwargs):
+                raise {error}
+
+            *parents, last = {attribute!r}.split(".")
+            owner = module
+            for part in parents:
+                owner = getattr(owner, part)
+            setattr(owner, last, broken)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, BreakOnImport())
+"""
+
+
+def breaks_on_import(module: str, attribute: str, error: str) -> str:
+    """A sitecustomize for `run_in_child`: once `module` is imported, its `attribute`
+    (dotted) raises `error` (an expression), as a broken or older library would."""
+    return _BREAKS_ON_IMPORT.format(module=module, attribute=attribute, error=error)

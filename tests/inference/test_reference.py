@@ -8,7 +8,6 @@ same file stands in."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 from bakeoff import api, environment
 from bakeoff.errors import BakeoffError
 from bakeoff.inference.reference import smaller_chunks
+from front_door import breaks_on_import
 
 
 @pytest.mark.parametrize(
@@ -124,34 +124,10 @@ def test_a_hang_at_the_largest_batch_size_is_killed_and_fails_only_its_candidate
 # Put first on a child's PYTHONPATH (its workers inherit it): TensorFlow imports, but
 # cannot load the SavedModel, as an older TensorFlow's SavedModel fails on a newer one
 # (`'_UserObject' object has no attribute 'add_slot'`, seen on a real model).
-TENSORFLOW_CANNOT_LOAD = textwrap.dedent(
-    """
-    import importlib.util
-    import sys
-
-
-    class BreakSavedModelLoad:
-        def find_spec(self, name, path=None, target=None):
-            if name != "tensorflow":
-                return None
-            sys.meta_path.remove(self)
-            spec = importlib.util.find_spec(name)
-            run = spec.loader.exec_module
-
-            def exec_module(module):
-                run(module)
-
-                def load(*args, **kwargs):
-                    raise AttributeError("'_UserObject' object has no attribute 'add_slot'")
-
-                module.saved_model.load = load
-
-            spec.loader.exec_module = exec_module
-            return spec
-
-
-    sys.meta_path.insert(0, BreakSavedModelLoad())
-    """
+TENSORFLOW_CANNOT_LOAD = breaks_on_import(
+    "tensorflow",
+    "saved_model.load",
+    """AttributeError("'_UserObject' object has no attribute 'add_slot'")""",
 )
 
 

@@ -3,39 +3,14 @@ converts its SavedModel, written on the TensorFlow backend in a child process.""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
+
+from front_door import breaks_on_import
 
 # Both of torch's ONNX exporters refuse the model, as they refuse fer 25.10.3's
 # emotion CNN (a Cast the TorchScript exporter cannot write, torch.export failing).
-ONNX_EXPORT_REFUSES = textwrap.dedent(
-    """
-    import importlib.util
-    import sys
-
-
-    class BreakOnnxExport:
-        def find_spec(self, name, path=None, target=None):
-            if name != "torch.onnx":
-                return None
-            sys.meta_path.remove(self)
-            spec = importlib.util.find_spec(name)
-            run = spec.loader.exec_module
-
-            def exec_module(module):
-                run(module)
-
-                def export(*args, **kwargs):
-                    raise RuntimeError("SymbolicValueError: Failed to export a node onnx::Cast")
-
-                module.export = export
-
-            spec.loader.exec_module = exec_module
-            return spec
-
-
-    sys.meta_path.insert(0, BreakOnnxExport())
-    """
+ONNX_EXPORT_REFUSES = breaks_on_import(
+    "torch.onnx", "export", 'RuntimeError("SymbolicValueError: Failed to export a node")'
 )
 
 
