@@ -21,6 +21,7 @@ from pathlib import Path
 
 SAVEDMODEL = "mlp"
 HEADS_SAVEDMODEL = "heads"  # x [batch, 16] -> onset, note [batch, 6], contour [batch, 9]
+HEADS_TFLITE = "heads.tflite"  # the same, through TensorFlow's TFLite converter
 KERAS_FILE = "two_inputs.keras"
 ONE_INPUT_KERAS_FILE = "one_input.keras"
 H5_FILE = "mlp.h5"
@@ -73,6 +74,8 @@ WRITE = textwrap.dedent(
 
     h = Heads()
     tf.saved_model.save(h, str(out / "heads"), signatures={"serving_default": h.serve})
+    heads_tflite = tf.lite.TFLiteConverter.from_saved_model(str(out / "heads")).convert()
+    (out / "heads.tflite").write_bytes(heads_tflite)
 
     feat = keras.Input((8,), name="feat")
     ids = keras.Input((None,), dtype="int32", name="ids")

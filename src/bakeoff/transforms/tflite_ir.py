@@ -35,9 +35,40 @@ def ir_from_tflite(path: str, out_dir: Path) -> dict[str, Any]:
         first = model.inputs[0].get_partial_shape()
         if first.rank.is_static and first.rank.get_length() and first[0].is_static:
             out["fixed_batch"] = first[0].get_length()
+    renamed = _signature_names(model, path)
+    if renamed:
+        out["outputs_renamed"] = renamed
     path_xml = out_dir / "model.xml"
     ov.save_model(model, str(path_xml), compress_to_fp16=False)  # FP32 stays FP32
     return {"path": str(path_xml), **out}
+
+
+def _signature_names(model: Any, path: str) -> dict[str, str]:
+    """The IR's outputs renamed from the converter's tensor names
+    ("StatefulPartitionedCall:0") to the file's serving signature names ("onset"),
+    as LiteRT names them (backends.litert.output_tensors), so the quality gate
+    matches them by name; read with LiteRT where it is installed, else left as is.
+    Returns {old: new}."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+
+        interpreter = Interpreter(model_path=path)
+        signature = interpreter._get_full_signature_list().get("serving_default", {})
+        by_index = {index: name for name, index in signature.get("outputs", {}).items()}
+        wanted = {
+            d["name"]: by_index[d["index"]]
+            for d in interpreter.get_output_details()
+            if d["index"] in by_index
+        }
+    except Exception:  # no LiteRT, or no signature: the tensor names stay
+        return {}
+    renamed = {}
+    for port in model.outputs:
+        old = next((n for n in port.get_names() if n in wanted), None)
+        if old is not None:
+            port.get_tensor().set_names({wanted[old]})
+            renamed[old] = wanted[old]
+    return renamed
 
 
 def _dynamic_batch(shape: Any) -> Any:
