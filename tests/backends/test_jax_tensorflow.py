@@ -55,6 +55,7 @@ def test_jax_function_and_savedmodel_with_xla_on_and_off(tmp_path: Path, tf_mode
             [data]
             factory = "tiny_data:inputs"
             [search]
+            runtimes = ["tensorflow"]  # OpenVINO on a SavedModel: inference/test_gate.py
             precisions = ["fp32", "int8"]
             batch_sizes = [8]
             """

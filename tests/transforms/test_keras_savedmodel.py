@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from front_door import breaks_on_import
 
 # Both of torch's ONNX exporters refuse the model, as they refuse fer 25.10.3's
@@ -14,6 +16,9 @@ ONNX_EXPORT_REFUSES = breaks_on_import(
 )
 
 
+# make test runs Keras' ONNX path (end_to_end/test_keras_litert.py); this fallback
+# takes two exports and a TensorFlow child process (~50 s).
+@pytest.mark.slow
 def test_a_keras_model_torch_cannot_export_to_onnx_reaches_openvino_as_a_savedmodel(
     tf_models: Path, tmp_path: Path
 ) -> None:
