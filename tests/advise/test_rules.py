@@ -637,3 +637,12 @@ def test_a_runtime_the_quick_run_left_out_says_so(minilm_facts: advise.Facts) ->
     checked = {a["id"]: a for a in advise.confirmations(report, doc)["advice"]}
     assert checked["torch-compile"]["confirmed"] is None
     assert checked["torch-compile"]["why"] == f"torch-compile: {why}"
+
+
+def test_a_savedmodel_gets_openvino_int8_proposed_as_other_kinds_do(tf_models: Path) -> None:
+    """OpenVINO converts a SavedModel itself, so NNCF INT8 is built from it as from
+    any IR (a real multi-output SavedModel, basic-pitch's, was left at FP32)."""
+    from tf_models import SAVEDMODEL
+
+    report = advise.advise(str(tf_models / SAVEDMODEL), target="server-cpu")
+    assert "nncf" in _proposed(report)[("openvino", "int8")].methods

@@ -31,7 +31,7 @@ def rule_cpu_int8(ctx: Context) -> list[Advice]:
         r
         for r, kinds in (
             ("onnxruntime", ("torch", "hf", "onnx", "keras")),
-            ("openvino", ("torch", "hf", "onnx", "openvino", "keras")),
+            ("openvino", ("torch", "hf", "onnx", "openvino", "keras", "savedmodel")),
             ("torch", ("torch", "hf")),
         )
         if f.model_kind in kinds
