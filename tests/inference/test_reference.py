@@ -153,3 +153,39 @@ def test_a_savedmodel_its_tensorflow_cannot_load_gets_openvino_as_its_reference(
     assert by_id["openvino-fp32-b1"]["status"] == "ok"
     assert by_id["tensorflow-fp32-b1"]["status"] == "failed"
     assert "add_slot" in by_id["tensorflow-fp32-b1"]["reason"]
+
+
+def test_an_onnx_file_onnx_runtime_refuses_gets_openvino_as_its_reference(
+    tmp_path: Path,
+) -> None:
+    """ONNX Runtime refuses the file (as it refuses an operator it lacks): OpenVINO's
+    FP32 of the same file gives the reference's outputs, and the run says why."""
+    import torch
+
+    from front_door import run_in_child
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 5))
+    model = tmp_path / "model.onnx"
+    torch.onnx.export(
+        net,
+        (torch.zeros(2, 16),),
+        str(model),
+        input_names=["features"],
+        dynamic_axes={"features": {0: "batch"}},
+        dynamo=False,
+    )
+    refuses = breaks_on_import(
+        "onnxruntime",
+        "InferenceSession",
+        'RuntimeError("NOT_IMPLEMENTED : Could not find an implementation for Wobble(1)")',
+    )
+    flags = ("--quick", "--runtimes", "onnxruntime,openvino", "--precisions", "fp32")
+    flags += ("--batch-sizes", "2", "--budget", "2", "--store", str(tmp_path / "s.db"))
+    doc = run_in_child(tmp_path, refuses, str(model), *flags)
+    assert doc["workload"]["reference"] == "openvino-fp32"
+    assert "Wobble" in doc["workload"]["reference_outputs"]["stands_in_for"]
+    by_id = {c["id"]: c for c in doc["candidates"]}
+    assert by_id["openvino-fp32-b2"]["status"] == "ok"
+    assert by_id["onnxruntime-fp32-b2"]["status"] == "failed"
+    assert "Wobble" in by_id["onnxruntime-fp32-b2"]["reason"]

@@ -346,6 +346,9 @@ REFERENCES: dict[str, Reference] = {
 STAND_IN_REFERENCES: dict[str, Reference] = {
     "savedmodel": Reference("openvino", "OpenVINO at FP32 (its own SavedModel reader)"),
     "tflite": Reference("openvino", "OpenVINO at FP32 (its own TFLite reader)"),
+    # ONNX Runtime refusing or crashing on a file (an operator it lacks, a graph an
+    # older exporter wrote) leaves OpenVINO, which reads ONNX itself.
+    "onnx": Reference("openvino", "OpenVINO at FP32 (its own ONNX reader)"),
 }
 
 
