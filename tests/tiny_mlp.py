@@ -59,3 +59,25 @@ def write_tiny_workload(folder: Path, module_text: str = TINY_MLP, extra: str = 
     path = folder / "workload.toml"
     path.write_text(TINY_WORKLOAD + textwrap.dedent(extra))
     return path
+
+
+def mlp_onnx(path: Path, sizes: tuple[int, int, int], input_name: str = "x") -> Path:
+    """A two-layer MLP (Linear, ReLU, Linear of `sizes`) as an ONNX file at `path`, its
+    batch axis dynamic; the TorchScript exporter writes each Linear as Gemm."""
+    import torch
+
+    torch.manual_seed(0)
+    features, hidden, out = sizes
+    net = torch.nn.Sequential(
+        torch.nn.Linear(features, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, out)
+    )
+    torch.onnx.export(
+        net,
+        (torch.zeros(2, features),),
+        str(path),
+        input_names=[input_name],
+        output_names=["output"],
+        dynamic_axes={input_name: {0: "batch"}, "output": {0: "batch"}},
+        dynamo=False,
+    )
+    return path

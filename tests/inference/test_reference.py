@@ -160,21 +160,10 @@ def test_an_onnx_file_onnx_runtime_refuses_gets_openvino_as_its_reference(
 ) -> None:
     """ONNX Runtime refuses the file (as it refuses an operator it lacks): OpenVINO's
     FP32 of the same file gives the reference's outputs, and the run says why."""
-    import torch
-
     from front_door import run_in_child
+    from tiny_mlp import mlp_onnx
 
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 5))
-    model = tmp_path / "model.onnx"
-    torch.onnx.export(
-        net,
-        (torch.zeros(2, 16),),
-        str(model),
-        input_names=["features"],
-        dynamic_axes={"features": {0: "batch"}},
-        dynamo=False,
-    )
+    model = mlp_onnx(tmp_path / "model.onnx", (16, 32, 5), "features")
     refuses = breaks_on_import(
         "onnxruntime",
         "InferenceSession",

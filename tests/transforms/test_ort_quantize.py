@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bakeoff import api
-from tiny_mlp import TINY_MLP, write_tiny_workload
+from tiny_mlp import TINY_MLP, mlp_onnx, write_tiny_workload
 
 MODEL_MODULE = TINY_MLP
 
@@ -29,21 +29,7 @@ def _workload(
 
 def _tiny_onnx(tmp_path: Path) -> Path:
     """A two-layer MLP as ONNX; the TorchScript exporter writes each Linear as Gemm."""
-    import torch
-
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
-    path = tmp_path / "mlp.onnx"
-    torch.onnx.export(
-        net,
-        (torch.zeros(2, 64),),
-        str(path),
-        input_names=["x"],
-        output_names=["output"],
-        dynamic_axes={"x": {0: "batch"}, "output": {0: "batch"}},
-        dynamo=False,
-    )
-    return path
+    return mlp_onnx(tmp_path / "mlp.onnx", (64, 64, 16))
 
 
 def _session(path: Path) -> object:
