@@ -262,17 +262,10 @@ class OutputQualitySpec(_Strict):
 class QualitySpec(_Strict):
     metric: Metric = "cosine"
     max_drop: float = Field(0.01, ge=0.0)
-    # A model with several outputs: every one is judged (matched by name across
-    # formats) and a variant fails on its worst, unless these say otherwise.
-    outputs: list[str] | None = Field(
-        default=None,
-        min_length=1,
-        description="the outputs the quality gate compares, by name (default: all)",
-    )
-    per_output: dict[str, OutputQualitySpec] = Field(
-        default_factory=dict,
-        description="an output's own metric and max_drop, by its name",
-    )
+    # A model with several outputs has every one judged (matched by name across
+    # formats; judge/outputs.py) and fails on its worst: these choose which, and how.
+    outputs: list[str] | None = Field(default=None, min_length=1)
+    per_output: dict[str, OutputQualitySpec] = Field(default_factory=dict)
     # text-generation only: the greedy-token gate beside the perplexity rise
     min_token_agreement: float | None = Field(
         default=None,
