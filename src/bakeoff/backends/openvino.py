@@ -258,6 +258,7 @@ class OpenVinoRunner:
     ) -> None:
         self.compiled = compiled
         self.request = compiled.create_infer_request()
+        self.output_names = port_names(compiled.outputs)
         self.settings = settings
         self.inputs = input_types(compiled.inputs)
         # A model file whose batch OpenVINO could not make dynamic runs only this one.
@@ -278,7 +279,7 @@ class OpenVinoRunner:
         return np.asarray(output[0], dtype=np.float32)
 
     def named_outputs(self, output: Any) -> list[tuple[str, Any]]:
-        return list(zip(port_names(self.compiled.outputs), output.to_tuple(), strict=True))
+        return list(zip(self.output_names, output.to_tuple(), strict=True))
 
     def new_stream(self) -> Any:
         """An infer request of its own: one request serves one call at a time."""

@@ -52,3 +52,12 @@ def written_problem(written: str | Path, source: str | Path) -> str | None:
     was already outside it is checked without it, so only what the step broke counts."""
     full = _passes_full_check(str(source), Path(source).stat().st_mtime)
     return checker_problem(written, full) or load_problem(written)
+
+
+def refuse_invalid(step: str, written: str | Path, source: str | Path, advice: str) -> None:
+    """The build step fails, named, where the file it wrote is not a valid model."""
+    from bakeoff.transforms import StepFailed
+
+    problem = written_problem(written, source)
+    if problem is not None:
+        raise StepFailed(f"{step} wrote an invalid model: {problem}. {advice}")

@@ -62,8 +62,8 @@ def float16(
     import onnx
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
+    from bakeoff.transforms.onnx_check import refuse_invalid
     from bakeoff.transforms.onnx_normalize import describe
-    from bakeoff.transforms.ort_quantize import refuse_invalid
 
     try:
         model = convert_float_to_float16(onnx.load(source), keep_io_types=True)

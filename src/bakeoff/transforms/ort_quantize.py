@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from bakeoff.batching import AXIS_0, Layout
+from bakeoff.transforms import onnx_check
 
 # Each quantizer's failure names its library call and what the user can do instead.
 # A weight the normalization cannot make an initializer is computed in the graph
@@ -44,16 +45,6 @@ INT4_ADVICE = (
 )
 
 
-def refuse_invalid(step: str, written: Path, source: str, advice: str) -> None:
-    """The build step fails, named, where the file it wrote is not a valid model."""
-    from bakeoff.transforms import StepFailed
-    from bakeoff.transforms.onnx_check import written_problem
-
-    problem = written_problem(written, source)
-    if problem is not None:
-        raise StepFailed(f"{step} wrote an invalid model: {problem}. {advice}")
-
-
 def dynamic_int8(
     source: str, out_dir: Path, normalized: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -71,7 +62,7 @@ def dynamic_int8(
             quantize_dynamic(source, str(path), per_channel=True, weight_type=QuantType.QInt8)
     except Exception as exc:
         raise step_failed(DYNAMIC_STEP, exc, DYNAMIC_ADVICE, describe(normalized)) from exc
-    refuse_invalid(DYNAMIC_STEP, path, source, DYNAMIC_ADVICE)
+    onnx_check.refuse_invalid(DYNAMIC_STEP, path, source, DYNAMIC_ADVICE)
     if normalized is not None:
         settings["onnx_normalization"] = normalized
     return {"path": str(path), "quantization": settings}
@@ -94,7 +85,6 @@ def static_int8(
     )
 
     from bakeoff.transforms import StepFailed, step_failed
-    from bakeoff.transforms.onnx_check import written_problem
     from bakeoff.transforms.onnx_normalize import describe
 
     n = layout.count(calibration)
@@ -140,12 +130,12 @@ def static_int8(
     # is one ONNX Runtime or the checker refuses (per-channel DequantizeLinear needs
     # opset 13: a Paddle export of opset 12 gets an `axis` it does not know), per-tensor.
     quantize(per_channel=True)
-    problem = written_problem(path, source)
+    problem = onnx_check.written_problem(path, source)
     if problem is not None:
         settings["per_channel"] = False
         settings["retried"] = f"per-channel weights wrote an invalid model ({problem})"
         quantize(per_channel=False)
-        again = written_problem(path, source)
+        again = onnx_check.written_problem(path, source)
         if again is not None:
             raise StepFailed(
                 f"{STATIC_STEP} wrote an invalid model with per-channel weights ({problem}) "
@@ -203,7 +193,7 @@ def int4_weight_only(
         )
     path = out_dir / "model.onnx"
     quantizer.model.save_model_to_file(str(path), use_external_data_format=False)
-    refuse_invalid(INT4_STEP, path, source, INT4_ADVICE)
+    onnx_check.refuse_invalid(INT4_STEP, path, source, INT4_ADVICE)
     settings = {
         "method": "weight-only",
         "bits": 4,
