@@ -130,6 +130,39 @@ def test_attention_counts_as_its_matmuls(tmp_path: Path) -> None:
     assert flops.flops_per_sample(path) == projections + scores + weighted
 
 
+def test_a_batch_taken_through_constant_of_shape(tmp_path: Path) -> None:
+    """The TorchScript exporter writes the shape of BERT's buffered token_type_ids
+    (`expand(batch, length)`) as a Where over a ConstantOfShape, which onnxscript's
+    folder keeps by default: every tensor after it had an unknown batch, and MiniLM,
+    the default workload, had no count. Small fills are folded now."""
+    f32, i64 = TensorProto.FLOAT, TensorProto.INT64
+    constants = [
+        helper.make_tensor("rank", i64, [1], [2]),
+        helper.make_tensor("minus_one", i64, [], [-1]),
+        helper.make_tensor("buffer", f32, [1, 4], [1.0, 2.0, 3.0, 4.0]),
+    ]
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node(
+            "ConstantOfShape", ["rank"], ["ones"], value=helper.make_tensor("v", i64, [1], [1])
+        ),
+        helper.make_node("Mul", ["ones", "minus_one"], ["unset"]),
+        helper.make_node("Equal", ["shape", "unset"], ["is_unset"]),
+        helper.make_node("Where", ["is_unset", "ones", "shape"], ["target"]),
+        helper.make_node("Expand", ["buffer", "target"], ["expanded"]),
+        helper.make_node("MatMul", ["expanded", "w"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", f32, ["batch", 4])
+    w = helper.make_tensor_value_info("w", f32, [4, 3])  # an input: nothing folds it away
+    graph = helper.make_graph(
+        nodes, "g", [x, w], [helper.make_tensor_value_info("y", f32, None)], constants
+    )
+    path = tmp_path / "fill.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    shapes = {"x": [2, 4], "w": [4, 3]}
+    assert flops.flops_per_sample(path, shapes, batch_size=2) == 2 * 4 * 3
+
+
 def _onnx_file(path: Path, nodes: list[Any], inputs: list[Any], opset: int = 18) -> Path:
     graph = helper.make_graph(
         nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]

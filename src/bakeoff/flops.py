@@ -104,7 +104,7 @@ def _graph_flops(path: str, shapes: Mapping[str, Sequence[int]] | None, batch_si
     level = folder_log.level
     folder_log.setLevel(logging.ERROR)
     try:
-        onnxscript.optimizer.fold_constants(model)
+        onnxscript.optimizer.fold_constants(model, should_fold=_fold_small_fills)
     finally:
         folder_log.setLevel(level)
     ShapeInferencePass(strict_mode=False)(model)
@@ -123,6 +123,23 @@ def _graph_flops(path: str, shapes: Mapping[str, Sequence[int]] | None, batch_si
             raise _Uncountable(f"{node.op_type} {node.name!r} is inside a loop or branch")
         total += _node_flops(node)
     return total
+
+
+def _fold_small_fills(node: Any) -> bool | None:
+    """The folder keeps ConstantOfShape by default (a model it writes stays small), but
+    the TorchScript exporter builds the shape of an `expand` from one: in MiniLM's
+    export the buffered token_type_ids take the batch from a Where over a
+    ConstantOfShape, and left unfolded, every tensor after it has an unknown batch.
+    Folded where its output is small; anything else as the folder decides."""
+    if node.op_type != "ConstantOfShape" or node.domain not in ("", "ai.onnx"):
+        return None
+    shape = node.inputs[0].const_value if node.inputs else None
+    if shape is None:
+        return None
+    return True if math.prod(int(d) for d in shape.numpy().ravel()) <= _SMALL_FILL else None
+
+
+_SMALL_FILL = 4096  # elements: shape vectors and masks, never a weight
 
 
 def _input_shape(
