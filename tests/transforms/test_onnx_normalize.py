@@ -227,7 +227,8 @@ def test_openvino_conversion_failure_names_the_call_and_alternatives(tmp_path: P
 def test_openvino_nncf_int8_on_constant_weights(tmp_path: Path) -> None:
     """OpenVINO converts the user's file as given (no normalization) and NNCF
     quantizes it: the alternative the ONNX Runtime failures point to."""
-    from bakeoff.transforms.openvino_convert import ir_from_onnx, nncf_int8
+    from bakeoff.transforms.nncf_quantize import nncf_int8
+    from bakeoff.transforms.openvino_convert import ir_from_onnx
 
     src = tmp_path / "model.onnx"
     _foreign_onnx(src)

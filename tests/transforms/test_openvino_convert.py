@@ -15,6 +15,7 @@ import pytest
 
 from bakeoff import api
 from bakeoff.transforms import StepNotNeeded
+from tiny_ir import plain_int8_drop, tight_gate, write_mlp_ir
 from tiny_mlp import TINY_MLP
 
 MODEL_MODULE = TINY_MLP + textwrap.dedent(
@@ -169,42 +170,13 @@ def test_direct_conversion_failure_names_the_operator(tmp_path: Path) -> None:
         raise AssertionError("a custom operator OpenVINO cannot convert must fail the build")
 
 
-def _write_ir(tmp_path: Path) -> Path:
-    import openvino as ov
-    import torch
-
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
-    model = ov.convert_model(
-        net.eval(), example_input=torch.zeros(2, 64), input=[ov.PartialShape([-1, 64])]
-    )
-    ov.save_model(model, str(tmp_path / "mlp.xml"), compress_to_fp16=False)
-    return tmp_path / "mlp.xml"
-
-
-def _plain_int8_drop(xml: Path, calib: dict[str, np.ndarray], out: Path) -> float:
-    """What plain NNCF INT8 loses on `calib` on this CPU: 1.5e-3 with VNNI, 8.4e-3
-    through AVX2 alone (ONEDNN_MAX_CPU_ISA=AVX2), so gates are set relative to it."""
-    from bakeoff.transforms.openvino_convert import calibration_drop, nncf_int8
-
-    out.mkdir()
-    quantized = nncf_int8(str(xml), out, calib, transformer=False)
-    return calibration_drop(str(xml), quantized["path"], calib, "cosine", 0.01)
-
-
-def _tight_gate(plain_drop: float) -> float:
-    """A max_drop plain INT8 fails and one layer back in float meets, on every CPU
-    seen (a third of the plain drop; NNCF reverted one of two layers for it)."""
-    return float(f"{plain_drop / 3:.2g}")
-
-
 def test_openvino_ir_builds_and_loads_without_onnx(tmp_path: Path) -> None:
     """The backend on kind "openvino" directly: every precision from the user's IR."""
     from bakeoff.backends import BuildContext, LoadContext, Variant
     from bakeoff.backends import openvino as backend
     from bakeoff.source import ModelSource
 
-    xml = _write_ir(tmp_path)
+    xml = write_mlp_ir(tmp_path)
     rng = np.random.default_rng(0)
     x = rng.random((48, 64), dtype=np.float32)
     # data named differently from the IR's input: matched by position
@@ -212,7 +184,7 @@ def test_openvino_ir_builds_and_loads_without_onnx(tmp_path: Path) -> None:
     source = ModelSource("openvino", None, str(xml), str(tmp_path))
     art_dir = tmp_path / "art"
     ctx = BuildContext(source, str(art_dir), str(tmp_path / "data.npz"), ("features",), 1)
-    tight = _tight_gate(_plain_int8_drop(xml, {"x": x[:32]}, tmp_path / "plain"))
+    tight = tight_gate(plain_int8_drop(xml, {"x": x[:32]}, tmp_path / "plain"))
     reference = None
     methods = []
     for precision in ("fp32", "fp16", "bf16", "int8", "int4"):
@@ -273,13 +245,13 @@ def test_openvino_ir_builds_and_loads_without_onnx(tmp_path: Path) -> None:
 
 
 def test_openvino_ir_workload_end_to_end(tmp_path: Path, store_path: Path) -> None:
-    xml = _write_ir(tmp_path)
+    xml = write_mlp_ir(tmp_path)
     from sklearn.datasets import load_digits
 
     x = (load_digits().data / 16.0).astype(np.float32)
     np.savez(tmp_path / "data.npz", x=x)
     # max_drop so tight that plain INT8 misses it: accuracy control is built
-    tight = _tight_gate(_plain_int8_drop(xml, {"x": x[:64]}, tmp_path / "plain"))
+    tight = tight_gate(plain_int8_drop(xml, {"x": x[:64]}, tmp_path / "plain"))
     (tmp_path / "w.toml").write_text(
         'name = "ir"\n[model]\nkind = "openvino"\npath = "mlp.xml"\n'
         f'[data]\npath = "data.npz"\n[quality]\nmetric = "cosine"\nmax_drop = {tight}\n'
@@ -303,40 +275,6 @@ def test_openvino_ir_workload_end_to_end(tmp_path: Path, store_path: Path) -> No
     for cid in ("onnxruntime-fp32-b4", "torch-fp32-b4"):
         assert cands[cid]["status"] == "unavailable" and "openvino" in cands[cid]["reason"]
     assert result.document["workload"]["reference"] == "openvino-fp32"
-
-
-def test_accuracy_aware_int8_reverts_layers_until_the_drop_fits(tmp_path: Path) -> None:
-    from sklearn.datasets import load_digits
-
-    from bakeoff.transforms import StepFailed
-    from bakeoff.transforms.openvino_convert import nncf_int8_accuracy_aware
-
-    xml = _write_ir(tmp_path)
-    calib = {"x": (load_digits().data[:32] / 16.0).astype(np.float32)}
-    # A third of plain INT8's drop on this CPU needs a layer back in float. With
-    # model_type transformer this also guards against SmoothQuant's rescaling
-    # left behind by NNCF's revert (it made the model drift from FP32).
-    tight = _tight_gate(_plain_int8_drop(xml, calib, tmp_path / "plain"))
-    for transformer in (False, True):
-        out = tmp_path / f"aa-{transformer}"
-        out.mkdir()
-        q = nncf_int8_accuracy_aware(str(xml), out, calib, transformer, "cosine", tight)
-        settings = q["quantization"]
-        assert settings["reverted_to_float"], settings
-        assert settings["quantized_operations"] == 2
-        assert settings["fake_quantize_ops"] > 0
-        assert settings["calibration_drop"] <= tight, settings
-        assert (out / "model.xml").exists()
-    # A max_drop only FP32 meets: every quantizer reverted is a failure, not an
-    # FP32 model measured under an INT8 label.
-    out = tmp_path / "aa-zero"
-    out.mkdir()
-    try:
-        nncf_int8_accuracy_aware(str(xml), out, calib, False, "max_abs", 0.0)
-    except StepFailed as exc:
-        assert "reverted every quantizer to float" in str(exc)
-    else:
-        raise AssertionError("an INT8 build with no quantizer left must fail")
 
 
 # Run with oneDNN capped to AVX2, as on a CPU without AVX-512 (the cap is read when
@@ -371,7 +309,7 @@ def test_openvino_runs_no_bf16_on_an_avx2_cpu_so_its_bf16_offer_is_unavailable_t
 
     from bakeoff.backends import openvino as backend
 
-    xml = _write_ir(tmp_path)
+    xml = write_mlp_ir(tmp_path)
     env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
     proc = subprocess.run(
         [sys.executable, "-c", _BF16_UNDER_AVX2, str(xml)],
@@ -385,70 +323,3 @@ def test_openvino_runs_no_bf16_on_an_avx2_cpu_so_its_bf16_offer_is_unavailable_t
     monkeypatch.setenv("BAKEOFF_CPU_FLAGS", "avx2")
     [offer] = backend.offers("bf16", "openvino")
     assert offer.reason is not None and "only on CPUs with native bf16" in offer.reason
-
-
-class _Encoder:
-    """A tiny speaker-encoder-like LSTM, as Resemblyzer's: LSTM -> Linear -> ReLU."""
-
-    @staticmethod
-    def ir(tmp_path: Path) -> Path:
-        import openvino as ov
-        import torch
-
-        class Encoder(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.lstm = torch.nn.LSTM(8, 16, 2, batch_first=True)
-                self.linear = torch.nn.Linear(16, 16)
-
-            def forward(self, x: torch.Tensor) -> torch.Tensor:
-                _, (hidden, _) = self.lstm(x)
-                return torch.relu(self.linear(hidden[-1]))
-
-        torch.manual_seed(0)
-        model = ov.convert_model(
-            Encoder().eval(),
-            example_input=torch.zeros(2, 12, 8),
-            input=[ov.PartialShape([-1, 12, 8])],
-        )
-        ov.save_model(model, str(tmp_path / "lstm.xml"), compress_to_fp16=False)
-        return tmp_path / "lstm.xml"
-
-
-@pytest.mark.parametrize("accuracy_aware", [False, True])
-def test_nncf_int8_leaves_recurrent_operators_in_float_and_says_so(
-    tmp_path: Path, accuracy_aware: bool
-) -> None:
-    import openvino as ov
-
-    from bakeoff.transforms.openvino_convert import nncf_int8, nncf_int8_accuracy_aware
-
-    xml = _Encoder.ir(tmp_path)
-    calib = {"x": np.random.default_rng(0).random((16, 12, 8), np.float32)}
-    out = tmp_path / "int8"
-    out.mkdir()
-    if accuracy_aware:
-        built = nncf_int8_accuracy_aware(str(xml), out, calib, False, "cosine", 0.01)
-    else:
-        built = nncf_int8(str(xml), out, calib, transformer=False)
-    assert built["quantization"]["left_in_float"] == ["LSTMSequence"]
-    model = ov.Core().read_model(built["path"])
-    assert not any(
-        _reaches_lstm(op) for op in model.get_ops() if op.get_type_name() == "FakeQuantize"
-    )
-    assert any(op.get_type_name() == "FakeQuantize" for op in model.get_ops())  # INT8 still
-
-
-# Operations that only reshape or retype a tensor on its way to another.
-_PASSING = {"Squeeze", "Unsqueeze", "Reshape", "Transpose", "Convert"}
-
-
-def _reaches_lstm(op: object) -> bool:
-    """Whether `op`'s output feeds an LSTMSequence, directly or through reshapes."""
-    for out in op.outputs():  # type: ignore[attr-defined]
-        for target in out.get_target_inputs():
-            node = target.get_node()
-            kind = node.get_type_name()
-            if kind == "LSTMSequence" or (kind in _PASSING and _reaches_lstm(node)):
-                return True
-    return False

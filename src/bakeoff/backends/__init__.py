@@ -27,6 +27,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
+from bakeoff.judge.outputs import OutputGate, OutputRule
 from bakeoff.source import ModelSource
 
 ENTRY_POINT_GROUP = "bakeoff.backends"
@@ -104,6 +105,14 @@ class BuildContext:
     # False for a hand-written candidate: built as asked even where another variant
     # makes it unnecessary (a grid leaves such a variant out: StepNotNeeded).
     skip_unneeded: bool = True
+    # [quality] outputs and [quality.per_output.<name>]: the rest of the gate.
+    quality_outputs: tuple[str, ...] | None = None
+    per_output: dict[str, OutputRule] = field(default_factory=dict)
+
+    def quality_gate(self) -> OutputGate:
+        return OutputGate(
+            OutputRule(self.metric, self.max_drop), self.quality_outputs, self.per_output
+        )
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from bakeoff.backends.common import (
     package_availability,
 )
 from bakeoff.hardware import NATIVE, emulation_note, is_x86, native_flags
-from bakeoff.tensors import map_inputs, sequence_output_name
+from bakeoff.tensors import map_inputs
 from bakeoff.transforms import StepFailed, StepNotNeeded, cached_step
-from bakeoff.transforms.openvino_convert import input_types
+from bakeoff.transforms.openvino_convert import input_types, port_names
 
 RUNTIME = "openvino"
 # A compiled model with a dynamic batch axis runs any size of it.
@@ -165,6 +165,7 @@ def _already_quantized(variant: Variant, ctx: BuildContext) -> None:
 
 
 def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
+    from bakeoff.transforms import nncf_quantize as quantize
     from bakeoff.transforms import openvino_convert as conv
 
     _already_quantized(variant, ctx)
@@ -187,69 +188,57 @@ def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
         step = cached_step(
             ctx.artifacts_dir,
             "ov-int4-weight-only",
-            lambda d: conv.nncf_int4_weights(ir["path"], d),
+            lambda d: quantize.nncf_int4_weights(ir["path"], d),
         )
     elif variant.method == "nncf-aa":
-        # Accuracy control is for when plain NNCF INT8 fails the gate; when it
-        # passes, NNCF would revert nothing and the same model be measured twice
-        # (on one AVX2 machine that build took 89 s of a 307 s run, for a variant
-        # no faster and no more accurate than the plain one).
-        calib, layout = calibration_data(ctx)
-        if ctx.skip_unneeded:
-            plain = _plain_int8(ctx, ir)
-            drop = conv.calibration_drop(
-                ir["path"], plain["path"], calib, ctx.metric, ctx.max_drop, layout=layout
-            )
-            if drop <= ctx.max_drop:
-                raise StepNotNeeded(
-                    f"not needed: plain NNCF INT8 (openvino-int8-nncf) loses {drop:.4g} "
-                    f"({ctx.metric}) on the calibration split, within max_drop "
-                    f"{ctx.max_drop:g}; the accuracy-aware variant is built only when "
-                    "it fails the gate there"
-                )
-        step = cached_step(
-            ctx.artifacts_dir,
-            # the result depends on the gate's settings, so they name the step
-            f"ov-int8-nncf-aa-{ctx.metric}-{ctx.max_drop:g}",
-            lambda d: conv.nncf_int8_accuracy_aware(
-                ir["path"],
-                d,
-                calib,
-                transformer=is_transformer(ctx),
-                metric=ctx.metric,
-                max_drop=ctx.max_drop,
-                layout=layout,
-            ),
-        )
+        step = _accuracy_aware_int8(ctx, ir)
     else:
         step = _plain_int8(ctx, ir)
     return {**step, "exporter": ir["exporter"]}
 
 
+def _accuracy_aware_int8(ctx: BuildContext, ir: dict[str, Any]) -> dict[str, Any]:
+    """NNCF's accuracy control, tuned to the workload's quality gate, every output
+    judged. It is for when plain NNCF INT8 fails the gate; when it passes, NNCF would
+    revert nothing and the same model be measured twice (on one AVX2 machine that
+    build took 89 s of a 307 s run, for a variant no faster and no more accurate
+    than the plain one)."""
+    from bakeoff.transforms import nncf_quantize as quantize
+
+    calib, layout = calibration_data(ctx)
+    gate = ctx.quality_gate()
+    if ctx.skip_unneeded:
+        plain = _plain_int8(ctx, ir)
+        q = quantize.calibration_quality(ir["path"], plain["path"], calib, gate, layout=layout)
+        if q.passed:
+            where = f" on output {q.output}, the worst of {len(q.outputs)}" if q.outputs else ""
+            raise StepNotNeeded(
+                f"not needed: plain NNCF INT8 (openvino-int8-nncf) loses {q.drop:.4g} "
+                f"({q.metric}{where}) on the calibration split, within max_drop "
+                f"{q.max_drop:g}; the accuracy-aware variant is built only when it fails "
+                "the gate there"
+            )
+    return cached_step(
+        ctx.artifacts_dir,
+        # the result depends on the gate's settings, so they name the step
+        f"ov-int8-nncf-aa-{gate.key()}",
+        lambda d: quantize.nncf_int8_accuracy_aware(
+            ir["path"], d, calib, transformer=is_transformer(ctx), gate=gate, layout=layout
+        ),
+    )
+
+
 def _plain_int8(ctx: BuildContext, ir: dict[str, Any]) -> dict[str, Any]:
-    from bakeoff.transforms import openvino_convert as conv
+    from bakeoff.transforms import nncf_quantize as quantize
 
     calib, layout = calibration_data(ctx)
     return cached_step(
         ctx.artifacts_dir,
         "ov-int8-nncf",
-        lambda d: conv.nncf_int8(
+        lambda d: quantize.nncf_int8(
             ir["path"], d, calib, transformer=is_transformer(ctx), layout=layout
         ),
     )
-
-
-def port_names(ports: Any) -> list[str]:
-    """An OpenVINO model's output names in order: the name the source format gave
-    each (an ONNX graph output, a SavedModel signature key), "output_<i>" where a
-    port has none."""
-    names = []
-    for i, port in enumerate(ports):
-        try:
-            names.append(port.get_any_name())
-        except RuntimeError:  # a port without a tensor name
-            names.append(sequence_output_name(i))
-    return names
 
 
 class OpenVinoRunner:

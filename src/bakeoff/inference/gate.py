@@ -14,11 +14,24 @@ from bakeoff.candidates import Candidate
 from bakeoff.errors import UserError
 from bakeoff.inference.messages import LoadJob
 from bakeoff.inference.quality_outputs import alt_outputs_path
-from bakeoff.judge.outputs import Named, OutputRule, judge_outputs, load_named
+from bakeoff.judge.outputs import Named, OutputGate, OutputRule, judge_outputs, load_named
 from bakeoff.judge.quality import Quality
 from bakeoff.trials.engine import Checked, GateFailed
 from bakeoff.trials.jobs import Job
 from bakeoff.workload.spec import QualitySpec
+
+
+def output_gate(spec: QualitySpec) -> OutputGate:
+    """`[quality]` as rules: its metric and max_drop, the outputs it names, and each
+    `[quality.per_output.<name>]` with what it leaves unsaid taken from `[quality]`."""
+    rule = OutputRule(spec.metric, spec.max_drop)
+    per_output = {
+        name: OutputRule(
+            own.metric or rule.metric, rule.max_drop if own.max_drop is None else own.max_drop
+        )
+        for name, own in spec.per_output.items()
+    }
+    return OutputGate(rule, tuple(spec.outputs) if spec.outputs else None, per_output)
 
 
 @dataclass(frozen=True)
@@ -49,14 +62,8 @@ class QualityGate:
                     f"[quality] {key} names {', '.join(unknown)}, which the model does not "
                     f"return; its outputs are {', '.join(returned)}"
                 )
-        per_output = {
-            name: OutputRule(
-                own.metric or rule.metric, rule.max_drop if own.max_drop is None else own.max_drop
-            )
-            for name, own in spec.per_output.items()
-        }
         only = spec.outputs if len(returned) > 1 else None
-        return cls(reference, labels, rule, reference_alt, only, per_output)
+        return cls(reference, labels, rule, reference_alt, only, output_gate(spec).per_output)
 
     def _judge(self, path: Path, reference: Named, what: str) -> Quality:
         try:

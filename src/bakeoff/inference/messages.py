@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from bakeoff.backends import Variant
+from bakeoff.judge.outputs import OutputRule
 from bakeoff.source import ModelSource
 from bakeoff.trials.jobs import MEASURING_COMMANDS, Command, Job, by_kind
 
@@ -40,6 +41,9 @@ class JobBase:
     # A grid leaves out a variant another one makes unnecessary; a hand-written
     # candidate is built as asked.
     skip_unneeded: bool = True
+    # The rest of the gate: [quality] outputs and [quality.per_output.<name>].
+    quality_outputs: tuple[str, ...] | None = None
+    per_output: dict[str, OutputRule] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

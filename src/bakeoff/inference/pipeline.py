@@ -28,6 +28,7 @@ from bakeoff.inference import peak
 from bakeoff.inference.context import RunContext
 from bakeoff.inference.document import document, write_json
 from bakeoff.inference.early import EarlyLoads, Preloads
+from bakeoff.inference.gate import output_gate
 from bakeoff.inference.groups import early_loads, measure_all
 from bakeoff.inference.messages import JobBase
 from bakeoff.inference.options import RunOptions, checked
@@ -289,6 +290,7 @@ def _stored_settings(
 
 
 def _job_base(workload: Workload, folder: RunFolder) -> JobBase:
+    gate = output_gate(workload.spec.quality)
     return JobBase(
         source=workload.source,
         data_path=str(folder.data),
@@ -300,6 +302,8 @@ def _job_base(workload: Workload, folder: RunFolder) -> JobBase:
         # A grid leaves out a variant another one makes unnecessary; a hand-written
         # candidate is built as asked.
         skip_unneeded=not workload.spec.candidates,
+        quality_outputs=gate.only,
+        per_output=dict(gate.per_output),
     )
 
 

@@ -135,6 +135,8 @@ def do_build(job: BuildJob) -> dict[str, Any]:
         metric=base.metric,
         max_drop=base.max_drop,
         skip_unneeded=base.skip_unneeded,
+        quality_outputs=base.quality_outputs,
+        per_output=base.per_output,
     )
     # Builds of a run may run side by side: each step event says whose it is.
     os.environ[BUILD_VARIABLE] = job.variant.id

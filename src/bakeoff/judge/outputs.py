@@ -175,3 +175,57 @@ def judge_outputs(
         return dataclasses.replace(found[0], output=None)
     worst = max(found, key=_badness)
     return dataclasses.replace(worst, outputs=tuple(found), matched=pairing.how)
+
+
+@dataclass(frozen=True)
+class OutputGate:
+    """The workload's quality gate as rules: `[quality]`'s metric and max_drop, the
+    outputs it restricts the comparison to, and each output's own rule. Build steps
+    that tune against the gate (NNCF's accuracy control) judge with it too."""
+
+    rule: OutputRule
+    only: tuple[str, ...] | None = None
+    per_output: Mapping[str, OutputRule] = dataclasses.field(default_factory=dict)
+
+    def without_labels(self) -> OutputGate:
+        """The gate on data without labels (a calibration split): agreement with the
+        reference's top-1 stands in for accuracy, the closest label-free figure."""
+
+        def free(rule: OutputRule) -> OutputRule:
+            return OutputRule("agreement", rule.max_drop) if rule.metric == "accuracy" else rule
+
+        per_output = {name: free(rule) for name, rule in self.per_output.items()}
+        return OutputGate(free(self.rule), self.only, per_output)
+
+    def on(self, names: Sequence[str]) -> OutputGate:
+        """The gate for outputs named `names` (a converted model's): the outputs and
+        rules it names that are not among them are left out, and where none of
+        `only` is, every output is judged."""
+        only = tuple(n for n in self.only or () if n in names) or None
+        per_output = {n: r for n, r in self.per_output.items() if n in names}
+        return OutputGate(self.rule, only, per_output)
+
+    def judge(self, variant: Named, reference: Named, labels: np.ndarray | None = None) -> Quality:
+        return judge_outputs(variant, reference, labels, self.rule, self.only, self.per_output)
+
+    def key(self) -> str:
+        """Names the gate in a cache step's name: metric and max_drop, and a digest
+        of the rest where there is more."""
+        base = f"{self.rule.metric}-{self.rule.max_drop:g}"
+        if not self.only and not self.per_output:
+            return base
+        import hashlib
+        import json
+
+        more = {
+            "only": list(self.only or ()),
+            "per_output": {n: [r.metric, r.max_drop] for n, r in sorted(self.per_output.items())},
+        }
+        digest = hashlib.sha256(json.dumps(more, sort_keys=True).encode()).hexdigest()
+        return f"{base}-{digest[:8]}"
+
+
+def worst_ratio(quality: Quality) -> float:
+    """How far the worst output is into its allowance: its drop over its max_drop
+    (1 at the limit); 0 with no drop, infinite past a max_drop of 0."""
+    return _badness(quality)[1]

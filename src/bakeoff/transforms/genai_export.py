@@ -390,7 +390,7 @@ def _make_stateful(model: Any, layers: int) -> None:
 def _compress(model: Any, precision: str) -> tuple[Any, dict[str, Any]]:
     import nncf
 
-    from bakeoff.transforms.openvino_convert import compress_int4, compressed_weights
+    from bakeoff.transforms.nncf_quantize import compress_int4, compressed_weights
 
     if precision == "int4":
         return compress_int4(model)
