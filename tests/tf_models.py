@@ -8,8 +8,10 @@ Keras 3 model with inputs feat [batch, 8] (float32) and ids [batch, seq] (int32)
 6] -> 3 in the legacy HDF5 format; `lambda.h5`, a model holding a Python lambda, which
 must never be deserialized; and two TFLite files of one Keras model x [1, 12] ->
 Dense(16, relu) -> Dense(4), its batch fixed at 1 as TensorFlow's converter fixes it for
-a model built with batch_size=1: `float.tflite` (FP32 weights) and `int8.tflite`
-(full-integer INT8 weights and activations, float input and output)."""
+a model built with batch_size=1: `float.tflite` (FP32 weights), `int8.tflite`
+(full-integer INT8 weights and activations, float input and output) and
+`int8_io.tflite` (the same, taking int8 and giving uint8), with
+`int8_io_check.npz`: real inputs and the float model's outputs on them."""
 
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ H5_FILE = "mlp.h5"
 LAMBDA_H5_FILE = "lambda.h5"
 FLOAT_TFLITE = "float.tflite"
 INT8_TFLITE = "int8.tflite"
+INT8_IO_TFLITE = "int8_io.tflite"  # int8 in, uint8 out, each with a scale and zero point
+INT8_IO_CHECK = "int8_io_check.npz"  # x [8, 12] real inputs and the float model's y
 TFLITE_FEATURES = 12  # x [1, 12], the batch fixed at 1 in both files
 TFLITE_OUTPUTS = 4
 
@@ -106,6 +110,13 @@ WRITE = textwrap.dedent(
     converter.representative_dataset = representative
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
     (out / "int8.tflite").write_bytes(converter.convert())
+    # Fully integer, as for a microcontroller: int8 in, uint8 out.
+    converter.inference_input_type = tf.int8
+    converter.inference_output_type = tf.uint8
+    (out / "int8_io.tflite").write_bytes(converter.convert())
+    x = np.random.default_rng(1).standard_normal((8, 12)).astype("float32")
+    y = np.concatenate([np.asarray(small(x[i : i + 1])) for i in range(len(x))])
+    np.savez(out / "int8_io_check.npz", x=x, y=y)
     """
 )
 

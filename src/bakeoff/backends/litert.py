@@ -17,6 +17,7 @@ from bakeoff.backends.common import (
     example_inputs,
     package_availability,
 )
+from bakeoff.backends.tflite_io import dequantized, of_detail, plain_input_name
 from bakeoff.batching import Layout
 from bakeoff.hardware import emulation_note
 from bakeoff.tensors import map_inputs
@@ -121,9 +122,11 @@ class LiteRtRunner:
         self.settings = settings
         self.inputs = interpreter.get_input_details()
         self.outputs = output_tensors(interpreter)
+        # A fully integer file's outputs are compared as the real values they stand for.
+        self.output_quantization = [of_detail(d) for d in interpreter.get_output_details()]
         # The converter names inputs "serving_default_<keras input name>:0": matched to
         # the data's arrays by that name where all of them match, else by position.
-        self.model_inputs = [(_plain_name(d["name"]), d["dtype"]) for d in self.inputs]
+        self.model_inputs = [(plain_input_name(d["name"]), d["dtype"]) for d in self.inputs]
 
     def prepare(self, batch: dict[str, np.ndarray]) -> list[np.ndarray]:
         return list(map_inputs(batch, self.model_inputs).values())
@@ -136,10 +139,11 @@ class LiteRtRunner:
         return [it.get_tensor(index) for _, index in self.outputs]
 
     def to_numpy(self, output: list[np.ndarray]) -> np.ndarray:
-        return np.asarray(output[0], dtype=np.float32)
+        return dequantized(output[0], self.output_quantization[0])
 
     def named_outputs(self, output: list[np.ndarray]) -> list[tuple[str, Any]]:
-        return list(zip((name for name, _ in self.outputs), output, strict=True))
+        real = map(dequantized, output, self.output_quantization)
+        return list(zip((name for name, _ in self.outputs), real, strict=True))
 
 
 def output_tensors(interpreter: Any) -> list[tuple[str, int]]:
@@ -156,10 +160,6 @@ def output_tensors(interpreter: Any) -> list[tuple[str, int]]:
     return [(by_index.get(d["index"], d["name"]), d["index"]) for d in details]
 
 
-def _plain_name(name: str) -> str:
-    return name.removeprefix("serving_default_").rsplit(":", 1)[0]
-
-
 def make_interpreter(path: str, threads: int) -> Any:
     """LiteRT's interpreter of the .tflite file at `path`, on `threads` threads (its
     default XNNPACK delegate); its tensors are not allocated yet (see `allocate`)."""
@@ -174,7 +174,7 @@ def allocate(interpreter: Any, layout: Layout, input_names: Sequence[str], batch
     interpreter input is fed from the data input named like it where all of them
     match, else by position (as LiteRtRunner.prepare matches them)."""
     details = interpreter.get_input_details()
-    plain = [_plain_name(d["name"]) for d in details]
+    plain = [plain_input_name(d["name"]) for d in details]
     names = plain if set(plain) <= set(input_names) else list(input_names)
     for detail, name in zip(details, names, strict=False):
         shape = layout.batch_shape(name, detail["shape"], batch_size)
@@ -208,7 +208,7 @@ def allocate_fixed(
         if stuck and int(out["shape"][0]) == shape[0]:
             raise RuntimeError(
                 f"{why}: LiteRT resized its input to batch size {batch_size}, but the output "
-                f"{_plain_name(out['name'])} stays {list(out['shape'])}, so batch size "
+                f"{plain_input_name(out['name'])} stays {list(out['shape'])}, so batch size "
                 f"{batch_size} cannot run on LiteRT"
             )
 

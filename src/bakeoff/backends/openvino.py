@@ -9,6 +9,7 @@ support OpenVINO otherwise runs an FP32 model in bf16 without saying so.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from bakeoff.backends.common import (
     is_transformer,
     package_availability,
 )
+from bakeoff.backends.tflite_io import Quantized, dequantized, io_quantization
 from bakeoff.hardware import NATIVE, emulation_note, is_x86, native_flags
 from bakeoff.tensors import map_inputs
 from bakeoff.transforms import StepFailed, StepNotNeeded, cached_step
@@ -243,7 +245,11 @@ def _plain_int8(ctx: BuildContext, ir: dict[str, Any]) -> dict[str, Any]:
 
 class OpenVinoRunner:
     def __init__(
-        self, compiled: Any, settings: dict[str, Any], fixed_batch: int | None = None
+        self,
+        compiled: Any,
+        settings: dict[str, Any],
+        fixed_batch: int | None = None,
+        output_quantization: Sequence[Quantized | None] = (),
     ) -> None:
         self.compiled = compiled
         self.request = compiled.create_infer_request()
@@ -252,6 +258,8 @@ class OpenVinoRunner:
         self.inputs = input_types(compiled.inputs)
         # A model file whose batch OpenVINO could not make dynamic runs only this one.
         self.fixed_batch = fixed_batch
+        # A fully integer .tflite's outputs, compared as the real values they stand for.
+        self.output_quantization = list(output_quantization) or [None] * len(self.output_names)
 
     def prepare(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         prepared = map_inputs(batch, self.inputs)
@@ -265,10 +273,11 @@ class OpenVinoRunner:
         return self.request.infer(prepared)
 
     def to_numpy(self, output: Any) -> np.ndarray:
-        return np.asarray(output[0], dtype=np.float32)
+        return dequantized(output[0], self.output_quantization[0])
 
     def named_outputs(self, output: Any) -> list[tuple[str, Any]]:
-        return list(zip(self.output_names, output.to_tuple(), strict=True))
+        real = map(dequantized, output.to_tuple(), self.output_quantization)
+        return list(zip(self.output_names, real, strict=True))
 
     def new_stream(self) -> Any:
         """An infer request of its own: one request serves one call at a time."""
@@ -349,4 +358,18 @@ def load(variant: Variant, artifact: dict[str, Any], ctx: LoadContext) -> OpenVi
             settings["quantization"]["inference_precision_hint"] = applied
     if fixed_batch is not None:
         settings["fixed_batch"] = fixed_batch
-    return OpenVinoRunner(compiled, settings, fixed_batch)
+    return OpenVinoRunner(compiled, settings, fixed_batch, _file_quantization(ctx, compiled))
+
+
+def _file_quantization(ctx: LoadContext, compiled: Any) -> tuple[Quantized | None, ...]:
+    """The integer outputs of a fully integer .tflite file, with the scales and zero
+    points the file gives them (backends.tflite_io); none for any other model."""
+    if ctx.source.kind != "tflite" or ctx.source.path is None:
+        return ()
+    outputs = io_quantization(ctx.source.path)[1]
+    if len(outputs) != len(compiled.outputs):
+        return ()
+    return tuple(
+        q if np.issubdtype(port.get_element_type().to_dtype(), np.integer) else None
+        for q, port in zip(outputs, compiled.outputs, strict=True)
+    )

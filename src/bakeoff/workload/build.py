@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from bakeoff.backends import file_reference_note
+from bakeoff.backends.tflite_io import quantize_inputs
 from bakeoff.batching import Layout
 from bakeoff.errors import UserError
 from bakeoff.source import ModelSource, import_factory
@@ -67,6 +68,10 @@ def workload_from_spec(spec: WorkloadSpec, origin: str, base_dir: str | None) ->
         notes = [*notes, GENERATED_NOTE]
     raw = read_data(spec.data, model_path, hf_config, base_dir, origin)
     inputs, labels, layout = normalize_data(raw, origin, spec.data.batch_axes, spec.data.constants)
+    if spec.model.kind == "tflite" and model_path is not None:
+        # A fully integer file takes its inputs quantized: the data is real-valued.
+        inputs, said = quantize_inputs(inputs, model_path)
+        notes = [*notes, said] if said else notes
     check_variable_axes(spec.data.variable_axes, inputs, layout, origin)
     if spec.quality.metric == "accuracy" and labels is None:
         raise UserError(

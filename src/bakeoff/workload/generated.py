@@ -26,6 +26,7 @@ which is why a run on generated inputs says so and names `--data`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import zipfile
 from dataclasses import dataclass
@@ -262,11 +263,26 @@ def _through_convert(node: Any) -> Any:
     return node.input_value(0).get_node() if node.get_type_name() == "Convert" else node
 
 
+def _tflite_signature(path: str) -> list[InputSignature]:
+    """A quantized integer input stands for real values (backends.tflite_io): those are
+    generated, as for a float input, and quantized with the file's parameters."""
+    from bakeoff.backends.tflite_io import io_quantization
+
+    found = _openvino_signature(path)
+    quantized = io_quantization(path)[0]
+    if len(quantized) != len(found):
+        return found
+    return [
+        dataclasses.replace(inp, dtype=np.dtype(np.float32)) if q is not None else inp
+        for inp, q in zip(found, quantized, strict=True)
+    ]
+
+
 # File suffix -> what the file is, and its reader.
 _READERS = {
     ".onnx": ("ONNX", _onnx_signature),
     ".xml": ("OpenVINO IR", _openvino_signature),
-    ".tflite": ("TFLite", _openvino_signature),  # OpenVINO's TFLite frontend: no TensorFlow
+    ".tflite": ("TFLite", _tflite_signature),  # OpenVINO's TFLite frontend: no TensorFlow
     ".keras": ("Keras", _keras_signature),
     ".h5": ("Keras HDF5", _keras_signature),
     ".hdf5": ("Keras HDF5", _keras_signature),
