@@ -241,12 +241,13 @@ def test_keras_file_loads_safely_and_one_backend_per_process(tmp_path: Path) -> 
 def test_litert_inputs_follow_the_data_by_name_not_by_order() -> None:
     """The converter names inputs serving_default_<keras name>:0; a model whose inputs
     come in another order than the data's arrays still gets each array where it belongs."""
-    from bakeoff.backends.litert import LiteRtRunner, _plain_name
+    from bakeoff.backends.litert import LiteRtRunner
+    from bakeoff.backends.tflite_io import plain_input_name
 
     runner = LiteRtRunner.__new__(LiteRtRunner)  # the mapping only; no interpreter needed
     runner.model_inputs = [
-        (_plain_name("serving_default_mask:0"), np.int32),
-        (_plain_name("serving_default_tokens:0"), np.float32),
+        (plain_input_name("serving_default_mask:0"), np.int32),
+        (plain_input_name("serving_default_tokens:0"), np.float32),
     ]
     tokens, mask = np.ones((2, 4), np.float64), np.zeros((2, 4), np.int64)
     first, second = runner.prepare({"tokens": tokens, "mask": mask})
