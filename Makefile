@@ -8,7 +8,7 @@ TEST_STAMP := $(VENV)/.installed-test
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test test-slow test-gpu test-llama-cpp test-report browser lint format typecheck bench bench-serve clean frameworks
+.PHONY: demo test test-slow test-gpu test-llama-cpp test-report browser lint format typecheck bench bench-serve clean frameworks fastai
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -36,15 +36,26 @@ $(STAMP): pyproject.toml $(UV)
 	$(INSTALL) -e '.[serve]'
 	touch $(STAMP)
 
+# fastai without its dependencies: the ones its Learner imports are the fastai
+# extra; the torchvision it requires is built for CUDA torch and breaks the CPU
+# torch's other users (pyproject.toml says more).
+FASTAI := fastai==2.8.12
+
 # From a fresh venv in one install, not two: the test set includes the base.
 $(TEST_STAMP): pyproject.toml $(UV)
 	$(INSTALL) -e '.[test]'
+	$(INSTALL) --no-deps $(FASTAI)
 	touch $(STAMP) $(TEST_STAMP)
 
 # The optional frameworks (Keras 3, JAX, TensorFlow, LiteRT, TVM) for `bakeoff run`;
 # make test installs them too, since its tests run each framework path.
 frameworks: $(STAMP)
 	$(INSTALL) -e '.[frameworks]'
+
+# The fastai training stack (`bakeoff train --stacks fastai`).
+fastai: $(STAMP)
+	$(INSTALL) -e '.[fastai]'
+	$(INSTALL) --no-deps $(FASTAI)
 
 demo: $(STAMP)
 	$(VENV)/bin/bakeoff run builtin:minilm

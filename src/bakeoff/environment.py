@@ -127,6 +127,47 @@ def runtimes() -> list[dict[str, Any]]:
     return rows
 
 
+# The package whose version a training stack reports: the framework it trains with.
+_STACK_PACKAGES = {
+    "deepspeed": "deepspeed",
+    "lightning": "lightning",
+    "lightning-ddp": "lightning",
+    "keras-jax": "keras",
+    "keras-tensorflow": "keras",
+    "keras-torch": "keras",
+    "jax": "flax",
+    "lora": "peft",
+    "fastai": "fastai",
+}
+
+
+def training_stacks() -> list[dict[str, Any]]:
+    """Every training stack, with whether it can run here (on the built-in digits
+    recipe's model) and its framework's version."""
+    import importlib.metadata
+
+    from bakeoff import stacks
+
+    rows = []
+    for info in stacks.STACKS:
+        package = _STACK_PACKAGES.get(info.name, "torch")
+        try:
+            version = f"{package} {importlib.metadata.version(package)}"
+        except importlib.metadata.PackageNotFoundError:
+            version = None
+        reason = stacks.availability(info.name, "bakeoff.builtins.digits:untrained")
+        rows.append(
+            {
+                "stack": info.name,
+                "available": reason is None,
+                "version": version,
+                "reason": reason,
+                "what": info.description,
+            }
+        )
+    return rows
+
+
 def fingerprint() -> dict[str, Any]:
     mem = psutil.virtual_memory()
     return {

@@ -23,8 +23,10 @@ def env(
     """This machine's fingerprint and every runtime's availability."""
     fp = environment.fingerprint()
     rts = environment.runtimes()
+    trains = environment.training_stacks()
     if as_json:
-        sys.stdout.write(json.dumps({"environment": fp, "runtimes": rts}, indent=2) + "\n")
+        doc = {"environment": fp, "runtimes": rts, "training_stacks": trains}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     cpu = fp["cpu"]
     out.print(
@@ -58,4 +60,12 @@ def env(
         if r.get("origin", "built-in") != "built-in":  # registered by another package
             name += f"\n[dim]{escape(r['origin'])}[/]"
         t.add_row(name, avail, escape(r["version"] or "-"), escape(why))
+    out.print(fitted(t, out.width))
+    t = Table(title="training stacks (bakeoff train)")
+    for col in ("stack", "available", "version", "why not / install"):
+        t.add_column(col)
+    for row in trains:
+        avail = "yes" if row["available"] else "[red]no[/]"
+        reason = escape(row["reason"] or "")
+        t.add_row(escape(row["stack"]), avail, escape(row["version"] or "-"), reason)
     out.print(fitted(t, out.width))

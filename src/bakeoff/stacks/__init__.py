@@ -97,7 +97,7 @@ STACKS = (
     StackInfo("jax", "Flax (linen) and optax under jax.jit"),
     StackInfo("full", "PyTorch eager, every weight trained (full fine-tuning, a reference)"),
     StackInfo("lora", "PyTorch eager with peft's LoRA adapters; only they (and a head) train"),
-    StackInfo("fastai", "fastai's Learner (not built: see FASTAI_UNAVAILABLE)"),
+    StackInfo("fastai", "fastai's Learner.fit, 1 process (the torch model and optimizer)"),
     StackInfo(
         "lightning-ddp",
         "Lightning Trainer.fit with the DDP strategy, 2 processes under torchrun (our entry "
@@ -111,14 +111,6 @@ KERAS = ("keras-jax", "keras-tensorflow", "keras-torch")
 # The stacks that train the model's twin in another framework (`twins`).
 TWINNED = (*KERAS, "jax")
 
-# What was seen trying to install fastai 2.8.12 beside the pinned torch: its
-# torchvision dependency has no wheel for torch 2.13.0 on the package index, so pip
-# takes torch 2.14.1 and the CUDA stack with it (`pip install --dry-run fastai`).
-FASTAI_UNAVAILABLE = (
-    "fastai 2.8.12 does not install beside torch 2.13.0 without the CUDA stack: it needs "
-    "torchvision, whose wheels on the package index require torch 2.14.1 and the NVIDIA "
-    "libraries, so no fastai stack is built"
-)
 BY_NAME = {s.name: s for s in STACKS}
 NAMES = tuple(s.name for s in STACKS)
 REFERENCE = "torch"
@@ -169,10 +161,14 @@ def availability(name: str, factory: str = "") -> str | None:
         return f"no training stack {name!r} (stacks: {', '.join(NAMES)})"
     import importlib.util
 
-    if name == "fastai":
-        return FASTAI_UNAVAILABLE
     if importlib.util.find_spec("torch") is None:
         return "needs PyTorch: pip install 'bakeoff'"
+    if name == "fastai" and importlib.util.find_spec("fastai") is None:
+        return (
+            "needs fastai: make fastai (pip install 'bakeoff[fastai]' and then pip "
+            "install --no-deps fastai==2.8.12: the torchvision it would pull in is built "
+            "for CUDA torch and does not load beside the CPU one)"
+        )
     if name in LIGHTNING and importlib.util.find_spec("lightning") is None:
         return "needs Lightning: pip install 'bakeoff[train]'"
     if name == "deepspeed" and importlib.util.find_spec("deepspeed") is None:

@@ -18,6 +18,10 @@ def driver(spec: Any, in_ranks: bool = False) -> Any:
         from bakeoff.stacks import lightning_stack
 
         return lightning_stack.LightningDriver(spec)
+    if spec.stack == "fastai":
+        from bakeoff.stacks import fastai_stack
+
+        return fastai_stack.FastaiDriver(spec)
     from bakeoff.stacks import steps
 
     return steps.LocalDriver(spec, stop_on_nan=not in_ranks)

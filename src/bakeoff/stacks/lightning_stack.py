@@ -18,7 +18,6 @@ the step takes its rows from memory as our own loop does, timed as the data wait
 from __future__ import annotations
 
 import collections
-import math
 import threading
 import time
 from typing import Any
@@ -28,6 +27,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from bakeoff import stacks
+from bakeoff.stacks.parking import Parking, check_alive
 from bakeoff.stacks.steps import CHECKPOINT_STEPS, Steps, checkpoint_figures
 from bakeoff.stacks.torch_stacks import TorchTrainer
 
@@ -111,21 +111,10 @@ class LightningDriver:
             self.gate.finished()
 
     def _alive(self) -> None:
-        if self.error is not None:
-            raise RuntimeError(
-                f"Lightning's fit stopped: {type(self.error).__name__}: {self.error}"
-            )
-        if not self.thread.is_alive():
-            raise RuntimeError("Lightning's fit ended before the steps asked for")
+        check_alive("Lightning's fit", self.error, self.thread)
 
     def steps(self, n: int) -> Steps:
-        records = self.gate.run(n, self._alive)
-        return Steps(
-            data_ns=[r[0] for r in records],
-            step_ns=[r[1] for r in records],
-            losses=[r[2] for r in records],
-            block_ns=sum(r[1] for r in records),
-        )
+        return self.gate.steps(n, self._alive)
 
     def initial_loss(self) -> float:
         first = next(stacks.batches(self.rows, self.spec.batch_size, self.spec.seed))
@@ -214,35 +203,13 @@ def _module(L: Any, inner: TorchTrainer, gate: _Gate) -> Any:
     return RecipeModule()
 
 
-class _Gate(Callback):
+class _Gate(Callback, Parking):
     """Parks `fit` between steps: the driver grants steps, the callback times them."""
 
     def __init__(self, comm: _CommClock | None) -> None:
-        super().__init__()
+        Callback.__init__(self)
+        Parking.__init__(self, _Stop)
         self.comm = comm
-        self.cv = threading.Condition()
-        self.permits = 0
-        self.parked = False
-        self.stopping = False
-        self.done = False
-        self.records: list[tuple[int, int, float]] = []
-        self.started = 0
-        self.fetched = 0
-        self.data_ns = 0
-        self.loss = math.nan
-
-    # -- the fit thread's side
-    def _park(self) -> None:
-        with self.cv:
-            self.parked = True
-            self.cv.notify_all()
-            while self.permits == 0 and not self.stopping:
-                self.cv.wait()
-            if self.stopping:
-                raise _Stop
-            self.permits -= 1
-            self.parked = False
-        self.started = time.perf_counter_ns()
 
     def on_train_start(self, trainer: Any, module: Any) -> None:
         if self.comm is not None:
@@ -254,46 +221,12 @@ class _Gate(Callback):
             if not isinstance(wrapped, DistributedDataParallel):
                 raise TypeError(f"Lightning's DDP strategy gave a {type(wrapped).__name__}")
             wrapped.register_comm_hook(self.comm, timed_allreduce)
-        self._park()
+        self.park()
 
     def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, idx: int) -> None:
-        self.fetched = time.perf_counter_ns()
-        self.data_ns = self.fetched - self.started  # the loader's part of the data wait
+        self.fetched()  # the loader's part of the data wait
 
     def on_train_batch_end(
         self, trainer: Any, module: Any, outputs: Any, batch: Any, idx: int
     ) -> None:
-        ended = time.perf_counter_ns()
-        with self.cv:
-            self.records.append((self.data_ns, ended - self.started, self.loss))
-        self._park()
-
-    def finished(self) -> None:
-        with self.cv:
-            self.done = True
-            self.cv.notify_all()
-
-    # -- the driver's side
-    def wait_parked(self, alive: Any) -> None:
-        with self.cv:
-            while not self.parked and not self.done:
-                self.cv.wait(timeout=1.0)
-        alive()
-
-    def run(self, n: int, alive: Any) -> list[tuple[int, int, float]]:
-        with self.cv:
-            first = len(self.records)
-            self.permits += n
-            self.parked = False
-            self.cv.notify_all()
-            while not (len(self.records) >= first + n and self.parked) and not self.done:
-                self.cv.wait(timeout=1.0)
-            found = self.records[first : first + n]
-        if len(found) < n:
-            alive()
-        return found
-
-    def stop(self) -> None:
-        with self.cv:
-            self.stopping = True
-            self.cv.notify_all()
+        self.step_ended()

@@ -1,0 +1,35 @@
+"""`bakeoff env`: the training stacks beside the runtimes, each with its framework's
+version, or why it cannot run here and how to install it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from bakeoff import stacks
+from front_door import call
+
+
+def test_env_lists_every_training_stack_with_its_framework() -> None:
+    listed = call("env", "--json")
+    assert listed.code == 0, listed.stderr
+    rows = {r["stack"]: r for r in json.loads(listed.stdout)["training_stacks"]}
+    assert list(rows) == list(stacks.NAMES)
+    assert rows["fastai"]["available"] and rows["fastai"]["version"] == "fastai 2.8.12"
+    assert rows["lightning"]["version"].startswith("lightning ")
+    assert rows["torch"]["version"].startswith("torch 2.13.0")
+    shown = call("env")
+    assert "training stacks" in shown.stdout and "fastai 2.8.12" in shown.stdout
+
+
+def test_a_stack_whose_framework_is_missing_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "fastai" else real(name, *a)
+    )
+    reason = stacks.availability("fastai") or ""
+    assert "make fastai" in reason and "--no-deps fastai==2.8.12" in reason
