@@ -154,9 +154,10 @@ def batches(rows: int, batch_size: int, seed: int) -> Iterator[np.ndarray]:
         epoch += 1
 
 
-def availability(name: str, factory: str = "") -> str | None:
+def availability(name: str, factory: str = "", probe: bool = True) -> str | None:
     """None when the stack can run here on the recipe's model (`factory`), otherwise
-    why not and how to get it."""
+    why not and how to get it. Without `probe`, from what is installed alone: no
+    framework is imported (`bakeoff env` lists the stacks so)."""
     if name not in NAMES:
         return f"no training stack {name!r} (stacks: {', '.join(NAMES)})"
     import importlib.util
@@ -185,7 +186,7 @@ def availability(name: str, factory: str = "") -> str | None:
         from bakeoff.stacks import twins
 
         return twins.missing(factory, name) if factory else None
-    if BY_NAME[name].launched:
+    if BY_NAME[name].launched and probe:
         import torch.distributed as dist
 
         if not (dist.is_available() and dist.is_gloo_available()):
