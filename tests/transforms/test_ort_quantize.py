@@ -369,3 +369,31 @@ def test_a_written_file_that_does_not_load_is_named_with_the_checkers_words(
     broken.write_bytes(source.read_bytes()[:-40])
     problem = written_problem(broken, source)
     assert problem is not None and problem.startswith("onnx.checker:")
+
+
+def test_the_int8_quantizers_write_nothing_beside_the_shared_fp32_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dynamic and the static INT8 builds run side by side from one FP32 file:
+    given its path, ONNX Runtime wrote `model-inferred.onnx` beside it and deleted it,
+    so the one build deleted the other's (FileNotFoundError on Resemblyzer's LSTM).
+    Every shape-inference file either writes is in a folder of its own now."""
+    import onnx.shape_inference
+
+    from bakeoff.transforms.ort_quantize import dynamic_int8, static_int8
+
+    source = _tiny_onnx(tmp_path)
+    written: list[Path] = []
+    infer = onnx.shape_inference.infer_shapes_path
+
+    def spy(model_path: str, output_path: str = "", *args: object, **kwargs: object) -> None:
+        written.append(Path(output_path or model_path))
+        infer(model_path, output_path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes_path", spy)
+    for name in ("dynamic", "static"):
+        (tmp_path / name).mkdir()
+    dynamic_int8(str(source), tmp_path / "dynamic")
+    static_int8(str(source), tmp_path / "static", {"x": _x(16)})
+    assert written, "the quantizers infer shapes through a file"
+    assert all(p.parent != source.parent for p in written), written

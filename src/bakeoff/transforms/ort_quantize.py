@@ -45,6 +45,17 @@ INT4_ADVICE = (
 )
 
 
+def _private(source: str) -> Any:
+    """The FP32 model as this quantizer's own copy in memory. Given a path, ONNX
+    Runtime's quantizers write `<name>-inferred.onnx` beside the file and delete it;
+    the dynamic and the static INT8 builds run side by side from one FP32 file, so one
+    deleted the other's, which then failed (FileNotFoundError, on Resemblyzer's LSTM).
+    Given the model, they infer its shapes in a temporary folder of their own."""
+    import onnx
+
+    return onnx.load(source)
+
+
 def dynamic_int8(
     source: str, out_dir: Path, normalized: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -59,7 +70,9 @@ def dynamic_int8(
     settings: dict[str, Any] = {"per_channel": True, "weight_type": "QInt8", "reduce_range": False}
     try:
         with _in_temp_dir():  # the quantizer leaves temporary files in the working directory
-            quantize_dynamic(source, str(path), per_channel=True, weight_type=QuantType.QInt8)
+            quantize_dynamic(
+                _private(source), str(path), per_channel=True, weight_type=QuantType.QInt8
+            )
     except Exception as exc:
         raise step_failed(DYNAMIC_STEP, exc, DYNAMIC_ADVICE, describe(normalized)) from exc
     onnx_check.refuse_invalid(DYNAMIC_STEP, path, source, DYNAMIC_ADVICE)
@@ -114,7 +127,7 @@ def static_int8(
         try:
             with _in_temp_dir():
                 quantize_static(
-                    source,
+                    _private(source),
                     str(path),
                     Reader(),
                     quant_format=QuantFormat.QDQ,
