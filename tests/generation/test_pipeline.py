@@ -66,7 +66,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
             # torch-compile's compile would double this fixture's time: its greedy
             # text is checked in tests/generators/test_generators.py instead, as are
             # the GenAI runtimes' INT8 and INT4 folders
-            "torch,onnxruntime-genai,openvino-genai,llama-cpp",
+            "torch,onnxruntime-genai,openvino-genai,llama-cpp,mlx",
             "--precisions",
             "fp32,f16",
             "--concurrency",
@@ -154,8 +154,9 @@ def test_every_candidate_is_ok_rejected_or_unavailable_with_why(run: tuple[dict,
         "onnxruntime-genai-fp32",
         "openvino-genai-fp32",
         "llama-cpp-f16",
+        "mlx-fp32",
     }
-    for cid in ("onnxruntime-genai-fp32", "openvino-genai-fp32"):
+    for cid in ("onnxruntime-genai-fp32", "openvino-genai-fp32", "mlx-fp32"):
         assert by[cid]["status"] == "ok", by[cid]["reason"]
         assert by[cid]["quality"]["token_agreement"] == 1.0  # FP32 writes torch's text
         assert by[cid]["model_size_mb"] > 0 and by[cid]["cold_start_s"]["build"] >= 0

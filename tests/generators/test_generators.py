@@ -152,6 +152,29 @@ def test_genai_runtimes_write_torchs_greedy_tokens_at_fp32_and_score_alike(
     assert other.settings["threads"] == 1 and other.settings["batching"]
 
 
+def test_mlx_writes_torchs_greedy_tokens_at_fp32_and_quantizes_as_it_loads(gpt2: Path) -> None:
+    """mlx-lm on MLX's CPU backend reads the folder transformers wrote: at FP32 it
+    writes torch's text and scores it alike; bf16, 8-bit and 4-bit are applied as it
+    loads, and say so."""
+    eager = generators.load("torch", gpt2, threads=1)
+    mlx = generators.load("mlx", gpt2, threads=1)
+    ref, _ = greedy(eager)
+    out, timings = greedy(mlx)
+    assert out == ref
+    assert all(len(t.token_ns) == len(o) for t, o in zip(timings, out, strict=True))
+    text = list(range(1, 60))
+    assert mlx.nll(text) == pytest.approx(eager.nll(text), rel=1e-5)
+    assert mlx.settings["mlx_device"].startswith("Device(cpu") and mlx.settings["batching"]
+    assert mlx.generate_batch(PROMPTS, 8).tokens == [
+        mlx.generate(p, 8, lambda _t: None) for p in PROMPTS
+    ]
+    for precision, bits in (("int8", 8), ("int4", 4)):
+        quantized = generators.load("mlx", gpt2, threads=1, precision=precision)
+        assert quantized.settings["quantization"]["bits"] == bits
+        assert quantized.nll(text)[0] == pytest.approx(eager.nll(text)[0], rel=0.05)
+    assert generators.load("mlx", gpt2, threads=1, precision="bf16").settings["dtype"] == "bfloat16"
+
+
 @pytest.mark.parametrize("runtime", ["torch", "onnxruntime-genai", "openvino-genai"])
 def test_a_batch_of_prompts_gets_each_prompts_own_greedy_tokens(
     gpt2: Path, genai_folders: dict[str, Path], runtime: str

@@ -68,6 +68,10 @@ GRID: tuple[tuple[str, str], ...] = (
     ("llama-cpp", "f16"),
     ("llama-cpp", "q8_0"),
     ("llama-cpp", "q4_k_m"),
+    ("mlx", "fp32"),
+    ("mlx", "bf16"),
+    ("mlx", "int8"),
+    ("mlx", "int4"),
     ("vllm", "fp16"),  # listed with why it is unavailable (generators.NOT_YET)
 )
 GGUF_ARCHITECTURES = ("GPT2LMHeadModel",)

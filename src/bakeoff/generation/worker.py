@@ -226,7 +226,7 @@ def start_generating(job: GenerateJob, started: float) -> tuple[dict[str, Any], 
     spec = job.generate
     inputs = json.loads(Path(spec.inputs_path).read_text())
     path, build_s, built = model_file(spec)  # a StepFailed is the worker's reason
-    gen = generators.load(spec.runtime, path, spec.threads)
+    gen = generators.load(spec.runtime, path, spec.threads, spec.precision)
     progress = _Progress(spec)
     progress.note("loaded")
     # Process start (imports included) to loaded, the build apart: a deployment

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,29 @@ class Generator(Protocol):
         ...
 
 
+def one_after_another(
+    generate: Callable[[Sequence[int], int, OnToken], list[int]],
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+) -> Batch:
+    """A batch answered by a runtime without batching: each request queued behind
+    those before it, its first token timed from the batch's submission."""
+    import time
+
+    start = time.perf_counter_ns()
+    tokens: list[list[int]] = []
+    first: list[int] = []
+    for prompt in prompts:
+        stamps: list[int] = []
+
+        def stamp(_token: int, stamps: list[int] = stamps) -> None:
+            stamps.append(time.perf_counter_ns())
+
+        tokens.append(generate(prompt, max_new_tokens, stamp))
+        first.append((stamps[0] if stamps else time.perf_counter_ns()) - start)
+    return Batch(tokens, first)
+
+
 def until_end(tokens: Sequence[int], eos: set[int]) -> list[int]:
     """The tokens before the first end-of-text."""
     for i, token in enumerate(tokens):
@@ -101,6 +125,7 @@ RUNTIMES: dict[str, tuple[str, tuple[str, ...], str]] = {
     ),
     "openvino-genai": ("bakeoff.generators.openvino_genai_generate", ("openvino_genai",), "genai"),
     "llama-cpp": ("bakeoff.generators.llama_cpp_generate", ("llama_cpp", "gguf"), "llama-cpp"),
+    "mlx": ("bakeoff.generators.mlx_generate", ("mlx", "mlx_lm"), "mlx"),
 }
 
 
@@ -124,9 +149,14 @@ def availability(runtime: str) -> str | None:
     return None
 
 
-def load(runtime: str, folder: Path, threads: int) -> Generator:
+def load(runtime: str, folder: Path, threads: int, precision: str = "fp32") -> Generator:
+    """The runtime's generator on `folder` (or the file built from it). A runtime that
+    applies the precision as it loads (MLX quantizes in memory) is told which; the
+    others were given a file of that precision."""
     why = availability(runtime)
     if why:
         raise RuntimeError(why)
     module = importlib.import_module(RUNTIMES[runtime][0])
+    if "precision" in inspect.signature(module.load).parameters:
+        return module.load(runtime, folder, threads, precision=precision)
     return module.load(runtime, folder, threads)

@@ -11,12 +11,11 @@ context is set up as a deployment would set it up.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bakeoff.generators import Batch, OnToken, summed_nll
+from bakeoff.generators import Batch, OnToken, one_after_another, summed_nll
 
 
 def _open(path: Path, threads: int, logits_all: bool) -> Any:
@@ -83,18 +82,7 @@ class LlamaCppGenerator:
         return out
 
     def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> Batch:
-        start = time.perf_counter_ns()
-        tokens: list[list[int]] = []
-        first: list[int] = []
-        for prompt in prompts:  # queued: each waits for those before it
-            stamps: list[int] = []
-
-            def stamp(_token: int, stamps: list[int] = stamps) -> None:
-                stamps.append(time.perf_counter_ns())
-
-            tokens.append(self.generate(prompt, max_new_tokens, stamp))
-            first.append((stamps[0] if stamps else time.perf_counter_ns()) - start)
-        return Batch(tokens, first)
+        return one_after_another(self.generate, prompts, max_new_tokens)
 
     def nll(self, tokens: Sequence[int]) -> tuple[float, int]:
         if len(tokens) < 2:
