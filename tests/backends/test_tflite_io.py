@@ -75,7 +75,11 @@ def test_real_data_is_quantized_and_the_outputs_dequantized(
         assert out is not None
         covered = out.dequantize(np.array([0, 255], np.uint8))
         expected = np.clip(check["y"], covered.min(), covered.max())
-        assert np.abs(real - expected).max() < 0.05, runtime
+        # INT8's error, with the input's rounding carried through two layers: a few
+        # hundredths of the range on average, a tenth at most (the weights are drawn
+        # anew each session)
+        error, span = np.abs(real - expected), float(covered.max() - covered.min())
+        assert error.mean() < 0.03 * span and error.max() < 0.1 * span, (runtime, error)
         assert _cosine(real, check["y"]) > 0.9, runtime
         assert _cosine(out.quantize(check["y"]).astype(np.float32), check["y"]) < 0.9
 

@@ -313,8 +313,8 @@ if _SPEC:
     _AT = {r: int(n) for r, n in (pair.rsplit(":", 1) for pair in _SPEC.split(","))}
     _load = generators.load
 
-    def load(runtime, folder, threads):
-        gen = _load(runtime, folder, threads)
+    def load(runtime, folder, threads, *more):
+        gen = _load(runtime, folder, threads, *more)
         if runtime not in _AT:
             return gen
         generate, generate_batch = gen.generate, gen.generate_batch

@@ -171,6 +171,7 @@ def test_mlx_writes_torchs_greedy_tokens_at_fp32_and_quantizes_as_it_loads(gpt2:
     for precision, bits in (("int8", 8), ("int4", 4)):
         quantized = generators.load("mlx", gpt2, threads=1, precision=precision)
         assert quantized.settings["quantization"]["bits"] == bits
+        assert quantized.weights_bytes < mlx.weights_bytes  # type: ignore[attr-defined]
         assert quantized.nll(text)[0] == pytest.approx(eager.nll(text)[0], rel=0.05)
     assert generators.load("mlx", gpt2, threads=1, precision="bf16").settings["dtype"] == "bfloat16"
 

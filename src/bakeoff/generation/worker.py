@@ -240,6 +240,8 @@ def start_generating(job: GenerateJob, started: float) -> tuple[dict[str, Any], 
     generating.memory.loaded()
     _quality(gen, spec, inputs, progress)
     size = path.stat().st_size if path.is_file() else _folder_bytes(path)
+    # A runtime that quantizes as it loads (MLX) holds other weights than the files'.
+    size = getattr(gen, "weights_bytes", None) or size
     ready = {
         "ok": True,
         "event": "ready",

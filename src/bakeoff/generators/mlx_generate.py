@@ -51,6 +51,12 @@ class MlxGenerator:
             model, config, group = _quantized(model, config, bits, quantize_model)
             settings["quantization"] = {"bits": bits, "group_size": group}
         self.model = model
+        # What it holds once loaded (quantized in memory): the model's size, not the
+        # folder's, which stays FP32.
+        from mlx.utils import tree_flatten
+
+        leaves: list[tuple[str, Any]] = tree_flatten(model.parameters())  # type: ignore[assignment]
+        self.weights_bytes = sum(int(v.nbytes) for _, v in leaves)
         self.max_positions = int(
             config.get("n_positions") or config.get("max_position_embeddings") or 0
         )
