@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from bakeoff import api
+from bakeoff.judge.outputs import OutputGate, OutputRule
 from bakeoff.transforms import StepNotNeeded
 from tiny_ir import plain_int8_drop, tight_gate, write_mlp_ir
 from tiny_mlp import TINY_MLP
@@ -197,7 +198,10 @@ def test_openvino_ir_builds_and_loads_without_onnx(tmp_path: Path) -> None:
                 # plain INT8 passes max_drop 0.01 here; a gate it fails needs the variant
                 with pytest.raises(StepNotNeeded, match="not needed"):
                     backend.build(offer.variant, ctx)
-                artifact = backend.build(offer.variant, dataclasses.replace(ctx, max_drop=tight))
+                artifact = backend.build(
+                    offer.variant,
+                    dataclasses.replace(ctx, gate=OutputGate(OutputRule("cosine", tight))),
+                )
             else:
                 artifact = backend.build(offer.variant, ctx)
             runner = backend.load(

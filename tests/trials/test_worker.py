@@ -35,6 +35,7 @@ from bakeoff.inference.messages import (
     Server,
 )
 from bakeoff.inference.worker import ImportClock
+from bakeoff.judge.outputs import OutputGate, OutputRule
 from bakeoff.source import ModelSource
 from bakeoff.stacks.spec import TrainSpec
 from bakeoff.training import messages as training_messages
@@ -115,8 +116,9 @@ def _base(data_path: str = "/data/run/data.npz") -> JobBase:
         data_path=data_path,
         input_names=("input",),
         artifacts_dir="/data/run/artifacts",
-        metric="cosine",
-        max_drop=0.02,
+        gate=OutputGate(
+            OutputRule("cosine", 0.02), ("scores",), {"scores": OutputRule("agreement", 0.05)}
+        ),
         skip_unneeded=False,
     )
 

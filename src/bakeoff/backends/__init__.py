@@ -27,7 +27,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
-from bakeoff.judge.outputs import OutputGate, OutputRule
+from bakeoff.judge.outputs import OutputGate, default_gate
 from bakeoff.source import ModelSource
 
 ENTRY_POINT_GROUP = "bakeoff.backends"
@@ -98,21 +98,12 @@ class BuildContext:
     data_path: str  # npz with calib/<name> arrays (calibration) and input names
     input_names: tuple[str, ...]
     threads: int
-    # The quality gate's settings, for builds that tune against it (NNCF's
-    # accuracy-aware INT8); defaults are the workload defaults.
-    metric: str = "cosine"
-    max_drop: float = 0.01
+    # The workload's quality gate, for builds that tune against it (NNCF's
+    # accuracy-aware INT8); the default is the workload default.
+    gate: OutputGate = field(default_factory=default_gate)
     # False for a hand-written candidate: built as asked even where another variant
     # makes it unnecessary (a grid leaves such a variant out: StepNotNeeded).
     skip_unneeded: bool = True
-    # [quality] outputs and [quality.per_output.<name>]: the rest of the gate.
-    quality_outputs: tuple[str, ...] | None = None
-    per_output: dict[str, OutputRule] = field(default_factory=dict)
-
-    def quality_gate(self) -> OutputGate:
-        return OutputGate(
-            OutputRule(self.metric, self.max_drop), self.quality_outputs, self.per_output
-        )
 
 
 @dataclass(frozen=True)

@@ -208,7 +208,7 @@ def _accuracy_aware_int8(ctx: BuildContext, ir: dict[str, Any]) -> dict[str, Any
     from bakeoff.transforms import nncf_quantize as quantize
 
     calib, layout = calibration_data(ctx)
-    gate = ctx.quality_gate()
+    gate = ctx.gate
     if ctx.skip_unneeded:
         plain = _plain_int8(ctx, ir)
         q = quantize.calibration_quality(ir["path"], plain["path"], calib, gate, layout=layout)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from bakeoff.backends import Variant
-from bakeoff.judge.outputs import OutputRule
+from bakeoff.judge.outputs import OutputGate, default_gate
 from bakeoff.source import ModelSource
 from bakeoff.trials.jobs import MEASURING_COMMANDS, Command, Job, by_kind
 
@@ -36,14 +36,10 @@ class JobBase:
     input_names: tuple[str, ...]
     artifacts_dir: str  # shared by every build of a run; steps cache their outputs here
     # The quality gate, for build steps that tune to it (NNCF accuracy control).
-    metric: str = "cosine"
-    max_drop: float = 0.01
+    gate: OutputGate = field(default_factory=default_gate)
     # A grid leaves out a variant another one makes unnecessary; a hand-written
     # candidate is built as asked.
     skip_unneeded: bool = True
-    # The rest of the gate: [quality] outputs and [quality.per_output.<name>].
-    quality_outputs: tuple[str, ...] | None = None
-    per_output: dict[str, OutputRule] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -290,20 +290,16 @@ def _stored_settings(
 
 
 def _job_base(workload: Workload, folder: RunFolder) -> JobBase:
-    gate = output_gate(workload.spec.quality)
     return JobBase(
         source=workload.source,
         data_path=str(folder.data),
         input_names=tuple(workload.inputs),
         artifacts_dir=str(folder.artifacts),
         # The quality gate, for build steps that tune to it (NNCF accuracy control).
-        metric=workload.spec.quality.metric,
-        max_drop=workload.spec.quality.max_drop,
+        gate=output_gate(workload.spec.quality),
         # A grid leaves out a variant another one makes unnecessary; a hand-written
         # candidate is built as asked.
         skip_unneeded=not workload.spec.candidates,
-        quality_outputs=gate.only,
-        per_output=dict(gate.per_output),
     )
 
 

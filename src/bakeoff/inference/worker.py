@@ -132,11 +132,8 @@ def do_build(job: BuildJob) -> dict[str, Any]:
         data_path=base.data_path,
         input_names=base.input_names,
         threads=job.threads,
-        metric=base.metric,
-        max_drop=base.max_drop,
+        gate=base.gate,
         skip_unneeded=base.skip_unneeded,
-        quality_outputs=base.quality_outputs,
-        per_output=base.per_output,
     )
     # Builds of a run may run side by side: each step event says whose it is.
     os.environ[BUILD_VARIABLE] = job.variant.id

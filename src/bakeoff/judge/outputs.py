@@ -185,7 +185,7 @@ class OutputGate:
 
     rule: OutputRule
     only: tuple[str, ...] | None = None
-    per_output: Mapping[str, OutputRule] = dataclasses.field(default_factory=dict)
+    per_output: dict[str, OutputRule] = dataclasses.field(default_factory=dict)
 
     def without_labels(self) -> OutputGate:
         """The gate on data without labels (a calibration split): agreement with the
@@ -223,6 +223,11 @@ class OutputGate:
         }
         digest = hashlib.sha256(json.dumps(more, sort_keys=True).encode()).hexdigest()
         return f"{base}-{digest[:8]}"
+
+
+def default_gate() -> OutputGate:
+    """The gate of a workload that sets none: `[quality]`'s defaults."""
+    return OutputGate(OutputRule("cosine", 0.01))
 
 
 def worst_ratio(quality: Quality) -> float:
