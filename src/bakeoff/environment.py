@@ -127,20 +127,6 @@ def runtimes() -> list[dict[str, Any]]:
     return rows
 
 
-# The package whose version a training stack reports: the framework it trains with.
-_STACK_PACKAGES = {
-    "deepspeed": "deepspeed",
-    "lightning": "lightning",
-    "lightning-ddp": "lightning",
-    "keras-jax": "keras",
-    "keras-tensorflow": "keras",
-    "keras-torch": "keras",
-    "jax": "flax",
-    "lora": "peft",
-    "fastai": "fastai",
-}
-
-
 def training_stacks() -> list[dict[str, Any]]:
     """Every training stack, with whether its framework is installed here and its
     version; nothing is imported (a stack's run checks the rest: gloo, the twin of
@@ -151,9 +137,8 @@ def training_stacks() -> list[dict[str, Any]]:
 
     rows = []
     for info in stacks.STACKS:
-        package = _STACK_PACKAGES.get(info.name, "torch")
         try:
-            version = f"{package} {importlib.metadata.version(package)}"
+            version = f"{info.package} {importlib.metadata.version(info.package)}"
         except importlib.metadata.PackageNotFoundError:
             version = None
         reason = stacks.availability(info.name, probe=False)

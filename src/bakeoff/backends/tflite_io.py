@@ -60,10 +60,6 @@ def io_quantization(path: str) -> Io:
         return (), ()
 
 
-def any_quantized(io: Io) -> bool:
-    return any(q is not None for side in io for q in side)
-
-
 @functools.cache
 def input_names(path: str) -> tuple[str, ...]:
     """The file's input names in order, as OpenVINO's reader gives them (LiteRT's are
@@ -97,9 +93,10 @@ def quantize_inputs(arrays: dict[str, np.ndarray], path: str) -> tuple[dict[str,
     elif any(q is not None for q in inputs):
         parts.append("the file takes quantized inputs, and the data gives integers already")
     if n := sum(q is not None for q in outputs):
+        whose = "its" if parts else "the file's"
         parts.append(
-            f"{'its' if parts else 'the file’s'} {n} quantized output(s) are compared "
-            "dequantized, as the real values they stand for"
+            f"{whose} {n} quantized output(s) are compared dequantized, as the real values "
+            "they stand for"
         )
     return found, "; ".join(parts)
 

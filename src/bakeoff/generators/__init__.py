@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,13 +149,11 @@ def availability(runtime: str) -> str | None:
 
 
 def load(runtime: str, folder: Path, threads: int, precision: str = "fp32") -> Generator:
-    """The runtime's generator on `folder` (or the file built from it). A runtime that
-    applies the precision as it loads (MLX quantizes in memory) is told which; the
-    others were given a file of that precision."""
+    """The runtime's generator on `folder` (or the file built from it). Every runtime
+    is told the precision: one that applies it as it loads (MLX quantizes in memory)
+    uses it; the others were given a file built at it."""
     why = availability(runtime)
     if why:
         raise RuntimeError(why)
     module = importlib.import_module(RUNTIMES[runtime][0])
-    if "precision" in inspect.signature(module.load).parameters:
-        return module.load(runtime, folder, threads, precision=precision)
-    return module.load(runtime, folder, threads)
+    return module.load(runtime, folder, threads, precision)

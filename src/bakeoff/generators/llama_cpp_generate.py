@@ -95,5 +95,6 @@ class LlamaCppGenerator:
         return summed_nll(scorer.scores[: len(tokens) - 1], tokens[1:]), len(tokens) - 1
 
 
-def load(runtime: str, path: Path, threads: int) -> LlamaCppGenerator:
+def load(runtime: str, path: Path, threads: int, precision: str = "fp32") -> LlamaCppGenerator:
+    # `precision`: the file (or folder) given was built at it
     return LlamaCppGenerator(path, threads)

@@ -118,5 +118,6 @@ class OrtGenaiGenerator:
         return summed_nll(logits, tokens[1:]), len(tokens) - 1
 
 
-def load(runtime: str, folder: Path, threads: int) -> OrtGenaiGenerator:
+def load(runtime: str, folder: Path, threads: int, precision: str = "fp32") -> OrtGenaiGenerator:
+    # `precision`: the file (or folder) given was built at it
     return OrtGenaiGenerator(folder, threads)

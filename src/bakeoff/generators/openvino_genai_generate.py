@@ -135,5 +135,6 @@ def _max_positions(folder: Path) -> int:
     return int(config.get("n_positions") or config.get("max_position_embeddings") or 2048)
 
 
-def load(runtime: str, folder: Path, threads: int) -> OvGenaiGenerator:
+def load(runtime: str, folder: Path, threads: int, precision: str = "fp32") -> OvGenaiGenerator:
+    # `precision`: the file (or folder) given was built at it
     return OvGenaiGenerator(folder, threads)

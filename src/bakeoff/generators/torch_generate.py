@@ -128,7 +128,8 @@ class TorchGenerator:
         return float(nll), len(tokens) - 1
 
 
-def load(runtime: str, folder: Path, threads: int) -> TorchGenerator:
+def load(runtime: str, folder: Path, threads: int, precision: str = "fp32") -> TorchGenerator:
+    # `precision`: the file (or folder) given was built at it
     import torch
     from transformers import AutoModelForCausalLM
 

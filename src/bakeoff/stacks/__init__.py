@@ -63,6 +63,8 @@ class StackInfo:
     # With a Ray cluster (`bakeoff train --cluster`), it trains one rank a node there
     # through Ray Train's TorchTrainer (`bakeoff.distributed.nodes`).
     across_nodes: bool = False
+    # The package of the framework it trains with (`bakeoff env` shows its version).
+    package: str = "torch"
 
 
 STACKS = (
@@ -89,21 +91,43 @@ STACKS = (
         "DeepSpeed ZeRO stage 2, 2 processes under torchrun (its CPU accelerator, gloo)",
         processes=2,
         launched=True,
+        package="deepspeed",
     ),
-    StackInfo("lightning", "Lightning Trainer.fit, 1 process"),
-    StackInfo("keras-jax", "Keras 3 on JAX, train_on_batch (fit's train function, jitted)"),
-    StackInfo("keras-tensorflow", "Keras 3 on TensorFlow, train_on_batch (fit's tf.function)"),
-    StackInfo("keras-torch", "Keras 3 on PyTorch, train_on_batch (fit's train function, eager)"),
-    StackInfo("jax", "Flax (linen) and optax under jax.jit"),
+    StackInfo("lightning", "Lightning Trainer.fit, 1 process", package="lightning"),
+    StackInfo(
+        "keras-jax",
+        "Keras 3 on JAX, train_on_batch (fit's train function, jitted)",
+        package="keras",
+    ),
+    StackInfo(
+        "keras-tensorflow",
+        "Keras 3 on TensorFlow, train_on_batch (fit's tf.function)",
+        package="keras",
+    ),
+    StackInfo(
+        "keras-torch",
+        "Keras 3 on PyTorch, train_on_batch (fit's train function, eager)",
+        package="keras",
+    ),
+    StackInfo("jax", "Flax (linen) and optax under jax.jit", package="flax"),
     StackInfo("full", "PyTorch eager, every weight trained (full fine-tuning, a reference)"),
-    StackInfo("lora", "PyTorch eager with peft's LoRA adapters; only they (and a head) train"),
-    StackInfo("fastai", "fastai's Learner.fit, 1 process (the torch model and optimizer)"),
+    StackInfo(
+        "lora",
+        "PyTorch eager with peft's LoRA adapters; only they (and a head) train",
+        package="peft",
+    ),
+    StackInfo(
+        "fastai",
+        "fastai's Learner.fit, 1 process (the torch model and optimizer)",
+        package="fastai",
+    ),
     StackInfo(
         "lightning-ddp",
         "Lightning Trainer.fit with the DDP strategy, 2 processes under torchrun (our entry "
         "script), gloo",
         processes=2,
         launched=True,
+        package="lightning",
     ),
 )
 LIGHTNING = ("lightning", "lightning-ddp")
