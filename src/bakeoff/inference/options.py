@@ -222,7 +222,11 @@ def trial_settings(opts: RunOptions, threads: int, n_groups: int) -> TrialSettin
     return TrialSettings(
         threads=threads,
         trial_timeout_s=opts.trial_timeout_s,
-        warmup_s=0.3 if opts.quick else 1.0,
+        # Half a second, once 1 s: in two MiniLM runs (7 runtimes, batch 1 and 32) every
+        # candidate's warm-up calls after the first were within 4% of its rounds'
+        # median already in the first 0.25 s, so the second half second only cost
+        # 0.5 s per candidate and batch size (7 s of the default run).
+        warmup_s=0.3 if opts.quick else 0.5,
         warmup_calls=2 if opts.quick else 3,
         slice_s=0.25,
         settle_s=0.05,
