@@ -253,8 +253,10 @@ def test_a_spec_for_generation_names_what_it_misses(tmp_path: Path) -> None:
         spec(head + 'task = "text-generation"\n[data]\ntext = "t.txt"\n')
     with pytest.raises(UserError, match=r"data\.prompts needs"):
         spec(head + '[data]\nprompts = "p.txt"\n')
-    with pytest.raises(UserError, match="max_new_tokens and perplexity_text go with prompts"):
+    with pytest.raises(UserError, match="max_new_tokens, perplexity_text and calibration_text go"):
         spec(head + '[data]\ntext = "t.txt"\nmax_new_tokens = 4\n')
+    with pytest.raises(UserError, match="calibration_text go with prompts"):
+        spec(head + '[data]\ntext = "t.txt"\ncalibration_text = "c.txt"\n')
     with pytest.raises(UserError, match='"perplexity" goes with task = "text-generation"'):
         spec(
             head
@@ -269,6 +271,19 @@ def test_a_prompt_too_long_for_the_model_is_refused_before_anything_runs(tmp_pat
     (tmp_path / "prompts.txt").write_text("self " * 200 + "\n")
     with pytest.raises(UserError, match="exceeds the model's 128 positions"):
         api.load_generation(str(wl))
+
+
+def test_calibration_text_is_what_awq_and_gptq_tune_on_else_the_prompts(tmp_path: Path) -> None:
+    plain = api.load_generation(str(_workload(tmp_path / "a")))
+    assert plain.calibration_source == "prompts" and plain.calibration == plain.prompts
+    folder = tmp_path / "b"
+    folder.mkdir()
+    (folder / "calib.txt").write_text("class A:\n    pass\n\n")
+    given = api.load_generation(str(_workload(folder, extra_data='calibration_text = "calib.txt"')))
+    assert given.calibration_source == "data.calibration_text" and len(given.calibration) == 2
+    (folder / "calib.txt").write_text("\n")
+    with pytest.raises(UserError, match=r"data\.calibration_text = 'calib\.txt'"):
+        api.load_generation(str(folder / "gen.toml"))
 
 
 def test_a_model_that_is_not_a_causal_lm_is_refused(tmp_path: Path) -> None:

@@ -110,13 +110,21 @@ def test_torch_compile_writes_eagers_greedy_tokens_and_scores_alike(gpt2: Path) 
 
 
 @pytest.fixture(scope="module")
-def genai_folders(gpt2: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def decoder_export(gpt2: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
+    """The run's steps folder and the tiny GPT-2's decoder export in it."""
+    from bakeoff.transforms import cached_step, genai_export
+
+    steps = str(tmp_path_factory.mktemp("steps"))
+    return steps, cached_step(steps, "decoder-onnx", lambda d: genai_export.decoder_onnx(gpt2, d))
+
+
+@pytest.fixture(scope="module")
+def genai_folders(gpt2: Path, decoder_export: tuple[str, dict]) -> dict[str, Path]:
     """ONNX Runtime GenAI's and OpenVINO GenAI's folders of the tiny GPT-2, built as a
     run builds them: one export, each runtime's steps from it."""
     from bakeoff.transforms import cached_step, genai_export
 
-    steps = str(tmp_path_factory.mktemp("steps"))
-    export = cached_step(steps, "decoder-onnx", lambda d: genai_export.decoder_onnx(gpt2, d))
+    steps, export = decoder_export
     folders = {}
     for precision in ("fp32", "int4"):
         built = cached_step(
@@ -132,7 +140,51 @@ def genai_folders(gpt2: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[
             lambda d, p=precision: genai_export.openvino_genai_folder(export, gpt2, p, d),
         )
         folders[f"openvino-genai-{precision}"] = Path(built["path"])
+    built = cached_step(
+        steps,
+        "openvino-genai-int4-gptq",
+        lambda d: genai_export.openvino_genai_folder(
+            export, gpt2, "int4", d, method="gptq", calibration=CALIBRATION
+        ),
+    )
+    folders["openvino-genai-int4-gptq"] = Path(built["path"])
     return folders
+
+
+# Calibration text for AWQ and GPTQ: token ids the prompts do not use.
+CALIBRATION = [list(range(60, 90)), list(range(120, 140)), [200, 201, 202] * 5]
+
+
+def test_gptq_tunes_int4_to_its_calibration_text_and_still_generates(
+    genai_folders: dict[str, Path],
+) -> None:
+    gptq = json.loads((genai_folders["openvino-genai-int4-gptq"] / "step.json").read_text())
+    q = gptq["settings"]["quantization"]
+    assert (q["method"], q["calibration_samples"], q["mode"]) == ("gptq", 3, "int4_asym")
+    assert q["int4_weights"] > 0 and gptq["settings"]["stateful"]
+    g = generators.load("openvino-genai", genai_folders["openvino-genai-int4-gptq"], 1, "int4")
+    tokens, _ = greedy(g, new=4)
+    assert all(len(t) <= 4 for t in tokens) and any(tokens)
+
+
+def test_awq_on_a_gelu_model_is_not_needed_and_says_why(
+    gpt2: Path, decoder_export: tuple[str, dict]
+) -> None:
+    """GPT-2's MLP has GELU, which NNCF's AWQ does not scale through: NNCF finds no
+    pattern, so the candidate would be plain INT4 under another name. The step says
+    so, and says it again to a later caller in the run."""
+    from bakeoff.transforms import StepNotNeeded, cached_step, genai_export
+
+    steps, export = decoder_export
+
+    def awq(d: Path) -> dict:
+        return genai_export.openvino_genai_folder(
+            export, gpt2, "int4", d, method="awq", calibration=CALIBRATION
+        )
+
+    for _ in range(2):
+        with pytest.raises(StepNotNeeded, match=r"AWQ found none of its layer patterns.*GELU"):
+            cached_step(steps, "openvino-genai-int4-awq", awq)
 
 
 @pytest.mark.parametrize("runtime", ["onnxruntime-genai", "openvino-genai"])
@@ -288,9 +340,21 @@ def test_tiny_lm_builds_an_ordinary_causal_lm_folder_and_caches_it(
     assert tokenizer.decode(tokenizer(line)["input_ids"]) == line
     prompts = (folder / "prompts.txt").read_text().splitlines()
     assert len(prompts) == 2 * tiny_lm.PROMPTS_PER_LENGTH
-    assert len((folder / "heldout.txt").read_text().splitlines()) == tiny_lm.PERPLEXITY_LINES
+    held = (folder / "heldout.txt").read_text().splitlines()
+    assert len(held) == tiny_lm.PERPLEXITY_LINES
+    # AWQ and GPTQ calibrate on training lines, never on the text that judges them
+    calibration = (folder / tiny_lm.CALIBRATION_FILE).read_text().splitlines()
+    assert len(calibration) == tiny_lm.CALIBRATION_LINES
+    assert set(calibration) <= set(tiny_lm.corpus().train)
+    assert not set(calibration) & (set(prompts) | set(held))
     again: list[str] = []
     assert tiny_lm.train_if_needed(again.append) == folder and again == []  # cached
+    # A folder trained before the calibration file existed gets the same lines
+    (folder / tiny_lm.CALIBRATION_FILE).unlink()
+    w = tiny_lm.workload()
+    assert (folder / tiny_lm.CALIBRATION_FILE).read_text().splitlines() == calibration
+    assert w.calibration_source == "data.calibration_text"
+    assert w.calibration == [tokenizer(line)["input_ids"] for line in calibration]
 
 
 # ---- the GGUF writer (gguf alone; llama.cpp itself is in test_generation_llama_cpp) ----

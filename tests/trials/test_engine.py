@@ -19,7 +19,7 @@ from bakeoff.source import ModelSource
 from bakeoff.trials.engine import Checked, Engine, run_trials
 from bakeoff.trials.entrant import Entrant
 from bakeoff.trials.jobs import Job, Peak
-from bakeoff.trials.launcher import LocalLauncher, Worker, WorkerProcess
+from bakeoff.trials.launcher import LocalLauncher, Worker, WorkerFailed, WorkerProcess
 from bakeoff.trials.settings import TrialSettings
 
 
@@ -357,3 +357,40 @@ def test_which_runtimes_share_a_worker_across_batch_sizes() -> None:
         assert any_batch_size(runtime), runtime
     for runtime in ("jax", "litert", "tvm", "tensorrt", "tensorflow"):
         assert not any_batch_size(runtime), runtime
+
+
+class NotNeededLauncher(CountingLauncher):
+    """Local processes, but one candidate's worker answers as a build step that its
+    own tool found would add nothing (NNCF's AWQ with no layer to scale)."""
+
+    def __init__(self, logs: Path, not_needed: str) -> None:
+        super().__init__(logs)
+        self.not_needed = not_needed
+
+    def start(self, job: Job, name: str) -> Worker:
+        if name == self.not_needed:
+            self.started.append(name)
+            raise WorkerFailed("AWQ found no layer to scale", not_needed=True)
+        return super().start(job, name)
+
+
+def test_a_worker_whose_build_is_not_needed_makes_its_candidate_unavailable(
+    tmp_path: Path,
+) -> None:
+    kept = Candidate(Variant("fake", "fp32"), 1, "kept", {"latency_ms": 1.0})
+    moot = Candidate(Variant("fake", "fp32"), 1, "moot", {"latency_ms": 1.0})
+    entrants = [kept, moot]
+    run_trials(
+        entrants,
+        _jobs(tmp_path, entrants),
+        Engine(
+            RejectOneGate(reject="none"),
+            NotNeededLauncher(tmp_path / "logs", "moot-b1"),
+            _settings(),
+            Recorder(),
+        ),
+    )
+    assert kept.status == "ok", kept.reason
+    # unavailable with the tool's own reason, not "failed" with a load error around it
+    assert (moot.status, moot.reason) == ("unavailable", "AWQ found no layer to scale")
+    assert not moot.rounds_ns

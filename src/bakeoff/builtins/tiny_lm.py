@@ -51,6 +51,10 @@ SHORT_PROMPT = (16, 40)  # characters
 LONG_PROMPT = (80, MAX_LINE)
 PROMPTS_PER_LENGTH = 16
 PERPLEXITY_LINES = 256
+# Training lines AWQ and GPTQ calibrate INT4 on: the text the model learned from,
+# never the prompts or the perplexity text that judge it.
+CALIBRATION_LINES = 64
+CALIBRATION_FILE = "calibration.txt"
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,24 @@ def prompts_and_text(held_out: list[str]) -> tuple[list[str], list[str]]:
     chosen = set(prompts)
     text = [line for line in unique if line not in chosen][:PERPLEXITY_LINES]
     return prompts, text
+
+
+def calibration_lines(train: list[str]) -> list[str]:
+    """A fixed sample of the training lines, long ones (a calibration passage of a
+    few tokens tells AWQ and GPTQ little)."""
+    long = sorted({line for line in train if len(line) >= LONG_PROMPT[0]})
+    return random.Random(SEED).sample(long, min(CALIBRATION_LINES, len(long)))
+
+
+def _calibration_file(folder: Path) -> Path:
+    """The folder's calibration lines, written once where a folder trained before
+    they existed has none (the same lines a fresh build writes)."""
+    path = folder / CALIBRATION_FILE
+    if not path.exists():
+        tmp = path.with_name(f".{CALIBRATION_FILE}.{os.getpid()}")
+        _write_lines(tmp, calibration_lines(corpus().train))
+        os.replace(tmp, path)
+    return path
 
 
 def _tokenizer(lines: list[str]) -> Any:
@@ -196,7 +218,8 @@ def build(
     target: Path, steps: int | None = None, progress: Callable[[str], None] = lambda _: None
 ) -> dict[str, Any]:
     """Train the tokenizer and the model and write the folder at `target` (which must
-    not exist yet): the model folder in `model/`, `prompts.txt`, `heldout.txt`, and
+    not exist yet): the model folder in `model/`, `prompts.txt`, `heldout.txt`,
+    `calibration.txt`, and
     `recipe.json` with what was trained and how it ended."""
     steps = STEPS if steps is None else steps
     started = time.perf_counter()
@@ -211,6 +234,7 @@ def build(
     tokenizer.save_pretrained(target / "model")
     _write_lines(target / "prompts.txt", prompts)
     _write_lines(target / "heldout.txt", held_text)
+    _write_lines(target / CALIBRATION_FILE, calibration_lines(text.train))
     recipe = {
         "version": VERSION,
         "python": sys.version.split()[0],
@@ -265,6 +289,7 @@ def workload(progress: Callable[[str], None] = lambda _: None) -> GenerationWork
             "data": {
                 "prompts": str(folder / "prompts.txt"),
                 "perplexity_text": str(folder / "heldout.txt"),
+                "calibration_text": str(_calibration_file(folder)),
                 "max_new_tokens": MAX_NEW_TOKENS,
             },
         }

@@ -32,6 +32,9 @@ class GenCandidate(CandidateCore):
 
     runtime: str
     precision: str
+    # How the weights were quantized where a precision has several ways ("awq",
+    # "gptq" for INT4 beside the plain round-to-nearest); "" for the one way.
+    method: str = ""
     batch_size: int = 1
     # per round, per request: time to first token (ns) and output tokens
     ttft_ns: list[list[int]] = field(default_factory=list)
@@ -44,4 +47,4 @@ class GenCandidate(CandidateCore):
 
     @property
     def id(self) -> str:
-        return f"{self.runtime}-{self.precision}"
+        return f"{self.runtime}-{self.precision}" + (f"-{self.method}" if self.method else "")

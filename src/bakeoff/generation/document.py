@@ -39,6 +39,7 @@ def candidate_document(c: GenCandidate) -> dict[str, Any]:
         "id": c.id,
         "runtime": c.runtime,
         "precision": c.precision,
+        "method": c.method or None,
         "status": c.status,
         "reason": c.reason,
         "validity": c.validity,

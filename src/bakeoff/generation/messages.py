@@ -26,11 +26,12 @@ class GenerateSpec:
     precision: str  # fp32 | f16 | q8_0 | q4_k_m
     folder: str  # the causal-LM folder
     artifacts_dir: str  # where a built model file goes (shared by the run's candidates)
-    inputs_path: str  # JSON: {"prompts": [[ids]], "text": [[ids]]}
+    inputs_path: str  # JSON: {"prompts": [[ids]], "text": [[ids]], "calibration": [[ids]]}
     outputs_path: str  # JSON the worker writes: greedy tokens and perplexity figures
     max_new_tokens: int
     threads: int
     candidate_id: str = ""
+    method: str = ""  # awq | gptq for INT4 where the runtime offers them; "" plain
 
 
 @dataclass(frozen=True, kw_only=True)

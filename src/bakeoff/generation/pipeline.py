@@ -56,8 +56,10 @@ from bakeoff.trials.settings import TrialSettings
 from bakeoff.workload import GenerationWorkload
 
 SCHEMA_VERSION = 1
-# Every runtime and precision the generative bake-off names, the reference first.
-GRID: tuple[tuple[str, str], ...] = (
+# Every runtime, precision and method the generative bake-off names, the reference
+# first. INT4's methods beside plain round-to-nearest: AWQ and GPTQ, NNCF's
+# data-aware weight compression, calibrated on the workload's calibration text.
+GRID: tuple[tuple[str, str] | tuple[str, str, str], ...] = (
     REFERENCE,
     ("torch-compile", "fp32"),
     ("onnxruntime-genai", "fp32"),
@@ -65,6 +67,8 @@ GRID: tuple[tuple[str, str], ...] = (
     ("openvino-genai", "fp32"),
     ("openvino-genai", "int8"),
     ("openvino-genai", "int4"),
+    ("openvino-genai", "int4", "awq"),
+    ("openvino-genai", "int4", "gptq"),
     ("llama-cpp", "f16"),
     ("llama-cpp", "q8_0"),
     ("llama-cpp", "q4_k_m"),
@@ -226,19 +230,19 @@ def _settings(opts: GenerateOptions, threads: int, prompts: int) -> TrialSetting
     )
 
 
-def _grid(opts: GenerateOptions) -> list[tuple[str, str]]:
-    grid = list(GRID)
+def _grid(opts: GenerateOptions) -> list[GenCandidate]:
+    grid = [GenCandidate(*g) for g in GRID]
     if opts.runtimes:
-        known = {r for r, _ in GRID}
+        known = {g[0] for g in GRID}
         unknown = [r for r in opts.runtimes if r not in known]
         if unknown:
             raise UserError(
                 f"--runtimes: no generative runtime {', '.join(map(repr, unknown))}"
                 f"{did_you_mean(unknown[0], known)} (have: {', '.join(sorted(known))})"
             )
-        grid = [g for g in grid if g[0] in opts.runtimes]
+        grid = [c for c in grid if c.runtime in opts.runtimes]
     if opts.precisions:
-        grid = [g for g in grid if g[1] in opts.precisions]
+        grid = [c for c in grid if c.precision in opts.precisions]
     if not grid:
         raise UserError("--runtimes/--precisions leave no generative candidate")
     return grid
@@ -288,6 +292,7 @@ def _spec(
     return GenerateSpec(
         runtime=c.runtime,
         precision=c.precision,
+        method=c.method,
         folder=str(w.folder),
         artifacts_dir=str(folder / "artifacts" / c.runtime),
         inputs_path=str(folder / "inputs.json"),
@@ -300,7 +305,7 @@ def _spec(
 
 def _measure(
     w: GenerationWorkload,
-    grid: list[tuple[str, str]],
+    candidates: list[GenCandidate],
     opts: GenerateOptions,
     threads: int,
     env: dict[str, Any],
@@ -310,7 +315,8 @@ def _measure(
     say: Callable[[str], None],
 ) -> dict[str, Any]:
     (folder / "outputs").mkdir(parents=True, exist_ok=True)
-    (folder / "inputs.json").write_text(json.dumps({"prompts": w.prompts, "text": w.text}))
+    inputs = {"prompts": w.prompts, "text": w.text, "calibration": w.calibration}
+    (folder / "inputs.json").write_text(json.dumps(inputs))
     launcher = LocalLauncher(folder / "logs")
     t_ref = time.perf_counter()
     say("reference: torch-fp32's greedy tokens and perplexity")
@@ -324,7 +330,6 @@ def _measure(
     )
     reference_s = time.perf_counter() - t_ref
     gate = GenerationGate(reference, w)
-    candidates = [GenCandidate(r, p) for r, p in grid]
     for c in candidates:
         why = _unavailable(c, w)
         if why:
@@ -393,6 +398,8 @@ def _document(
             "prompt_tokens": spread([len(p) for p in w.prompts]),
             "max_new_tokens": w.max_new_tokens,
             "perplexity_tokens": sum(len(t) - 1 for t in w.text),
+            # what AWQ and GPTQ calibrate on: data.calibration_text, else the prompts
+            "calibration": {"source": w.calibration_source, "passages": len(w.calibration)},
             "decoding": "greedy",
         },
         "environment": env,

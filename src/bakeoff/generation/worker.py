@@ -68,15 +68,22 @@ def _genai_folder(spec: GenerateSpec) -> dict[str, Any]:
     steps = str(Path(spec.artifacts_dir).parent)
     folder = Path(spec.folder)
     export = cached_step(steps, "decoder-onnx", lambda d: genai_export.decoder_onnx(folder, d))
-    name = f"{spec.runtime}-{spec.precision}"
+    name = f"{spec.runtime}-{spec.precision}" + (f"-{spec.method}" if spec.method else "")
     if spec.runtime == "onnxruntime-genai":
         return cached_step(
             steps,
             name,
             lambda d: genai_export.ort_genai_folder(export, spec.precision, spec.threads, d),
         )
+    calibration: list[list[int]] = []
+    if spec.method:  # AWQ and GPTQ tune the weights to the workload's calibration text
+        calibration = json.loads(Path(spec.inputs_path).read_text()).get("calibration") or []
     return cached_step(
-        steps, name, lambda d: genai_export.openvino_genai_folder(export, folder, spec.precision, d)
+        steps,
+        name,
+        lambda d: genai_export.openvino_genai_folder(
+            export, folder, spec.precision, d, method=spec.method, calibration=calibration
+        ),
     )
 
 

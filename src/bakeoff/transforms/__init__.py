@@ -39,7 +39,10 @@ def step_failed(step: str, exc: BaseException, advice: str, context: str = "") -
 class StepNotNeeded(Exception):
     """A variant that another variant makes unnecessary here: its candidates are
     left out of the run (listed under `settings.left_out` with the message as the
-    why, not as candidate rows); decided before any step is cached."""
+    why, not as candidate rows), or, in a generative run, unavailable with it.
+    Mostly decided before any step is cached; a step whose own tool finds it would
+    add nothing (NNCF's AWQ finding no layer to scale) raises it as it runs, and
+    its later callers in the run get it too."""
 
 
 def cached_step(
@@ -78,8 +81,11 @@ def _cached_step(
         _event(run_dir, name, "run", origin, "reused from this run")
         return dict(json.loads(done.read_text()))
     if failed.exists():
+        record = json.loads(failed.read_text())
+        if record.get("not_needed"):
+            raise StepNotNeeded(record["reason"])
         cache.log_event(run_dir, {"step": name, "outcome": "failed"})
-        raise StepFailed(json.loads(failed.read_text())["reason"])
+        raise StepFailed(record["reason"])
     if out_dir.exists():  # a half-built step from an interrupted build
         shutil.rmtree(out_dir)
     ctx = cache.step_context(run_dir, name)
@@ -92,6 +98,10 @@ def _cached_step(
     built_at, t0 = time.time(), time.perf_counter()
     try:
         result = build(out_dir)
+    except StepNotNeeded as exc:  # the step's own tool found it would add nothing
+        failed.write_text(json.dumps({"reason": str(exc), "not_needed": True}))
+        cache.log_event(run_dir, {"step": name, "outcome": "not needed"})
+        raise
     except Exception as exc:
         reason = str(exc) if isinstance(exc, StepFailed) else f"{type(exc).__name__}: {exc}"
         failed.write_text(json.dumps({"reason": reason}))

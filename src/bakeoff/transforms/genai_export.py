@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,7 @@ def decoder_onnx(folder: Path, out_dir: Path) -> dict[str, Any]:
     model = AutoModelForCausalLM.from_pretrained(
         folder, local_files_only=True, trust_remote_code=False, dtype=torch.float32
     ).eval()
+    _conv1d_as_linear(model)
     layers = facts.layers
 
     class WithCache(torch.nn.Module):
@@ -171,6 +173,26 @@ def decoder_onnx(folder: Path, out_dir: Path) -> dict[str, Any]:
             "ONNX Runtime GenAI and OpenVINO GenAI need this export; torch and llama-cpp do not",
         ) from exc
     return {"path": str(path), "facts": facts.__dict__}
+
+
+def _conv1d_as_linear(model: Any) -> None:
+    """GPT-2's Conv1D layers as `nn.Linear` (its weight transposed): the same
+    product, exported as one MatMul on the 3-D activations where Conv1D flattens them
+    first (Reshape, MatMul, Reshape). NNCF's AWQ finds the layers it scales by the
+    activation right before their MatMul, which the Reshape hid."""
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if not isinstance(child, Conv1D):
+                continue
+            fan_in, fan_out = child.weight.shape
+            linear = torch.nn.Linear(fan_in, fan_out, dtype=child.weight.dtype)
+            with torch.no_grad():
+                linear.weight.copy_(child.weight.t())
+                linear.bias.copy_(child.bias)
+            setattr(parent, name, linear)
 
 
 def _needs_external_data(model: Any) -> bool:
@@ -334,25 +356,51 @@ def _int4_matmul_nbits(model: Any, path: Path) -> dict[str, Any]:
 
 
 def openvino_genai_folder(
-    export: dict[str, Any], folder: Path, precision: str, out_dir: Path
+    export: dict[str, Any],
+    folder: Path,
+    precision: str,
+    out_dir: Path,
+    method: str = "",
+    calibration: Sequence[Sequence[int]] = (),
 ) -> dict[str, Any]:
-    """`out_dir` as an OpenVINO GenAI model folder at `precision` (fp32 | int8 | int4)."""
+    """`out_dir` as an OpenVINO GenAI model folder at `precision` (fp32 | int8 | int4);
+    INT4 by `method` ("awq", "gptq": NNCF's data-aware compression, run on the
+    `calibration` token ids) or plain round-to-nearest ("")."""
     import openvino as ov
 
+    facts = DecoderFacts(**export["facts"])
     try:
         model = ov.convert_model(export["path"])
-        _make_stateful(model, DecoderFacts(**export["facts"]).layers)
     except Exception as exc:
         raise step_failed(
-            "OpenVINO conversion of the exported decoder (openvino.convert_model, stateful)",
+            "OpenVINO conversion of the exported decoder (openvino.convert_model)",
             exc,
             "The other runtimes are unaffected",
         ) from exc
     settings: dict[str, Any] = {"stateful": True, "exported_by": "bakeoff"}
-    if precision in ("int8", "int4"):
-        model, settings["quantization"] = _compress(model, precision)
+    if method and precision != "int4":
+        raise StepFailed(f"openvino-genai runs {method.upper()} at int4 only, not {precision}")
+    # Compressed before the cache becomes state: NNCF's data-aware methods run
+    # parts of the model on their own, which a stateful model's state prevents.
+    if precision == "int4":
+        from bakeoff.transforms.nncf_quantize import compress_int4
+
+        samples = [_prefill_inputs(ids, facts) for ids in calibration] if method else None
+        model, settings["quantization"] = compress_int4(model, method, samples)
+    elif precision == "int8":
+        model, settings["quantization"] = _compress_int8(model)
     elif precision != "fp32":
         raise StepFailed(f"openvino-genai runs fp32, int8 or int4 here, not {precision}")
+    try:
+        _make_stateful(model, facts.layers)
+    except StepFailed:
+        raise
+    except Exception as exc:
+        raise step_failed(
+            "OpenVINO conversion of the exported decoder (the cache made state)",
+            exc,
+            "The other runtimes are unaffected",
+        ) from exc
     ov.save_model(model, str(out_dir / OPENVINO_FILE), compress_to_fp16=False)
     for name in _HF_FILES:
         if (folder / name).exists():
@@ -387,13 +435,25 @@ def _make_stateful(model: Any, layers: int) -> None:
     model.validate_nodes_and_infer_types()
 
 
-def _compress(model: Any, precision: str) -> tuple[Any, dict[str, Any]]:
+def _prefill_inputs(ids: Sequence[int], facts: DecoderFacts) -> dict[str, np.ndarray]:
+    """The exported decoder's inputs for one text read from the start: an empty cache."""
+    n = len(ids)
+    inputs: dict[str, np.ndarray] = {
+        "input_ids": np.asarray([ids], dtype=np.int64),
+        "attention_mask": np.ones((1, n), dtype=np.int64),
+        "position_ids": np.arange(n, dtype=np.int64)[None, :],
+    }
+    empty = np.zeros((1, facts.kv_heads, 0, facts.head_size), dtype=np.float32)
+    for name in input_names(facts.layers)[3:]:
+        inputs[name] = empty
+    return inputs
+
+
+def _compress_int8(model: Any) -> tuple[Any, dict[str, Any]]:
     import nncf
 
-    from bakeoff.transforms.nncf_quantize import compress_int4, compressed_weights
+    from bakeoff.transforms.nncf_quantize import compressed_weights
 
-    if precision == "int4":
-        return compress_int4(model)
     try:
         compressed = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
     except Exception as exc:

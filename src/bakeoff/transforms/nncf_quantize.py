@@ -15,7 +15,7 @@ import numpy as np
 from bakeoff.batching import AXIS_0, Layout
 from bakeoff.judge.outputs import Named, OutputGate, worst_ratio
 from bakeoff.judge.quality import Quality
-from bakeoff.transforms import StepFailed, step_failed
+from bakeoff.transforms import StepFailed, StepNotNeeded, step_failed
 from bakeoff.transforms.nncf_scope import float_scope, recurrent_types
 from bakeoff.transforms.openvino_convert import input_types, port_names
 
@@ -317,9 +317,20 @@ def nncf_int4_weights(ir_path: str, out_dir: Path) -> dict[str, Any]:
     return {"path": str(path), "quantization": settings}
 
 
-def compress_int4(model: Any) -> tuple[Any, dict[str, Any]]:
+# INT4 methods beside plain round-to-nearest: NNCF's data-aware weight compression.
+INT4_METHODS = ("awq", "gptq")
+# NNCF's log line when AWQ finds none of its layer patterns (a MatMul after a gating
+# Multiply, as in LLaMA's MLP, or after a ReLU-, Swish- or Sigmoid-like activation).
+_NO_AWQ = "No matching patterns were found for applying AWQ"
+
+
+def compress_int4(
+    model: Any, method: str = "", samples: list[dict[str, np.ndarray]] | None = None
+) -> tuple[Any, dict[str, Any]]:
     """NNCF's INT4 weight compression of an OpenVINO model: (the compressed model,
-    the settings applied).
+    the settings applied). `method` "awq" or "gptq" tunes the weights to the
+    activations `samples` (model inputs) give: AWQ rescales the input channels of
+    the layers it finds a pattern for, GPTQ corrects each layer's rounding error.
 
     Layers whose input size is not a multiple of the group size make NNCF stop;
     then it is retried with NNCF's ADJUST fallback (the largest power-of-two
@@ -333,12 +344,21 @@ def compress_int4(model: Any) -> tuple[Any, dict[str, Any]]:
         GroupSizeFallbackMode,
     )
 
+    if method and method not in INT4_METHODS:
+        raise StepFailed(f"NNCF INT4 methods are {', '.join(INT4_METHODS)}, not {method!r}")
+    if method and not samples:
+        raise StepFailed(f"{method.upper()} needs calibration samples; none were given")
     mode = nncf.CompressWeightsMode(INT4_MODE)
+    tuned: dict[str, Any] = {}
+    if method:
+        tuned = {"dataset": nncf.Dataset(samples), "subset_size": len(samples or []), method: True}
     fallback: str | None = None
+    log = _Captured()
+    logging.getLogger("nncf").addHandler(log)
     try:
         try:
             compressed = nncf.compress_weights(
-                model.clone(), mode=mode, group_size=INT4_GROUP_SIZE, ratio=INT4_RATIO
+                model.clone(), mode=mode, group_size=INT4_GROUP_SIZE, ratio=INT4_RATIO, **tuned
             )
         except nncf.InvalidGroupSizeError as exc:
             fallback = "adjust: " + " ".join(str(exc).split())
@@ -350,14 +370,24 @@ def compress_int4(model: Any) -> tuple[Any, dict[str, Any]]:
                 advanced_parameters=AdvancedCompressionParameters(
                     group_size_fallback_mode=GroupSizeFallbackMode.ADJUST
                 ),
+                **tuned,
             )
     except Exception as exc:
         raise step_failed(
-            "NNCF INT4 weight compression (nncf.compress_weights"
+            f"NNCF INT4 weight compression (nncf.compress_weights{', ' + method if method else ''}"
             + (", group-size fallback ADJUST)" if fallback else ")"),
             exc,
             "Try onnxruntime int4 weight-only (MatMulNBits) or the int8 candidates",
         ) from exc
+    finally:
+        logging.getLogger("nncf").removeHandler(log)
+    if method == "awq" and any(_NO_AWQ in line for line in log.lines):
+        # The same model as plain INT4 under another name: NNCF's own finding.
+        raise StepNotNeeded(
+            "NNCF's AWQ found none of its layer patterns in this model (a MatMul after a "
+            "gating Multiply, as in LLaMA's MLP, or after a ReLU-, Swish- or Sigmoid-like "
+            "activation; NNCF does not scale through GELU), so it would be plain INT4 again"
+        )
     weights = compressed_weights(compressed)
     int4 = {k: v for k, v in weights.items() if v["bits"] == 4}
     if not int4:
@@ -378,6 +408,8 @@ def compress_int4(model: Any) -> tuple[Any, dict[str, Any]]:
         "int8_weights": len(weights) - len(int4),
         "int4_group_sizes": sorted({v["group_size"] for v in int4.values()}),
     }
+    if method:
+        settings.update({"method": method, "calibration_samples": len(samples or [])})
     return compressed, settings
 
 

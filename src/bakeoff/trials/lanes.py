@@ -183,6 +183,8 @@ def launch(
     except WorkerFailed as exc:
         if worker is not None:
             worker.close()
+        if exc.not_needed:  # its build step's own tool found it would add nothing
+            raise NotStarted("unavailable", str(exc)) from None
         raise NotStarted("failed", f"load or first call failed: {exc}") from None
 
 

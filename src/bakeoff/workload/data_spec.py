@@ -105,6 +105,12 @@ class DataSpec(Strict):
         description="text-generation: a UTF-8 file of held-out text, one passage per line, "
         "for the perplexity gate (default: the prompts)",
     )
+    calibration_text: str | None = Field(
+        None,
+        description="text-generation: a UTF-8 file, one passage per line, that AWQ and GPTQ "
+        "calibrate INT4 on (default: the prompts, which the token-agreement gate then "
+        "reads on the very text the weights were tuned to)",
+    )
 
     @property
     def tokenizes_text(self) -> bool:
@@ -132,9 +138,14 @@ class DataSpec(Strict):
             if not name or not column:
                 raise ValueError(f"columns: empty name in {{ {name!r} = {column!r} }}")
         if self.prompts is None and (
-            self.max_new_tokens is not None or self.perplexity_text is not None
+            self.max_new_tokens is not None
+            or self.perplexity_text is not None
+            or self.calibration_text is not None
         ):
-            raise ValueError('max_new_tokens and perplexity_text go with prompts = "prompts.txt"')
+            raise ValueError(
+                "max_new_tokens, perplexity_text and calibration_text go with "
+                'prompts = "prompts.txt"'
+            )
         if self.max_length is not None and not self.tokenizes_text:
             raise ValueError(
                 'max_length goes with text = "lines.txt" or a dataset\'s columns = { text = "..." }'

@@ -4,7 +4,7 @@ the same token ids and judged on the same tokens."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bakeoff.errors import UserError
@@ -26,6 +26,10 @@ class GenerationWorkload:
     max_new_tokens: int
     max_positions: int
     architecture: str
+    # What AWQ and GPTQ calibrate INT4 on, token ids, and where it came from:
+    # data.calibration_text, else the prompts.
+    calibration: list[list[int]] = field(default_factory=list)
+    calibration_source: str = "prompts"
 
     @property
     def name(self) -> str:
@@ -97,6 +101,15 @@ def generation_workload_from_spec(
     text = [t for t in text if len(t) >= 2]
     if not text:
         raise UserError(f"{origin}: no held-out passage of 2 tokens or more for perplexity")
+    calibration, calibration_source = prompts, "prompts"
+    if spec.data.calibration_text is not None:
+        calib_key = f"{origin}: data.calibration_text = {spec.data.calibration_text!r}"
+        calib_lines = read_text_lines(resolve_path(base_dir, spec.data.calibration_text), calib_key)
+        calibration = [list(tokenizer(p)["input_ids"])[:limit] for p in calib_lines]
+        calibration = [c for c in calibration if c]
+        if not calibration:
+            raise UserError(f"{calib_key}: no passage with tokens to calibrate on")
+        calibration_source = "data.calibration_text"
     return GenerationWorkload(
         spec,
         origin,
@@ -106,4 +119,6 @@ def generation_workload_from_spec(
         new,
         positions,
         architectures[0] if architectures else "?",
+        calibration,
+        calibration_source,
     )
