@@ -122,7 +122,7 @@ def decoder_export(gpt2: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
 def genai_folders(gpt2: Path, decoder_export: tuple[str, dict]) -> dict[str, Path]:
     """ONNX Runtime GenAI's and OpenVINO GenAI's folders of the tiny GPT-2, built as a
     run builds them: one export, each runtime's steps from it."""
-    from bakeoff.transforms import cached_step, genai_export
+    from bakeoff.transforms import cached_step, genai_export, ov_genai
 
     steps, export = decoder_export
     folders = {}
@@ -137,13 +137,19 @@ def genai_folders(gpt2: Path, decoder_export: tuple[str, dict]) -> dict[str, Pat
         built = cached_step(
             steps,
             f"openvino-genai-{precision}",
-            lambda d, p=precision: genai_export.openvino_genai_folder(export, gpt2, p, d),
+            lambda d, p=precision: ov_genai.openvino_genai_folder(export, gpt2, p, d),
         )
         folders[f"openvino-genai-{precision}"] = Path(built["path"])
     built = cached_step(
         steps,
+        "onnxruntime-genai-int4-gptq",
+        lambda d: genai_export.ort_genai_folder(export, "int4", 1, d, "gptq", CALIBRATION),
+    )
+    folders["onnxruntime-genai-int4-gptq"] = Path(built["path"])
+    built = cached_step(
+        steps,
         "openvino-genai-int4-gptq",
-        lambda d: genai_export.openvino_genai_folder(
+        lambda d: ov_genai.openvino_genai_folder(
             export, gpt2, "int4", d, method="gptq", calibration=CALIBRATION
         ),
     )
@@ -155,14 +161,18 @@ def genai_folders(gpt2: Path, decoder_export: tuple[str, dict]) -> dict[str, Pat
 CALIBRATION = [list(range(60, 90)), list(range(120, 140)), [200, 201, 202] * 5]
 
 
+@pytest.mark.parametrize("runtime", ["onnxruntime-genai", "openvino-genai"])
 def test_gptq_tunes_int4_to_its_calibration_text_and_still_generates(
-    genai_folders: dict[str, Path],
+    genai_folders: dict[str, Path], runtime: str
 ) -> None:
-    gptq = json.loads((genai_folders["openvino-genai-int4-gptq"] / "step.json").read_text())
-    q = gptq["settings"]["quantization"]
-    assert (q["method"], q["calibration_samples"], q["mode"]) == ("gptq", 3, "int4_asym")
-    assert q["int4_weights"] > 0 and gptq["settings"]["stateful"]
-    g = generators.load("openvino-genai", genai_folders["openvino-genai-int4-gptq"], 1, "int4")
+    folder = genai_folders[f"{runtime}-int4-gptq"]
+    q = json.loads((folder / "step.json").read_text())["settings"]["quantization"]
+    assert (q["method"], q["calibration_samples"]) == ("gptq", 3)
+    plain = json.loads((genai_folders[f"{runtime}-int4"] / "step.json").read_text())
+    weights = "int4_matmuls" if runtime == "onnxruntime-genai" else "int4_weights"
+    # every layer plain INT4 made INT4, GPTQ did too
+    assert q[weights] == plain["settings"]["quantization"][weights] > 0
+    g = generators.load(runtime, folder, 1, "int4")
     tokens, _ = greedy(g, new=4)
     assert all(len(t) <= 4 for t in tokens) and any(tokens)
 
@@ -173,12 +183,12 @@ def test_awq_on_a_gelu_model_is_not_needed_and_says_why(
     """GPT-2's MLP has GELU, which NNCF's AWQ does not scale through: NNCF finds no
     pattern, so the candidate would be plain INT4 under another name. The step says
     so, and says it again to a later caller in the run."""
-    from bakeoff.transforms import StepNotNeeded, cached_step, genai_export
+    from bakeoff.transforms import StepNotNeeded, cached_step, ov_genai
 
     steps, export = decoder_export
 
     def awq(d: Path) -> dict:
-        return genai_export.openvino_genai_folder(
+        return ov_genai.openvino_genai_folder(
             export, gpt2, "int4", d, method="awq", calibration=CALIBRATION
         )
 

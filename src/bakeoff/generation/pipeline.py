@@ -57,13 +57,15 @@ from bakeoff.workload import GenerationWorkload
 
 SCHEMA_VERSION = 1
 # Every runtime, precision and method the generative bake-off names, the reference
-# first. INT4's methods beside plain round-to-nearest: AWQ and GPTQ, NNCF's
-# data-aware weight compression, calibrated on the workload's calibration text.
+# first. INT4's methods beside plain round-to-nearest, calibrated on the workload's
+# calibration text: AWQ and GPTQ by NNCF for OpenVINO GenAI, GPTQ by ONNX Runtime's
+# quantizer for ONNX Runtime GenAI.
 GRID: tuple[tuple[str, str] | tuple[str, str, str], ...] = (
     REFERENCE,
     ("torch-compile", "fp32"),
     ("onnxruntime-genai", "fp32"),
     ("onnxruntime-genai", "int4"),
+    ("onnxruntime-genai", "int4", "gptq"),
     ("openvino-genai", "fp32"),
     ("openvino-genai", "int8"),
     ("openvino-genai", "int4"),

@@ -63,26 +63,28 @@ def _genai_folder(spec: GenerateSpec) -> dict[str, Any]:
     build steps: one ONNX export of the decoder feeds both runtimes (each step is
     built once per run, under a lock, and a failed one fails its dependents at once
     with the same reason)."""
-    from bakeoff.transforms import cached_step, genai_export
+    from bakeoff.transforms import cached_step, genai_export, ov_genai
 
     steps = str(Path(spec.artifacts_dir).parent)
     folder = Path(spec.folder)
     export = cached_step(steps, "decoder-onnx", lambda d: genai_export.decoder_onnx(folder, d))
     name = f"{spec.runtime}-{spec.precision}" + (f"-{spec.method}" if spec.method else "")
+    calibration: list[list[int]] = []
+    if spec.method:  # AWQ and GPTQ tune the weights to the workload's calibration text
+        calibration = json.loads(Path(spec.inputs_path).read_text()).get("calibration") or []
     if spec.runtime == "onnxruntime-genai":
         return cached_step(
             steps,
             name,
-            lambda d: genai_export.ort_genai_folder(export, spec.precision, spec.threads, d),
+            lambda d: genai_export.ort_genai_folder(
+                export, spec.precision, spec.threads, d, spec.method, calibration
+            ),
         )
-    calibration: list[list[int]] = []
-    if spec.method:  # AWQ and GPTQ tune the weights to the workload's calibration text
-        calibration = json.loads(Path(spec.inputs_path).read_text()).get("calibration") or []
     return cached_step(
         steps,
         name,
-        lambda d: genai_export.openvino_genai_folder(
-            export, folder, spec.precision, d, method=spec.method, calibration=calibration
+        lambda d: ov_genai.openvino_genai_folder(
+            export, folder, spec.precision, d, spec.method, calibration
         ),
     )
 

@@ -16,12 +16,8 @@ writes one:
   ONNX Runtime's own MatMulNBits quantizer (blockwise, symmetric) over every
   weight MatMul, after the Gemm nodes the exporter writes are split into MatMul +
   Add and a tied output head gets a weight of its own (the quantizer takes constant
-  MatMul weights only).
-- `openvino_genai_folder`: the export converted by OpenVINO, made stateful as
-  OpenVINO GenAI expects (a `beam_idx` input that reorders the cache, the cache
-  in the model's state), FP32 or with NNCF's INT8 / INT4 weight compression, saved
-  as `openvino_model.xml` beside the folder's `config.json` and
-  `generation_config.json`.
+  MatMul weights only); round-to-nearest, or GPTQ on calibration text.
+- `ov_genai.openvino_genai_folder`: the OpenVINO GenAI folder, from the same export.
 """
 
 from __future__ import annotations
@@ -40,8 +36,6 @@ from bakeoff.transforms import StepFailed, step_failed
 
 INT4_BLOCK = 32  # weights per INT4 block: divides the widths of small models too
 ONNX_FILE = "model.onnx"
-OPENVINO_FILE = "openvino_model.xml"
-_HF_FILES = ("config.json", "generation_config.json")
 
 
 @dataclass(frozen=True)
@@ -251,14 +245,23 @@ def genai_config(facts: DecoderFacts, threads: int) -> dict[str, Any]:
 
 
 def ort_genai_folder(
-    export: dict[str, Any], precision: str, threads: int, out_dir: Path
+    export: dict[str, Any],
+    precision: str,
+    threads: int,
+    out_dir: Path,
+    method: str = "",
+    calibration: Sequence[Sequence[int]] = (),
 ) -> dict[str, Any]:
-    """`out_dir` as an ONNX Runtime GenAI model folder at `precision` (fp32 | int4)."""
+    """`out_dir` as an ONNX Runtime GenAI model folder at `precision` (fp32 | int4);
+    INT4 round-to-nearest, or by `method` "gptq" (ONNX Runtime's GPTQ, run on the
+    `calibration` token ids)."""
     import onnx
 
     source = Path(export["path"])
     facts = DecoderFacts(**export["facts"])
     settings: dict[str, Any] = {"model_type": "decoder", "exported_by": "bakeoff"}
+    if method and (precision, method) != ("int4", "gptq"):
+        raise StepFailed(f"onnxruntime-genai runs GPTQ at int4 only, not {method} at {precision}")
     if precision == "fp32":
         for f in source.parent.iterdir():
             if f.suffix in (".onnx", ".data"):
@@ -266,8 +269,9 @@ def ort_genai_folder(
     elif precision == "int4":
         model = onnx.load(str(source))
         split = _matmul_weights(model)
+        samples = [prefill_inputs(ids, facts) for ids in calibration] if method else None
         settings["quantization"] = {
-            **_int4_matmul_nbits(model, out_dir / ONNX_FILE),
+            **_int4_matmul_nbits(model, out_dir / ONNX_FILE, samples),
             "gemm_split": split["gemm"],
             "transposed_weights": split["transposed"],
         }
@@ -324,19 +328,52 @@ def _matmul_weights(model: Any) -> dict[str, int]:
     return counts
 
 
-def _int4_matmul_nbits(model: Any, path: Path) -> dict[str, Any]:
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+class _Samples:
+    """ONNX Runtime's calibration data reader over fixed input dicts; the GPTQ
+    quantizer copies it before each pass, and each copy starts from the first."""
+
+    def __init__(self, samples: list[dict[str, np.ndarray]]) -> None:
+        self.samples = samples
+        self._next = iter(samples)
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self._next, None)
+
+    def __iter__(self) -> Any:
+        return iter(self.samples)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Samples:
+        return _Samples(self.samples)
+
+
+def _int4_matmul_nbits(
+    model: Any, path: Path, samples: list[dict[str, np.ndarray]] | None = None
+) -> dict[str, Any]:
+    """INT4 MatMulNBits weights, round-to-nearest or, given calibration `samples`
+    (the decoder's inputs), by ONNX Runtime's GPTQ (its copy of Intel Neural
+    Compressor's), each layer's rounding error corrected on their activations."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        GPTQWeightOnlyQuantConfig,
+        MatMulNBitsQuantizer,
+    )
 
     # The quantizer logs every node it visits at INFO.
     logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
+    gptq = GPTQWeightOnlyQuantConfig(_Samples(samples)) if samples else None
     try:
         quantizer = MatMulNBitsQuantizer(
-            model, bits=4, block_size=INT4_BLOCK, is_symmetric=True, accuracy_level=4
+            model,
+            bits=4,
+            block_size=INT4_BLOCK,
+            is_symmetric=True,
+            accuracy_level=4,
+            algo_config=gptq,
         )
         quantizer.process()
     except Exception as exc:
         raise step_failed(
-            "ONNX Runtime INT4 quantization (MatMulNBitsQuantizer)",
+            "ONNX Runtime INT4 quantization (MatMulNBitsQuantizer"
+            + (", GPTQ)" if samples else ")"),
             exc,
             "The fp32 candidate of onnxruntime-genai is unaffected",
         ) from exc
@@ -345,6 +382,7 @@ def _int4_matmul_nbits(model: Any, path: Path) -> dict[str, Any]:
     if n == 0:
         raise StepFailed("MatMulNBitsQuantizer found no constant MatMul weight to make INT4")
     quantizer.model.save_model_to_file(str(path), use_external_data_format=False)
+    method = {"method": "gptq", "calibration_samples": len(samples)} if samples else {}
     return {
         "tool": "onnxruntime.quantization.MatMulNBitsQuantizer",
         "bits": 4,
@@ -352,90 +390,11 @@ def _int4_matmul_nbits(model: Any, path: Path) -> dict[str, Any]:
         "symmetric": True,
         "accuracy_level": 4,
         "int4_matmuls": n,
+        **method,
     }
 
 
-def openvino_genai_folder(
-    export: dict[str, Any],
-    folder: Path,
-    precision: str,
-    out_dir: Path,
-    method: str = "",
-    calibration: Sequence[Sequence[int]] = (),
-) -> dict[str, Any]:
-    """`out_dir` as an OpenVINO GenAI model folder at `precision` (fp32 | int8 | int4);
-    INT4 by `method` ("awq", "gptq": NNCF's data-aware compression, run on the
-    `calibration` token ids) or plain round-to-nearest ("")."""
-    import openvino as ov
-
-    facts = DecoderFacts(**export["facts"])
-    try:
-        model = ov.convert_model(export["path"])
-    except Exception as exc:
-        raise step_failed(
-            "OpenVINO conversion of the exported decoder (openvino.convert_model)",
-            exc,
-            "The other runtimes are unaffected",
-        ) from exc
-    settings: dict[str, Any] = {"stateful": True, "exported_by": "bakeoff"}
-    if method and precision != "int4":
-        raise StepFailed(f"openvino-genai runs {method.upper()} at int4 only, not {precision}")
-    # Compressed before the cache becomes state: NNCF's data-aware methods run
-    # parts of the model on their own, which a stateful model's state prevents.
-    if precision == "int4":
-        from bakeoff.transforms.nncf_quantize import compress_int4
-
-        samples = [_prefill_inputs(ids, facts) for ids in calibration] if method else None
-        model, settings["quantization"] = compress_int4(model, method, samples)
-    elif precision == "int8":
-        model, settings["quantization"] = _compress_int8(model)
-    elif precision != "fp32":
-        raise StepFailed(f"openvino-genai runs fp32, int8 or int4 here, not {precision}")
-    try:
-        _make_stateful(model, facts.layers)
-    except StepFailed:
-        raise
-    except Exception as exc:
-        raise step_failed(
-            "OpenVINO conversion of the exported decoder (the cache made state)",
-            exc,
-            "The other runtimes are unaffected",
-        ) from exc
-    ov.save_model(model, str(out_dir / OPENVINO_FILE), compress_to_fp16=False)
-    for name in _HF_FILES:
-        if (folder / name).exists():
-            shutil.copy2(folder / name, out_dir / name)
-    return {"path": str(out_dir), "settings": settings}
-
-
-def _make_stateful(model: Any, layers: int) -> None:
-    """The cache into the model's state, as OpenVINO GenAI's LLMPipeline expects: a
-    `beam_idx` input gathers each past tensor's rows (which sequence continues
-    which), then every past input and its present output become one state."""
-    import openvino as ov
-    from openvino import opset13 as ops
-    from openvino._offline_transformations import apply_make_stateful_transformation
-
-    beam = ops.parameter(ov.PartialShape([-1]), ov.Type.i32, name="beam_idx")
-    beam.output(0).get_tensor().set_names({"beam_idx"})
-    pairs: dict[str, str] = {}
-    for param in model.get_parameters():
-        name = param.get_output_tensor(0).get_any_name()
-        if not name.startswith("past_key_values."):
-            continue
-        users = list(param.output(0).get_target_inputs())
-        reordered = ops.gather(param, beam, ops.constant(np.int64(0)))
-        for user in users:
-            user.replace_source_output(reordered.output(0))
-        pairs[name] = name.replace("past_key_values.", "present.", 1)
-    if len(pairs) != 2 * layers:
-        raise StepFailed(f"the export has {len(pairs)} cache inputs, not {2 * layers}")
-    model.add_parameters([beam])
-    apply_make_stateful_transformation(model, pairs)
-    model.validate_nodes_and_infer_types()
-
-
-def _prefill_inputs(ids: Sequence[int], facts: DecoderFacts) -> dict[str, np.ndarray]:
+def prefill_inputs(ids: Sequence[int], facts: DecoderFacts) -> dict[str, np.ndarray]:
     """The exported decoder's inputs for one text read from the start: an empty cache."""
     n = len(ids)
     inputs: dict[str, np.ndarray] = {
@@ -447,24 +406,3 @@ def _prefill_inputs(ids: Sequence[int], facts: DecoderFacts) -> dict[str, np.nda
     for name in input_names(facts.layers)[3:]:
         inputs[name] = empty
     return inputs
-
-
-def _compress_int8(model: Any) -> tuple[Any, dict[str, Any]]:
-    import nncf
-
-    from bakeoff.transforms.nncf_quantize import compressed_weights
-
-    try:
-        compressed = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
-    except Exception as exc:
-        raise step_failed(
-            "NNCF INT8 weight compression (nncf.compress_weights)",
-            exc,
-            "The fp32 candidate of openvino-genai is unaffected",
-        ) from exc
-    weights = compressed_weights(compressed)
-    return compressed, {
-        "tool": "nncf.compress_weights",
-        "mode": "int8_asym",
-        "int8_weights": len(weights),
-    }
