@@ -154,6 +154,38 @@ def training_stacks() -> list[dict[str, Any]]:
     return rows
 
 
+def generative_runtimes() -> list[dict[str, Any]]:
+    """Every runtime of the generative bake-off, with its packages' versions and the
+    Python environment that runs it, or why it cannot run here and how to install
+    it; nothing is imported."""
+    import importlib.metadata
+
+    from bakeoff import generators
+
+    dists = importlib.metadata.packages_distributions()
+    rows = []
+    for runtime in [*generators.RUNTIMES, *generators.NOT_YET]:
+        packages = generators.RUNTIMES[runtime][1] if runtime in generators.RUNTIMES else ()
+        found = []
+        for module in packages:
+            # the distribution named as the module first (mlx before its mlx-cpu backend)
+            named = sorted(dists.get(module, []), key=lambda d: d.replace("-", "_") != module)
+            for dist in named[:1]:
+                found.append(f"{dist} {importlib.metadata.version(dist)}")
+        reason = generators.availability(runtime)
+        rows.append(
+            {
+                "runtime": runtime,
+                "available": reason is None,
+                "version": ", ".join(found) or None,
+                # the interpreter its workers run in: bakeoff's own, for every one so far
+                "environment": sys.prefix if reason is None else None,
+                "reason": reason,
+            }
+        )
+    return rows
+
+
 def fingerprint() -> dict[str, Any]:
     mem = psutil.virtual_memory()
     return {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 
 import pytest
 
@@ -33,3 +34,19 @@ def test_a_stack_whose_framework_is_missing_says_how_to_install_it(
     )
     reason = stacks.availability("fastai") or ""
     assert "make fastai" in reason and "--no-deps fastai==2.8.12" in reason
+
+
+def test_env_lists_every_generative_runtime_with_its_versions_and_environment() -> None:
+    from bakeoff import generators
+
+    listed = call("env", "--json")
+    assert listed.code == 0, listed.stderr
+    rows = {r["runtime"]: r for r in json.loads(listed.stdout)["generative_runtimes"]}
+    assert list(rows) == [*generators.RUNTIMES, *generators.NOT_YET]
+    mlx = rows["mlx"]  # make test installs the mlx extra
+    assert mlx["available"] and "mlx 0.32.4" in mlx["version"] and "mlx-lm 0.32.2" in mlx["version"]
+    assert mlx["environment"] == sys.prefix
+    assert rows["torch"]["version"].startswith("torch 2.13.0")
+    assert not rows["vllm"]["available"] and rows["vllm"]["reason"]
+    shown = call("env")
+    assert "generative runtimes" in shown.stdout and "mlx-lm 0.32.2" in shown.stdout

@@ -24,8 +24,14 @@ def env(
     fp = environment.fingerprint()
     rts = environment.runtimes()
     trains = environment.training_stacks()
+    gens = environment.generative_runtimes()
     if as_json:
-        doc = {"environment": fp, "runtimes": rts, "training_stacks": trains}
+        doc = {
+            "environment": fp,
+            "runtimes": rts,
+            "training_stacks": trains,
+            "generative_runtimes": gens,
+        }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     cpu = fp["cpu"]
@@ -68,4 +74,12 @@ def env(
         avail = "yes" if row["available"] else "[red]no[/]"
         reason = escape(row["reason"] or "")
         t.add_row(escape(row["stack"]), avail, escape(row["version"] or "-"), reason)
+    out.print(fitted(t, out.width))
+    t = Table(title="generative runtimes (bakeoff run on a text-generation workload)")
+    for col in ("runtime", "available", "version", "environment / why not"):
+        t.add_column(col)
+    for row in gens:
+        avail = "yes" if row["available"] else "[red]no[/]"
+        where = row["environment"] if row["available"] else row["reason"]
+        t.add_row(escape(row["runtime"]), avail, escape(row["version"] or "-"), escape(where))
     out.print(fitted(t, out.width))
