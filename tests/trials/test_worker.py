@@ -455,3 +455,22 @@ def test_peak_memory_restarts_so_a_larger_batch_is_not_charged_to_a_smaller() ->
     memory.restart()
     assert loaded <= memory.mb() < loaded + 150  # the load's peak stays charged
     assert memory.scope().startswith("load and first call")
+
+
+def test_a_job_with_its_own_python_runs_its_worker_under_that_interpreter(
+    tmp_path: Path,
+) -> None:
+    """A runtime in an environment of its own (bakeoff.runtime_envs): the launcher
+    starts its worker with the job's interpreter, on the same protocol."""
+    marker = tmp_path / "ran-under-wrapper"
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\necho "$@" > {marker}\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    job = dataclasses.replace(_fake_load_job(tmp_path), python=str(wrapper))
+    worker = WorkerProcess(job, 1, tmp_path / "worker.log")
+    try:
+        assert worker.reply(60)["event"] == "ready"
+        assert worker.request(Exit(), 60)["peak_rss_mb"] > 0
+    finally:
+        worker.close()
+    assert marker.read_text().startswith(f"-m {job.worker} ")

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff import environment, generators
+from bakeoff import environment, generators, runtime_envs
 from bakeoff.errors import UserError, did_you_mean
 from bakeoff.generation.candidate import REFERENCE, ConcurrentRound, GenCandidate
 from bakeoff.generation.document import (
@@ -78,7 +78,8 @@ GRID: tuple[tuple[str, str] | tuple[str, str, str], ...] = (
     ("mlx", "bf16"),
     ("mlx", "int8"),
     ("mlx", "int4"),
-    ("vllm", "fp16"),  # listed with why it is unavailable (generators.NOT_YET)
+    ("vllm", "fp32"),  # in an environment of its own (bakeoff.runtime_envs)
+    ("vllm", "bf16"),
 )
 GGUF_ARCHITECTURES = ("GPT2LMHeadModel",)
 # Requests submitted together in the sweep; one at a time is the TPOT rounds' own.
@@ -288,6 +289,12 @@ def run_generation(
         return GenerateResult(run_id, doc)
 
 
+def _python(runtime: str) -> str | None:
+    """The interpreter of a runtime with an environment of its own; None: bakeoff's."""
+    python = runtime_envs.python_for(runtime)
+    return None if python is None else str(python)
+
+
 def _spec(
     w: GenerationWorkload, c: GenCandidate, folder: Path, threads: int, name: str
 ) -> GenerateSpec:
@@ -339,7 +346,8 @@ def _measure(
             say(f"{c.id}: unavailable: {why}")
     pending = [c for c in candidates if c.status == "pending"]
     jobs: dict[str, Job] = {
-        c.id: GenerateJob(generate=_spec(w, c, folder, threads, c.id)) for c in pending
+        c.id: GenerateJob(generate=_spec(w, c, folder, threads, c.id), python=_python(c.runtime))
+        for c in pending
     }
     settings = _settings(opts, threads, len(w.prompts))
     say(f"measuring time per output token: {len(pending)} candidates in interleaved rounds")

@@ -125,21 +125,25 @@ RUNTIMES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "openvino-genai": ("bakeoff.generators.openvino_genai_generate", ("openvino_genai",), "genai"),
     "llama-cpp": ("bakeoff.generators.llama_cpp_generate", ("llama_cpp", "gguf"), "llama-cpp"),
     "mlx": ("bakeoff.generators.mlx_generate", ("mlx", "mlx_lm"), "mlx"),
+    # in an environment of its own (bakeoff.runtime_envs): its packages are there
+    "vllm": ("bakeoff.generators.vllm_generate", ("vllm",), ""),
 }
 
 
 # Runtimes a generative bake-off names that bakeoff does not drive yet, and why.
-NOT_YET: dict[str, str] = {
-    "vllm": "vLLM runs on an NVIDIA GPU only, and bakeoff does not drive it yet",
-}
+NOT_YET: dict[str, str] = {}
 
 
 def availability(runtime: str) -> str | None:
     """None when `runtime` can be loaded here, else why not and how to install it."""
+    from bakeoff import runtime_envs
+
     if runtime in NOT_YET:
         return NOT_YET[runtime]
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown generative runtime {runtime!r} (have: {', '.join(RUNTIMES)})")
+    if runtime in runtime_envs.OWN:
+        return runtime_envs.unavailable(runtime)
     _, packages, extra = RUNTIMES[runtime]
     missing = [p for p in packages if importlib.util.find_spec(p) is None]
     if missing:
@@ -152,7 +156,16 @@ def load(runtime: str, folder: Path, threads: int, precision: str = "fp32") -> G
     """The runtime's generator on `folder` (or the file built from it). Every runtime
     is told the precision: one that applies it as it loads (MLX quantizes in memory)
     uses it; the others were given a file built at it."""
+    import sys
+
+    from bakeoff import runtime_envs
+
     why = availability(runtime)
+    if runtime in runtime_envs.OWN:
+        # Its worker runs in that environment: there the engine imports, or not.
+        packages = RUNTIMES[runtime][1]
+        missing = [p for p in packages if importlib.util.find_spec(p) is None]
+        why = f"{', '.join(missing)} is not installed for {sys.executable}" if missing else None
     if why:
         raise RuntimeError(why)
     module = importlib.import_module(RUNTIMES[runtime][0])

@@ -94,6 +94,10 @@ class Job(Message, abc.ABC):
     # torch.compile candidate does not compile its model again (tens of seconds of
     # CPU on MiniLM) to run the same kernels. The launcher does the copying.
     reuse_compiles: bool = False
+    # The Python that runs its worker (None: this process's own). A runtime whose
+    # pins clash with bakeoff's runs in an environment of its own
+    # (`bakeoff.runtime_envs`), with bakeoff installed there too, on the same protocol.
+    python: str | None = None
 
     @property
     @abc.abstractmethod

@@ -128,7 +128,7 @@ class WorkerProcess:
         try:
             with open(log_path, "ab") as log:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-m", job.worker, str(child_sock.fileno())],
+                    [job.python or sys.executable, "-m", job.worker, str(child_sock.fileno())],
                     pass_fds=[child_sock.fileno()],
                     env=env,
                     stdin=subprocess.DEVNULL,
