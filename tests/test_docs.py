@@ -100,6 +100,31 @@ def test_a_quoted_command_the_cli_lacks_is_caught(quoted: str, said: str) -> Non
     assert found == [said]
 
 
+# A quoted make target: `make X` inline, or a code line that starts with it.
+MAKE = re.compile(r"(?:`|^)make ([a-z][\w-]*)", re.MULTILINE)
+TARGET = re.compile(r"^([a-z][\w-]*)\s*:(?!=)", re.MULTILINE)
+
+
+def unknown_make_targets(text: str, makefile: str) -> list[str]:
+    """The `make X` that `text` quotes and `makefile` has no target X for."""
+    targets = set(TARGET.findall(makefile))
+    return sorted({t for t in MAKE.findall(text) if t not in targets})
+
+
+def test_every_quoted_make_target_is_in_the_makefile() -> None:
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    quoted = [t for page in PAGES for t in MAKE.findall(page.read_text("utf-8"))]
+    assert {"demo", "test", "vllm", "fastai"} <= set(quoted)  # the scan finds them
+    wrong = {p.name: unknown_make_targets(p.read_text("utf-8"), makefile) for p in PAGES}
+    assert not {page: ts for page, ts in wrong.items() if ts}
+
+
+def test_a_quoted_make_target_the_makefile_lacks_is_caught() -> None:
+    makefile = "demo: $(STAMP)\n\t$(PY) -m bakeoff\nVENV := .venv\n"
+    text = "```\nmake demo\nmake nothing-here\n```\nthen `make frobnicate`, not make-believe"
+    assert unknown_make_targets(text, makefile) == ["frobnicate", "nothing-here"]
+
+
 # A verdict sentence the docs quote: X, Y, Z stand for candidates and B for the
 # baseline; "…" for what the quote leaves out.
 QUOTED_VERDICT = re.compile(r'"((?:X |No candidate )[^"]*)"')
