@@ -11,14 +11,16 @@ from bakeoff.builtins import tiny_lm
 from bakeoff.judge import generation as gen
 
 
-def tiny_gpt2(folder: Path, seed: int = 0, noise: float = 0.0, vocab: int = 256) -> Path:
+def tiny_gpt2(
+    folder: Path, seed: int = 0, noise: float = 0.0, vocab: int = 256, activation: str = "gelu_new"
+) -> Path:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
     config = GPT2Config(
         vocab_size=vocab, n_positions=128, n_embd=64, n_layer=2, n_head=2,
-        bos_token_id=0, eos_token_id=0,
+        bos_token_id=0, eos_token_id=0, activation_function=activation,
     )  # fmt: skip
     model = GPT2LMHeadModel(config)
     if noise:

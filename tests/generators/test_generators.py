@@ -197,6 +197,36 @@ def test_awq_on_a_gelu_model_is_not_needed_and_says_why(
             cached_step(steps, "openvino-genai-int4-awq", awq)
 
 
+def test_awq_rescales_a_model_with_an_activation_nncf_scales_through(tmp_path: Path) -> None:
+    """With SiLU in its MLP (LLaMA's family of activations) NNCF's AWQ finds its
+    MatMul-activation-MatMul pattern: the candidate is AWQ's own, says so, and the
+    gate judges it like any other."""
+    from bakeoff.transforms import cached_step, genai_export, ov_genai
+
+    model = tiny_gpt2(tmp_path / "silu", vocab=320, activation="silu")
+    steps = str(tmp_path / "steps")
+    export = cached_step(steps, "decoder-onnx", lambda d: genai_export.decoder_onnx(model, d))
+    built = cached_step(
+        steps,
+        "openvino-genai-int4-awq",
+        lambda d: ov_genai.openvino_genai_folder(
+            export, model, "int4", d, method="awq", calibration=CALIBRATION
+        ),
+    )
+    folder = Path(built["path"])
+    q = json.loads((folder / "step.json").read_text())["settings"]["quantization"]
+    assert (q["method"], q["calibration_samples"]) == ("awq", 3) and q["int4_weights"] > 0
+    torch_gen = generators.load("torch", model, threads=1)
+    awq = generators.load("openvino-genai", folder, 1, "int4")
+    reference, _ = greedy(torch_gen, new=4)
+    tokens, _ = greedy(awq, new=4)
+    text = list(range(1, 60))
+    judged = gen.judge(
+        reference, tokens, gen.perplexity(*torch_gen.nll(text)), gen.perplexity(*awq.nll(text))
+    )
+    assert 0.0 <= judged.token_agreement <= 1.0 and judged.perplexity > 0
+
+
 @pytest.mark.parametrize("runtime", ["onnxruntime-genai", "openvino-genai"])
 def test_genai_runtimes_write_torchs_greedy_tokens_at_fp32_and_score_alike(
     gpt2: Path, genai_folders: dict[str, Path], runtime: str
