@@ -115,7 +115,7 @@ def test_a_clearly_slower_candidate_is_raced_out_early(tmp_path: Path) -> None:
         # the speedups are over its rounds
         (3.0, 1.0, "raced out after 5 rounds"),
         # a gap under GROSS_GAP waits for the minimum rounds
-        (1.0, 1.3, "raced out after 5 rounds"),
+        (1.0, 1.2, "raced out after 5 rounds"),
     ],
 )
 def test_only_a_gross_gap_races_a_candidate_out_before_the_minimum(
