@@ -430,3 +430,54 @@ def test_vllm_runs_in_its_own_environment_through_the_gate_and_the_sweep(tmp_pat
     assert vllm["settings"]["batching"].startswith("continuous batching")
     assert vllm["settings"]["vllm_version"] == "0.32.0"
     assert set(vllm["concurrency"]) == {"1", "4"} and vllm["tpot_ms"]["ci95"]
+
+
+def test_the_server_scenario_finds_each_engines_highest_rate_within_the_target(
+    tmp_path: Path,
+) -> None:
+    """--scenario server: after the TPOT race, Poisson arrivals at rates searched per
+    engine, the target given in part and derived for the rest, a verdict on the rate,
+    each engine's batching named; the sweep is not run."""
+    wl = _workload(tmp_path)
+    result = CliRunner().invoke(
+        app,
+        [
+            "run", str(wl), "--quick", "--budget", "3", "--runtimes", "torch,onnxruntime-genai",
+            "--precisions", "fp32", "--scenario", "server", "--slo", "tpot_p99_ms=50",
+            "--json", str(tmp_path / "g.json"), "--store", str(tmp_path / "s.db"),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "g.json").read_text())
+    v = doc["verdict"]["server_rate"]
+    assert v["target"]["tpot_p99_ms"] == 50.0 and v["target"]["how"]["tpot_p99_ms"].startswith(
+        "given"
+    )
+    assert v["target"]["how"]["ttft_p99_ms"].startswith("4x torch-fp32's p99 TTFT")
+    assert doc["verdicts"] == [doc["verdict"]["tpot_batch_1"], v]
+    assert "tokens_per_s_concurrency" not in doc["verdict"]
+    for c in doc["candidates"]:
+        assert c["status"] == "ok", c["reason"]
+        server = c["server"]
+        assert server["batching"].startswith("static batches")
+        assert len(server["tested"]) >= 3
+        for step in server["tested"]:
+            assert step["requests"] == 24 and step["ttft_ms"]["p99"] >= step["ttft_ms"]["p50"] > 0
+            assert step["goodput"] <= step["completed_per_s"] + 1e-9
+        top = server["highest_rate"]
+        if top is not None:
+            assert top["repeats"] == 3 and top["requests_per_s"] > 0
+    if v["winner"] is not None:
+        assert v["winner"] in {"torch-fp32", "onnxruntime-genai-fp32"} and v["headline"]
+    assert "server scenario: Poisson arrivals" in result.output
+    assert "each rate sent" in result.output and "request rate within the target" in result.output
+
+
+def test_slo_belongs_to_the_server_scenario(tmp_path: Path) -> None:
+    wl = _workload(tmp_path)
+    said = call("run", str(wl), "--slo", "ttft_p99_ms=100")
+    assert said.code == 2 and "--slo: the target of --scenario server" in said.stderr
+    said = call("run", str(wl), "--scenario", "server", "--slo", "ttft=1")
+    assert said.code == 2 and "--slo: 'ttft=1'" in said.stderr
+    said = call("run", str(wl), "--scenario", "offline")
+    assert said.code == 2 and "--scenario" in said.stderr

@@ -22,12 +22,12 @@ def refuse_inference_flags(given: dict[str, bool]) -> None:
     if named:
         raise UserError(
             f"{', '.join(named)}: not for a text-generation workload (it takes --runtimes, "
-            "--precisions, --quick, --budget, --concurrency, --threads, --trial-timeout, "
-            "--json and --store)"
+            "--precisions, --quick, --budget, --concurrency, --scenario latency|server, "
+            "--slo, --threads, --trial-timeout, --json and --store)"
         )
 
 
-def concurrency_option(value: str | None) -> dict[str, tuple[int, ...]]:
+def concurrency_option(value: str | None) -> dict[str, Any]:
     """--concurrency as GenerateOptions' field: absent, the default sweep; "0", none."""
     if value is None:
         return {}
@@ -43,6 +43,18 @@ def concurrency_option(value: str | None) -> dict[str, tuple[int, ...]]:
             f"time is the TPOT rounds' own), or 0 to skip the sweep; not {value!r}"
         )
     return {"concurrency": tuple(sorted(levels))}
+
+
+def scenario_options(scenario: str, slo: str | None) -> dict[str, Any]:
+    """--scenario and --slo as GenerateOptions' fields: server measures the highest
+    request rate within the target after the TPOT race."""
+    from bakeoff.generation.server_scenario import parse_slo
+
+    if scenario == "server":
+        return {"scenario": "server", "slo": parse_slo(slo)}
+    if slo is not None:
+        raise UserError("--slo: the target of --scenario server; add --scenario server")
+    return {}
 
 
 def run(
@@ -87,6 +99,7 @@ def print_generation(doc: dict[str, Any]) -> None:
         if c["status"] != "ok":
             out.print(f"  {c['id']}: {c['status']}: {escape(c['reason'])}", highlight=False)
     _print_concurrency(doc)
+    _print_server(doc)
     out.print("Verdict")
     for what, words in headlines(doc):
         out.print(f"  {what}: {escape(words)}", highlight=False)
@@ -118,3 +131,53 @@ def _print_concurrency(doc: dict[str, Any]) -> None:
     for c in swept:
         if c.get("concurrency_lost"):
             out.print(f"  {c['id']}: {escape(c['concurrency_lost'])}", highlight=False)
+
+
+def _print_server(doc: dict[str, Any]) -> None:
+    """The server scenario: each engine's highest rate within the target, then every
+    rate it was sent."""
+    served = [c for c in doc["candidates"] if c.get("server")]
+    target = doc["verdict"].get("server_rate", {}).get("target")
+    if not served or target is None:
+        return
+    table = Table(
+        title=f"server scenario: Poisson arrivals; target p99 TTFT {target['ttft_p99_ms']:.4g} ms, "
+        f"p99 TPOT {target['tpot_p99_ms']:.4g} ms"
+    )
+    for col in ("candidate", "highest rate /s", "goodput /s [95% CI]", "missed at /s", "batching"):
+        table.add_column(col, justify="left" if col in ("candidate", "batching") else "right")
+    for c in served:
+        top = c["server"].get("highest_rate")
+        if top is None:
+            cells = ["-", "-", _rate(c["server"].get("lowest_missed"))]
+        else:
+            good = top["goodput"]
+            lo, hi = good["ci95"]
+            cells = [
+                f"{top['requests_per_s']:.3g}",
+                f"{good['value']:.3g} [{lo:.3g}-{hi:.3g}]",
+                _rate(c["server"].get("lowest_missed")),
+            ]
+        why = c["server"].get("lost") or c["server"].get("batching", "")
+        table.add_row(c["id"], *cells, escape(str(why)))
+    out.print(fitted(table, out.width))
+    rates = Table(title="each rate sent: p50 / p99 ms")
+    for col in ("candidate", "rate /s", "TTFT", "TPOT", "goodput /s", "tokens/s", "running", "met"):
+        rates.add_column(col, justify="left" if col == "candidate" else "right")
+    for c in served:
+        for step in sorted(c["server"].get("tested", []), key=lambda s: (s["rate"], s["seed"])):
+            rates.add_row(
+                c["id"],
+                f"{step['rate']:.3g}",
+                f"{step['ttft_ms']['p50']:.3g} / {step['ttft_ms']['p99']:.3g}",
+                f"{step['tpot_ms']['p50']:.3g} / {step['tpot_ms']['p99']:.3g}",
+                f"{step['goodput']:.3g}",
+                f"{step['output_tokens_per_s']:.0f}",
+                f"{step['mean_running']:.2g}",
+                "yes" if step["met"] else "no",
+            )
+    out.print(fitted(rates, out.width))
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"

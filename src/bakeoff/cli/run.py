@@ -84,6 +84,13 @@ ConcurrencyOpt = Annotated[
         "comma-separated (default 2,4,8; 0 skips the sweep)"
     ),
 ]
+SloOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="text generation, --scenario server: the target, ttft_p99_ms=MS,tpot_p99_ms=MS "
+        "(default: 4x the reference's p99 TTFT and 2x its p99 TPOT one request at a time)"
+    ),
+]
 ClusterOpt = Annotated[
     str | None,
     typer.Option(
@@ -247,6 +254,7 @@ def _run_generative(generative: Any, inference_only: dict[str, bool], f: RunFlag
         trial_timeout_s=f.trial_timeout,
         budget_s=f.budget,
         **generation.concurrency_option(f.concurrency),
+        **generation.scenario_options(f.scenario, f.slo),
     )
     return generation.run(generative, gen_opts, f.json_path)
 
@@ -281,6 +289,7 @@ class RunFlags:
     store: Path
     mlflow: str | None
     concurrency: str | None
+    slo: str | None
     cluster: str | None
     cluster_tmp: Path | None
     per_node_type: bool
@@ -315,6 +324,7 @@ def run(
     store: StoreOpt = DEFAULT_STORE,
     mlflow: MlflowOpt = None,
     concurrency: ConcurrencyOpt = None,
+    slo: SloOpt = None,
     cluster: ClusterOpt = None,
     cluster_tmp: ClusterTmpOpt = None,
     per_node_type: PerNodeTypeOpt = False,
@@ -358,7 +368,7 @@ def _run(f: RunFlags) -> int:
             "--batch-sizes": f.batch_sizes is not None,
             "--margin": f.margin is not None,
             "--ci-target": f.ci_target is not None,
-            "--scenario": f.scenario != "latency",
+            "--scenario": f.scenario not in ("latency", "server"),
             "--cold-starts": f.cold_starts != 1,
             "--worker-per-batch-size": f.worker_per_batch_size,
             "--target": f.target is not None,
@@ -368,8 +378,9 @@ def _run(f: RunFlags) -> int:
             "--data": f.data is not None,
         }
         return _run_generative(generative, inference_only, f)
-    if f.concurrency is not None:
-        raise UserError("--concurrency: for a text-generation workload only")
+    if f.concurrency is not None or f.slo is not None:
+        flag = "--concurrency" if f.concurrency is not None else "--slo"
+        raise UserError(f"{flag}: for a text-generation workload only")
     opts = api.RunOptions(
         runtimes=_csv(f.runtimes),
         precisions=_csv(f.precisions),

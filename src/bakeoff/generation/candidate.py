@@ -8,6 +8,7 @@ are kept here, round by round, in the same shape as the timed samples."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from bakeoff.candidate_core import CandidateCore
 from bakeoff.judge.generation import GenerationQuality
@@ -44,6 +45,9 @@ class GenCandidate(CandidateCore):
     # (each whole passes over the prompts); why it stopped short, if it did.
     concurrency: dict[int, list[ConcurrentRound]] = field(default_factory=dict)
     concurrency_lost: str = ""
+    # The server scenario (`generation.server_scenario`): the rates tested, the highest
+    # one within the target, the batching it had; or why its worker was lost.
+    server: dict[str, Any] = field(default_factory=dict)
 
     @property
     def id(self) -> str:

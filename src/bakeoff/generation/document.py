@@ -71,6 +71,8 @@ def candidate_document(c: GenCandidate) -> dict[str, Any]:
         doc.setdefault("concurrency", {})[str(level)] = _level_document(rounds)
     if c.concurrency_lost:
         doc["concurrency_lost"] = c.concurrency_lost
+    if c.server:
+        doc["server"] = c.server
     return doc
 
 

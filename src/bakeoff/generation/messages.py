@@ -62,5 +62,22 @@ class Concurrent(Command):
     passes: int = 1
 
 
+@dataclass(frozen=True, kw_only=True)
+class Arrivals(Command):
+    """The server scenario: `requests` requests arriving as a Poisson process at
+    `rate_per_s`, prompts drawn from the workload's (seeded), served through the
+    engine's own scheduler (or, without one, a queue that forms static batches of
+    up to `max_batch`); reply: `Timed` with each request's time to first token from
+    its arrival, the schedule's wall time, and in `extra` each one's `tpot_ns`,
+    `tokens`, `arrived_ns`, `last_ns` and `running_milli` (mean requests in the
+    engine beside it, itself included, in thousandths)."""
+
+    kind: ClassVar[str] = "arrivals"
+    rate_per_s: float
+    requests: int
+    seed: int = 0
+    max_batch: int = 8
+
+
 JOBS: dict[str, type[Job]] = by_kind([GenerateJob])
-COMMANDS: dict[str, type[Command]] = by_kind([*MEASURING_COMMANDS, Concurrent])
+COMMANDS: dict[str, type[Command]] = by_kind([*MEASURING_COMMANDS, Concurrent, Arrivals])

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from bakeoff.generation.document import (
 )
 from bakeoff.generation.messages import Concurrent, GenerateJob, GenerateSpec
 from bakeoff.generation.reference import GenReference, reference_outputs
+from bakeoff.generation.server_scenario import ServerSweep, server_verdict
 from bakeoff.judge import generation as gen
 from bakeoff.lifecycle import FinishedRun, StoreEvents, lifecycle, new_run_id
 from bakeoff.paths import DEFAULT_STORE
@@ -96,6 +97,10 @@ class GenerateOptions:
     trial_timeout_s: float = 600.0
     budget_s: float | None = None  # the rounds' budget (default 90 s, --quick 30 s)
     concurrency: tuple[int, ...] = CONCURRENCY
+    # "server": after the TPOT race, the highest request rate each engine sustains
+    # within the target `slo` (generation.server_scenario), instead of the sweep
+    scenario: str = "latency"
+    slo: dict[str, float] = field(default_factory=dict)
 
 
 # a finished run of this kind: its id, document and exit code
@@ -275,7 +280,12 @@ def run_generation(
     store_path = Path(opts.store).resolve()
     # Not resumable: an interrupted generative run is marked failed.
     with lifecycle(store_path, run_id, resumable=False) as run:
-        asked = {"kind": "generate", "workload": w.origin, "quick": opts.quick}
+        asked = {
+            "kind": "generate",
+            "workload": w.origin,
+            "quick": opts.quick,
+            "scenario": opts.scenario,
+        }
         run.start(w.name, env, {**asked, "threads": threads})
         say(
             f"run {run_id}: {w.name}, {len(w.prompts)} prompts, {w.max_new_tokens} new "
@@ -287,6 +297,18 @@ def run_generation(
             run.store.put_candidate(run_id, c)
         run.finish(doc)
         return GenerateResult(run_id, doc)
+
+
+def _server_sweep(opts: GenerateOptions, events: _Events) -> ServerSweep:
+    quick = opts.quick
+    return ServerSweep(
+        opts.slo,
+        requests=24 if quick else 64,
+        steps=3 if quick else 5,
+        repeats=2 if quick else 3,
+        timeout_s=opts.trial_timeout_s,
+        note=lambda text: events.note(text, None),
+    )
 
 
 def _python(runtime: str) -> str | None:
@@ -361,6 +383,7 @@ def _measure(
         settings.seed,
         events,
     )
+    server = _server_sweep(opts, events) if opts.scenario == "server" else None
     outcome = run_trials(
         pending,
         jobs,
@@ -369,17 +392,20 @@ def _measure(
             launcher,
             settings,
             events,
-            after_race=sweep if opts.concurrency else None,
+            after_race=server or (sweep if opts.concurrency else None),
             baselines=frozenset({GenCandidate(*REFERENCE).id}),
         ),
     )
     trials_s = time.perf_counter() - t_trials
     verdict = tpot_verdict(candidates, settings)
-    sweep_verdict = concurrency_verdict(
-        candidates, sweep.rounds_done, settings, asked=bool(opts.concurrency)
-    )
     timing = {"reference": reference_s, "trials": trials_s, **outcome.phases}
-    verdicts = {"tpot_batch_1": verdict, "tokens_per_s_concurrency": sweep_verdict}
+    verdicts: dict[str, Any] = {"tpot_batch_1": verdict}
+    if server is not None:
+        verdicts["server_rate"] = server_verdict(candidates, server.target)
+    else:
+        verdicts["tokens_per_s_concurrency"] = concurrency_verdict(
+            candidates, sweep.rounds_done, settings, asked=bool(opts.concurrency)
+        )
     return _document(w, env, run_id, gate, reference, candidates, verdicts, timing)
 
 

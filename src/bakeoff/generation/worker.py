@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff import generators
-from bakeoff.generation.messages import JOBS, Concurrent, GenerateJob, GenerateSpec
+from bakeoff.generation.messages import JOBS, Arrivals, Concurrent, GenerateJob, GenerateSpec
 from bakeoff.trials.jobs import Exit, Job, JobError, Measure, Peak, Timed, Warmup
 from bakeoff.trials.memory import PeakMemory
 from bakeoff.trials.worker import Handlers, answer_until_exit, send, serve
@@ -177,6 +177,35 @@ class Generating:
         extra = {"tokens": tokens, "batch_ns": batch_ns}
         return Timed(ttft, self.clock() - block_start, extra).to_json()
 
+    def arrivals(self, cmd: Arrivals) -> dict[str, Any]:
+        """Requests arriving over time, through the engine's scheduler where it has
+        one, else a queue (static batches, or one at a time without batching)."""
+        from bakeoff.generators import arrivals as arr
+
+        if cmd.rate_per_s <= 0 or cmd.requests < 1 or cmd.max_batch < 1:
+            raise JobError(f"a rate above 0, requests and max_batch of at least 1, not {cmd}")
+        schedule = arr.poisson_schedule(cmd.rate_per_s, cmd.requests, self.prompts, cmd.seed)
+        new = self.spec.max_new_tokens
+        began = self.clock()
+        serve = getattr(self.gen, "serve", None)
+        if serve is not None:
+            served = serve(schedule, new)
+        elif str(self.gen.settings.get("batching", "")).startswith("none"):
+            served = arr.one_at_a_time(schedule, self.gen.generate, new, self.clock)
+        else:
+            served = arr.queue_in_batches(
+                schedule, self.gen.generate_batch, new, cmd.max_batch, self.clock
+            )
+        extra = {
+            "tpot_ns": [s.tpot_ns for s in served],
+            "tokens": [s.tokens for s in served],
+            "arrived_ns": [s.arrived_ns for s in served],
+            "last_ns": [s.last_ns for s in served],
+            # Timed's figures are whole numbers: mean running requests in thousandths
+            "running_milli": [round(s.running * 1000) for s in served],
+        }
+        return Timed([s.ttft_ns for s in served], self.clock() - began, extra).to_json()
+
     def peak(self, _cmd: Peak | Exit) -> dict[str, Any]:
         return {"peak_rss_mb": self.memory.mb()}
 
@@ -185,6 +214,7 @@ class Generating:
             Warmup: self.warm_up,
             Measure: self.measure,
             Concurrent: self.concurrent,
+            Arrivals: self.arrivals,
             Peak: self.peak,
             Exit: self.peak,
         }

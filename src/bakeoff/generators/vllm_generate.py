@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.generators import Batch, OnToken, eos_ids, until_end
+from bakeoff.generators.arrivals import Arrival, Served, wait_until
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 KV_CACHE_GIB = "1"
@@ -141,6 +142,56 @@ class VllmGenerator:
             self._fits(prompt, max_new_tokens)
         outs, first = self._run(prompts, self._params(max_new_tokens))
         return Batch([until_end(list(o.outputs[0].token_ids), self.eos) for o in outs], first)
+
+    def serve(self, schedule: Sequence[Arrival], max_new_tokens: int) -> list[Served]:
+        """Requests as they arrive (the server scenario): each is added to the engine
+        when its time comes, and every `step()` of vLLM's scheduler decodes the running
+        ones and admits waiting ones; between arrivals with nothing running, it sleeps."""
+        clock = time.perf_counter_ns
+        params = self._params(max_new_tokens)
+        for arrival in schedule:
+            self._fits(arrival.prompt, max_new_tokens)
+        index: dict[str, int] = {}
+        first: dict[int, int] = {}
+        last: dict[int, int] = {}
+        tokens: dict[int, int] = {}
+        running = dict.fromkeys(range(len(schedule)), 0)
+        steps = dict.fromkeys(range(len(schedule)), 0)
+        flight: set[int] = set()
+        start = clock()
+        nxt = 0
+        while nxt < len(schedule) or flight:
+            now = clock() - start
+            while nxt < len(schedule) and schedule[nxt].at_ns <= now:
+                rid = f"r{next(self._ids)}"
+                index[rid] = nxt
+                prompt = self.TokensPrompt(prompt_token_ids=list(schedule[nxt].prompt))
+                self.engine.add_request(rid, prompt, params)
+                flight.add(nxt)
+                nxt += 1
+            if not flight:
+                wait_until(clock, start, schedule[nxt].at_ns)
+                continue
+            outs = self.engine.step()
+            at = clock() - start
+            for i in flight:
+                running[i] += len(flight)
+                steps[i] += 1
+            for out in outs:
+                i = index[out.request_id]
+                got = len(until_end(list(out.outputs[0].token_ids), self.eos)) if out.outputs else 0
+                if got > tokens.get(i, 0):
+                    first.setdefault(i, at)
+                    last[i] = at
+                    tokens[i] = got
+                if out.finished:
+                    first.setdefault(i, at)  # it ended its text at once: its answer came then
+                    last.setdefault(i, at)
+                    flight.discard(i)
+        return [
+            Served(a.at_ns, first[i], last[i], tokens.get(i, 0), running[i] / max(steps[i], 1))
+            for i, a in enumerate(schedule)
+        ]
 
     def nll(self, tokens: Sequence[int]) -> tuple[float, int]:
         if len(tokens) < 2:

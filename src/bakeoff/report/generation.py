@@ -53,6 +53,9 @@ def headlines(doc: dict[str, Any]) -> list[tuple[str, str]]:
     each number of requests at once (or why there was no sweep)."""
     verdict = doc["verdict"]
     out = [("time per output token at batch 1", verdict["tpot_batch_1"]["headline"])]
+    if "server_rate" in verdict:  # the server scenario, in place of the sweep
+        out.append(("request rate within the target", verdict["server_rate"]["headline"]))
+        return out
     conc = verdict["tokens_per_s_concurrency"]
     for level, lv in conc.get("per_concurrency", {}).items():
         out.append((f"tokens/s, {level} requests at once", lv["headline"]))

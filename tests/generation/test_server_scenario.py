@@ -1,0 +1,232 @@
+"""The generative server scenario: Poisson arrivals through each engine's own
+scheduler, the search for the highest rate within a TTFT / TPOT target, and its
+verdict; planted engines (one that batches continuously, one that serves one
+request at a time) in simulated time, and real queues around real sleeps."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from bakeoff.errors import UserError
+from bakeoff.generation.candidate import GenCandidate
+from bakeoff.generation.server_scenario import (
+    Target,
+    parse_slo,
+    rate_step,
+    search,
+    server_verdict,
+    target_for,
+)
+from bakeoff.generators import Batch
+from bakeoff.generators.arrivals import (
+    Arrival,
+    one_at_a_time,
+    poisson_schedule,
+    queue_in_batches,
+)
+from bakeoff.trials.jobs import Timed
+
+PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8]]
+TOKENS = 8  # every planted request writes this many
+TARGET = Target(50.0, 10.0, {"ttft_p99_ms": "given", "tpot_p99_ms": "given"})
+
+
+def _timed(arrived: list[int], first: list[int], last: list[int], running: list[float]) -> Timed:
+    tpot = [(b - a) // (TOKENS - 1) for a, b in zip(first, last, strict=True)]
+    extra = {
+        "tpot_ns": tpot,
+        "tokens": [TOKENS] * len(arrived),
+        "arrived_ns": arrived,
+        "last_ns": last,
+        "running_milli": [round(r * 1000) for r in running],
+    }
+    return Timed([f - a for a, f in zip(arrived, first, strict=True)], max(last), extra)
+
+
+def one_at_a_time_engine(schedule: Sequence[Arrival]) -> Timed:
+    """Each request alone: a 5 ms prefill, then 7 tokens 2.5 ms apart (22.5 ms)."""
+    free, first, last = 0, [], []
+    for a in schedule:
+        start = max(a.at_ns, free)
+        first.append(start + 5_000_000)
+        last.append(first[-1] + (TOKENS - 1) * 2_500_000)
+        free = last[-1]
+    return _timed([a.at_ns for a in schedule], first, last, [1.0] * len(schedule))
+
+
+def continuous_engine(schedule: Sequence[Arrival], slots: int = 8) -> Timed:
+    """A 2.5 ms step decodes every running request and admits waiting ones (up to
+    `slots`), as vLLM's scheduler does: a request's first token comes in the step
+    that admits it."""
+    n = len(schedule)
+    first, last = [0] * n, [0] * n
+    written, running_sum, steps = [0] * n, [0.0] * n, [0] * n
+    waiting: list[int] = []
+    running: list[int] = []
+    nxt, now = 0, 0
+    while nxt < n or waiting or running:
+        while nxt < n and schedule[nxt].at_ns <= now:
+            waiting.append(nxt)
+            nxt += 1
+        if not waiting and not running:
+            now = schedule[nxt].at_ns
+            continue
+        while waiting and len(running) < slots:
+            running.append(waiting.pop(0))
+        now += 2_500_000
+        for i in running:
+            written[i] += 1
+            running_sum[i] += len(running)
+            steps[i] += 1
+            if written[i] == 1:
+                first[i] = now
+            last[i] = now
+        running = [i for i in running if written[i] < TOKENS]
+    mean = [running_sum[i] / steps[i] for i in range(n)]
+    return _timed([a.at_ns for a in schedule], first, last, mean)
+
+
+def _probe(engine):  # type: ignore[no-untyped-def]
+    def probe(rate: float, seed: int):  # type: ignore[no-untyped-def]
+        timed = engine(poisson_schedule(rate, 64, PROMPTS, seed))
+        return rate_step(timed, rate, seed, TARGET)
+
+    return probe
+
+
+def _candidate(runtime: str, found: dict) -> GenCandidate:
+    c = GenCandidate(runtime, "fp32")
+    c.set_status("ok")
+    c.server = found
+    return c
+
+
+def test_continuous_batching_sustains_the_higher_rate_and_the_verdict_says_so() -> None:
+    serial = search(_probe(one_at_a_time_engine), 10.0, steps=4, repeats=2)
+    continuous = search(_probe(continuous_engine), 10.0, steps=4, repeats=2)
+    low, high = serial["highest_rate"], continuous["highest_rate"]
+    assert low is not None and high is not None
+    # one at a time: under 1 / 22.5 ms = 44 requests/s; eight at a time: far more
+    assert low["requests_per_s"] < 44 < high["requests_per_s"]
+    for found in (serial, continuous):
+        top = found["highest_rate"]
+        assert top["repeats"] == 3 and top["bracket"][0] < top["bracket"][1]
+        lo, hi = top["goodput"]["ci95"]
+        assert 0 < lo <= top["goodput"]["value"] <= hi
+        at = {
+            rate: [s["met"] for s in found["tested"] if s["rate"] == rate]
+            for rate in top["bracket"]
+        }
+        # met in every send at the highest rate; missed at least once at the next
+        assert all(at[top["requests_per_s"]]) and not all(at[found["lowest_missed"]])
+    # the continuous engine ran several requests at once; the other never did
+    assert max(s["mean_running"] for s in continuous["tested"]) > 2
+    assert {s["mean_running"] for s in serial["tested"]} == {1.0}
+    v = server_verdict([_candidate("torch", serial), _candidate("vllm", continuous)], TARGET)
+    assert v["winner"] == "vllm-fp32" and v["ranking"] == ["vllm-fp32", "torch-fp32"]
+    assert v["ties"] == [] and "torch-fp32 missed it at" in v["headline"]
+    assert v["target"]["ttft_p99_ms"] == 50.0
+
+
+def test_an_engine_not_shown_to_miss_the_leaders_rate_is_tied_with_it() -> None:
+    found = search(_probe(continuous_engine), 10.0, steps=4, repeats=2)
+    never_missed = {**found, "lowest_missed": None}
+    v = server_verdict([_candidate("vllm", found), _candidate("torch", never_missed)], TARGET)
+    assert v["ties"] and "not separated" in v["headline"]
+
+
+def test_a_target_no_rate_meets_is_said() -> None:
+    impossible = Target(0.001, 0.001, {})
+
+    def probe(rate: float, seed: int):  # type: ignore[no-untyped-def]
+        timed = one_at_a_time_engine(poisson_schedule(rate, 16, PROMPTS, seed))
+        return rate_step(timed, rate, seed, impossible)
+
+    found = search(probe, 10.0, steps=2, repeats=1)
+    assert found["highest_rate"] is None and len(found["tested"]) == 9  # 1 + 8 halvings
+    v = server_verdict([_candidate("torch", found)], impossible)
+    assert v["winner"] is None and "no engine met the target" in v["headline"]
+
+
+def test_the_target_is_given_or_derived_from_the_references_rounds() -> None:
+    ref = GenCandidate("torch", "fp32")
+    ref.rounds_ns = [[2_000_000] * 10, [4_000_000] * 10]  # TPOT
+    ref.ttft_ns = [[10_000_000] * 10, [10_000_000] * 10]
+    derived = target_for([ref], {"tpot_p99_ms": 7.5})
+    assert derived.tpot_p99_ms == 7.5 and derived.how["tpot_p99_ms"] == "given (--slo)"
+    assert derived.ttft_p99_ms == pytest.approx(40.0)
+    assert derived.how["ttft_p99_ms"].startswith("4x torch-fp32's p99 TTFT")
+    assert target_for([ref], {}).tpot_p99_ms == pytest.approx(8.0, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("ttft_p99_ms=abc", "'ttft_p99_ms=abc'"),
+        ("ttft=100", "'ttft=100'"),
+        ("tpot_p99_ms=-1", "above 0"),
+        ("tpot_p99_ms", "KEY=MS"),
+    ],
+)
+def test_a_bad_slo_is_named(text: str, words: str) -> None:
+    with pytest.raises(UserError, match="--slo") as caught:
+        parse_slo(text)
+    assert words in str(caught.value)
+
+
+def test_a_good_slo_is_read() -> None:
+    assert parse_slo("ttft_p99_ms=200, tpot_p99_ms=20.5") == {
+        "ttft_p99_ms": 200.0,
+        "tpot_p99_ms": 20.5,
+    }
+    assert parse_slo(None) == {}
+
+
+def test_poisson_arrivals_are_seeded_and_at_the_rate() -> None:
+    a = poisson_schedule(100.0, 2000, PROMPTS, seed=3)
+    assert a == poisson_schedule(100.0, 2000, PROMPTS, seed=3)
+    assert a != poisson_schedule(100.0, 2000, PROMPTS, seed=4)
+    assert a[0].at_ns == 0 and all(x.at_ns <= y.at_ns for x, y in itertools.pairwise(a))
+    assert (len(a) - 1) / (a[-1].at_ns / 1e9) == pytest.approx(100.0, rel=0.1)
+    assert {tuple(x.prompt) for x in a} == {tuple(p) for p in PROMPTS}
+    with pytest.raises(ValueError, match="rate above 0"):
+        poisson_schedule(0.0, 10, PROMPTS, 0)
+
+
+def test_a_queue_forms_static_batches_of_what_has_arrived() -> None:
+    """An engine without a scheduler: requests that arrived while it was busy go in
+    together, at most max_batch, and wait for the whole batch."""
+    batches: list[int] = []
+
+    def generate_batch(prompts: Sequence[Sequence[int]], new: int) -> Batch:
+        batches.append(len(prompts))
+        time.sleep(0.05)
+        return Batch([[9] * new for _ in prompts], [10_000_000] * len(prompts))
+
+    schedule = [Arrival(0, [1]), *(Arrival(5_000_000 + i, [2]) for i in range(5))]
+    served = queue_in_batches(schedule, generate_batch, 4, max_batch=3)
+    assert batches == [1, 3, 2]
+    assert [s.running for s in served] == [1, 3, 3, 3, 2, 2]
+    assert all(s.tokens == 4 and s.first_ns > s.arrived_ns for s in served)
+    # the second batch started when the first ended: its requests waited for it
+    assert min(s.ttft_ns for s in served[1:4]) >= 40_000_000
+    assert served[1].last_ns == served[3].last_ns
+
+
+def test_one_at_a_time_stamps_each_token_and_queues_the_rest() -> None:
+    def generate(prompt: Sequence[int], new: int, on_token) -> list[int]:  # type: ignore[no-untyped-def]
+        for _ in range(new):
+            time.sleep(0.002)
+            on_token(7)
+        return [7] * new
+
+    schedule = [Arrival(0, [1]), Arrival(0, [2])]
+    first, second = one_at_a_time(schedule, generate, 5)
+    assert first.tokens == second.tokens == 5
+    assert second.first_ns > first.last_ns  # it waited for the first
+    assert np.isclose(first.tpot_ns, (first.last_ns - first.first_ns) / 4)
