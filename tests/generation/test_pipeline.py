@@ -95,6 +95,12 @@ def test_the_stored_run_is_shown_and_other_commands_refuse_it(
         refused = CliRunner().invoke(app, [*argv, "--store", store])
         assert isinstance(refused.exception, UserError), argv
         assert "text-generation run" in str(refused.exception)
+    # serve starts the engine's own server, or says why it cannot and what to run
+    argv = ["serve", doc["run_id"], "--candidate", "onnxruntime-genai-fp32", "--store", store]
+    served = CliRunner().invoke(app, argv)
+    assert served.exit_code == 1 and "ONNX Runtime GenAI has no server of its own" in served.output
+    off = CliRunner().invoke(app, ["serve", doc["run_id"], "--host", "0.0.0.0", "--store", store])
+    assert isinstance(off.exception, UserError) and "--token" in str(off.exception)
 
 
 def _report(run: tuple[dict, str], path: Path, fmt: str) -> str:
@@ -481,3 +487,68 @@ def test_slo_belongs_to_the_server_scenario(tmp_path: Path) -> None:
     assert said.code == 2 and "--slo: 'ttft=1'" in said.stderr
     said = call("run", str(wl), "--scenario", "offline")
     assert said.code == 2 and "--scenario" in said.stderr
+
+
+@pytest.mark.vllm
+def test_vllm_serves_arrivals_through_its_own_scheduler(tmp_path: Path) -> None:
+    """In the server scenario vLLM takes each request as it arrives: at the higher
+    rates it runs several at once (continuous batching), which a static queue cannot
+    do between its batches."""
+    if generators.availability("vllm"):
+        pytest.skip(str(generators.availability("vllm")))
+    wl = _workload(tmp_path)
+    result = CliRunner().invoke(
+        app,
+        [
+            "run", str(wl), "--quick", "--budget", "3", "--runtimes", "torch,vllm",
+            "--precisions", "fp32", "--scenario", "server", "--json", str(tmp_path / "g.json"),
+            "--store", str(tmp_path / "s.db"),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "g.json").read_text())
+    vllm = next(c for c in doc["candidates"] if c["id"] == "vllm-fp32")
+    assert vllm["server"]["batching"].startswith("continuous batching")
+    assert max(s["mean_running"] for s in vllm["server"]["tested"]) > 1.0
+    assert doc["verdict"]["server_rate"]["ranking"]
+    # `bakeoff serve RUN` starts vLLM's own OpenAI-compatible server; one completion
+    answer = _complete_through_served(doc["run_id"], tmp_path / "s.db", "vllm-fp32")
+    assert answer["choices"] and answer["model"] == "tiny-gpt2"
+
+
+def _complete_through_served(run_id: str, store: Path, candidate: str) -> dict:
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    bakeoff = str(Path(sys.executable).parent / "bakeoff")
+    served = subprocess.Popen(
+        [bakeoff, "serve", run_id, "--candidate", candidate, "--port", str(port),
+         "--store", str(store)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            assert served.poll() is None, served.stdout.read() if served.stdout else ""
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2)
+                break
+            except OSError:
+                time.sleep(1)
+        body = json.dumps({"model": "tiny-gpt2", "prompt": "def f(self):", "max_tokens": 4})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/completions",
+            data=body.encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            return json.loads(reply.read())
+    finally:
+        served.terminate()
+        served.wait(timeout=60)

@@ -95,7 +95,14 @@ def serve_cmd(
     ] = None,
     store: StoreOpt = DEFAULT_STORE,
 ) -> None:
-    """Serve a measured candidate over the Open Inference Protocol (v2) REST API."""
+    """Serve a measured candidate over the Open Inference Protocol (v2) REST API; a
+    text-generation run's winner through its engine's own OpenAI-compatible server."""
+    if not Path(target).is_dir():
+        from bakeoff import api
+
+        record = api.show_run(target, store)
+        if (record.get("settings") or {}).get("kind") == "generate":
+            raise typer.Exit(_serve_generative(record, candidate, host, port, token, store))
     missing = [m for m in _NEEDS if importlib.util.find_spec(m) is None]
     if missing:
         raise UserError(f"bakeoff serve needs {', '.join(missing)}: pip install 'bakeoff[serve]'")
@@ -125,3 +132,35 @@ def serve_cmd(
     code = serve(model, settings, host=host, port=port)
     if code:
         raise typer.Exit(code)
+
+
+def _serve_generative(
+    record: dict, candidate: str | None, host: str, port: int, token: str | None, store: Path
+) -> int:
+    """The engine's own server for a generative run's candidate, in the foreground
+    (its exit code), or its command and why bakeoff does not start it (1)."""
+    import os
+    import subprocess
+
+    from bakeoff.generation import serving
+    from bakeoff.paths import RunFolder
+    from bakeoff.serve.exposure import check_exposure
+
+    check_exposure(host, token)
+    doc = record["document"]
+    c, why = serving.chosen_candidate(doc, candidate)
+    folder = RunFolder.of(Path(store), doc["run_id"]).path
+    engine = serving.engine_server(doc, c, folder, host, port, token)
+    shown = serving.printable(engine.command, engine.env)
+    if not engine.startable:
+        out.print(f"not serving {c['id']} ({why}): {engine.why}", highlight=False, soft_wrap=True)
+        if engine.command:
+            out.print(f"  the command: {shown}", highlight=False, soft_wrap=True)
+        return 1
+    out.print(
+        f"serving {c['id']} ({why}) through {engine.server} on http://{host}:{port}/v1",
+        highlight=False,
+        soft_wrap=True,
+    )
+    out.print(f"  {shown}", highlight=False, soft_wrap=True)
+    return subprocess.run(engine.command, env={**os.environ, **engine.env}).returncode

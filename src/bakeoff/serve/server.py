@@ -4,7 +4,6 @@ in flight finished within --drain-s, then exit 0)."""
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import sys
 import time
@@ -15,28 +14,12 @@ import uvicorn
 
 from bakeoff.errors import UserError
 from bakeoff.serve.app import create_app
+from bakeoff.serve.exposure import check_exposure, is_loopback  # noqa: F401 (theirs too)
 from bakeoff.serve.model import Servable
 from bakeoff.serve.serving import ServeSettings, Serving
 
 # Idle keep-alive connections are closed after this many seconds (nginx's default).
 KEEP_ALIVE_S = 75
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a name: it may resolve anywhere, so it needs a token
-
-
-def check_exposure(host: str, token: str | None) -> None:
-    if not is_loopback(host) and not token:
-        raise UserError(
-            f"--host {host} is not a loopback address: give --token T (or set "
-            "BAKEOFF_SERVE_TOKEN) so that every request must carry it"
-        )
 
 
 class _Server(uvicorn.Server):
