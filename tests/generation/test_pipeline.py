@@ -438,27 +438,34 @@ def test_vllm_runs_in_its_own_environment_through_the_gate_and_the_sweep(tmp_pat
     assert set(vllm["concurrency"]) == {"1", "4"} and vllm["tpot_ms"]["ci95"]
 
 
-def test_the_server_scenario_finds_each_engines_highest_rate_within_the_target(
-    tmp_path: Path,
-) -> None:
-    """--scenario server: after the TPOT race, Poisson arrivals at rates searched per
-    engine, the target given in part and derived for the rest, a verdict on the rate,
-    each engine's batching named; the sweep is not run."""
-    wl = _workload(tmp_path)
+@pytest.fixture(scope="module")
+def server_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path]:
+    """--scenario server on torch and ONNX Runtime GenAI: (document, output, store)."""
+    folder = tmp_path_factory.mktemp("server")
+    wl = _workload(folder)
+    store = folder / "s.db"
     result = CliRunner().invoke(
         app,
         [
             "run", str(wl), "--quick", "--budget", "3", "--runtimes", "torch,onnxruntime-genai",
             "--precisions", "fp32", "--scenario", "server", "--slo", "tpot_p99_ms=50",
-            "--json", str(tmp_path / "g.json"), "--store", str(tmp_path / "s.db"),
+            "--json", str(folder / "g.json"), "--store", str(store),
         ],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    doc = json.loads((tmp_path / "g.json").read_text())
+    return json.loads((folder / "g.json").read_text()), result.output, store
+
+
+def test_the_server_scenario_finds_each_engines_highest_rate_within_the_target(
+    server_run: tuple[dict, str, Path],
+) -> None:
+    """--scenario server: after the TPOT race, Poisson arrivals at rates searched per
+    engine, the target given in part and derived for the rest, a verdict on the rate,
+    each engine's batching named; the sweep is not run."""
+    doc, output, _ = server_run
     v = doc["verdict"]["server_rate"]
-    assert v["target"]["tpot_p99_ms"] == 50.0 and v["target"]["how"]["tpot_p99_ms"].startswith(
-        "given"
-    )
+    assert v["target"]["tpot_p99_ms"] == 50.0
+    assert v["target"]["how"]["tpot_p99_ms"].startswith("given")
     assert v["target"]["how"]["ttft_p99_ms"].startswith("4x torch-fp32's p99 TTFT")
     assert doc["verdicts"] == [doc["verdict"]["tpot_batch_1"], v]
     assert "tokens_per_s_concurrency" not in doc["verdict"]
@@ -475,8 +482,47 @@ def test_the_server_scenario_finds_each_engines_highest_rate_within_the_target(
             assert top["repeats"] == 3 and top["requests_per_s"] > 0
     if v["winner"] is not None:
         assert v["winner"] in {"torch-fp32", "onnxruntime-genai-fp32"} and v["headline"]
-    assert "server scenario: Poisson arrivals" in result.output
-    assert "each rate sent" in result.output and "request rate within the target" in result.output
+    assert "server scenario: Poisson arrivals" in output
+    assert "each rate sent" in output and "request rate within the target" in output
+
+
+def _server_report(server_run: tuple[dict, str, Path], path: Path) -> str:
+    doc, _, store = server_run
+    argv = ["report", doc["run_id"], "-o", str(path), "--store", str(store)]
+    written = CliRunner().invoke(app, argv)
+    assert written.exit_code == 0, written.output
+    return path.read_text()
+
+
+def test_the_server_scenarios_report_draws_ttft_against_the_offered_rate(
+    server_run: tuple[dict, str, Path], tmp_path: Path
+) -> None:
+    doc, _, _ = server_run
+    page = _server_report(server_run, tmp_path / "r.html")
+    assert 'id="section-server"' in page
+    assert "gen-server-ttft" in page and "gen-server-tradeoff" in page
+    ttft = page[page.index('id="gen-server-ttft"') : page.index('id="gen-server-tradeoff"')]
+    # one line per engine, and the target's, each with its title
+    assert ttft.count('class="line"') == len(doc["candidates"]) + 1
+    assert "target" in ttft
+    assert doc["verdict"]["server_rate"]["headline"] in html.unescape(page)
+
+
+@pytest.mark.browser
+def test_the_server_scenarios_charts_render_in_headless_chromium(
+    server_run: tuple[dict, str, Path], tmp_path: Path
+) -> None:
+    require_program(CHROMIUM, "apt-get install chromium (make browser)")
+    _doc, _, _ = server_run
+    page = tmp_path / "r.html"
+    _server_report(server_run, page)
+    seen = look_at(page, tmp_path / "profile")
+    assert seen["errors"] == [] and seen["outside"] == []
+    by_id = {c["id"]: c for c in seen["charts"]}
+    for chart in ("gen-server-ttft", "gen-server-tradeoff"):  # laid out, lines only
+        assert by_id[chart]["width"] > 300 and by_id[chart]["height"] > 200
+    drawn = [c for c in seen["charts"] if c["marks"]]
+    assert all(c["hit"] and c["titled"] for c in drawn), seen["charts"]
 
 
 def test_slo_belongs_to_the_server_scenario(tmp_path: Path) -> None:

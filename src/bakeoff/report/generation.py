@@ -2,10 +2,12 @@
 inference report's style and rules: inline SVG and CSS, nothing fetched, every
 string from the document escaped), or a Markdown summary.
 
-The page: the two verdicts (time per output token at batch 1; tokens/s with
-several requests at once); TPOT and tokens/s as bars with their CIs; every
-engine's figures in one table; tokens/s and TTFT p99 by requests at once; why an
-engine did not run; and the workload and machine.
+The page: the verdicts (time per output token at batch 1; tokens/s with several
+requests at once, or the server scenario's highest rate within its target); TPOT
+and tokens/s as bars with their CIs; every engine's figures in one table; tokens/s
+and TTFT p99 by requests at once; in the server scenario, TTFT p99 against the
+offered rate with the target drawn; why an engine did not run; and the workload
+and machine.
 """
 
 from __future__ import annotations
@@ -182,6 +184,76 @@ def _concurrency(doc: dict[str, Any]) -> str:
     )
 
 
+def _per_rate(c: dict[str, Any], key: str) -> tuple[list[float], list[float]]:
+    """Each rate sent, once (the worst of its sends), ascending: (rates, values)."""
+    worst: dict[float, float] = {}
+    for step in c["server"].get("tested", []):
+        value = step[key]["p99"] if key in ("ttft_ms", "tpot_ms") else step[key]
+        worst[step["rate"]] = max(worst.get(step["rate"], value), value)
+    rates = sorted(worst)
+    return rates, [worst[r] for r in rates]
+
+
+def _server(doc: dict[str, Any], colors: dict[str, str]) -> str:
+    """TTFT p99 against the offered rate per engine, the target drawn; tokens/s per
+    user against total tokens/s (the trade-off a rate buys); each engine's highest
+    rate."""
+    target = (doc["verdict"].get("server_rate") or {}).get("target")
+    served = [c for c in doc["candidates"] if (c.get("server") or {}).get("tested")]
+    if target is None or not served:
+        return ""
+    ttft = [charts.Curve(c["id"], *_per_rate(c, "ttft_ms"), color=colors[c["id"]]) for c in served]
+    everywhere = sorted({r for curve in ttft for r in curve.xs})
+    line = [everywhere[0], everywhere[-1]]
+    ttft.append(charts.Curve("target", line, [target["ttft_p99_ms"]] * 2, "#000000", dashed=True))
+    trade = []
+    for c in served:
+        steps = sorted(c["server"]["tested"], key=lambda s: s["output_tokens_per_s"])
+        per_user = [1000.0 / max(s["tpot_ms"]["p50"], 1e-9) for s in steps]
+        total = [s["output_tokens_per_s"] for s in steps]
+        trade.append(charts.Curve(c["id"], total, per_user, color=colors[c["id"]]))
+    rows = "".join(
+        f"<tr><td>{_e(c['id'])}</td><td>{_e(_highest(c))}</td>"
+        f"<td>{_e(c['server'].get('batching', ''))}</td></tr>"
+        for c in served
+    )
+    how = target["how"]
+    return (
+        f"<p class='note'>Poisson arrivals; target p99 TTFT {num(target['ttft_p99_ms'])} ms "
+        f"({_e(how['ttft_p99_ms'])}), p99 TPOT {num(target['tpot_p99_ms'])} ms "
+        f"({_e(how['tpot_p99_ms'])}).</p>"
+        + charts.curves(
+            "gen-server-ttft",
+            "TTFT p99 against the offered rate (the target dashed)",
+            ttft,
+            "offered requests/s",
+            "TTFT p99 ms",
+            log_y=True,
+        )
+        + charts.curves(
+            "gen-server-tradeoff",
+            "Tokens/s per user against total tokens/s, by offered rate",
+            trade,
+            "total output tokens/s",
+            "tokens/s per user (1000 / TPOT p50 ms)",
+        )
+        + "<table><thead><tr><th>engine</th><th>highest rate within the target</th>"
+        f"<th>batching</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+
+
+def _highest(c: dict[str, Any]) -> str:
+    top = c["server"].get("highest_rate")
+    if top is None:
+        return "met at no rate tried"
+    good = top["goodput"]
+    return (
+        f"{num(top['requests_per_s'])}/s (goodput {num(good['value'])} "
+        f"[{num(good['ci95'][0])}–{num(good['ci95'][1])}]; missed at "
+        f"{num(top['bracket'][1]) if top['bracket'][1] else '-'}/s)"
+    )
+
+
 def workload_words(doc: dict[str, Any]) -> str:
     wl = doc["workload"]
     lengths = wl["prompt_tokens"]
@@ -221,6 +293,7 @@ def _sections(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("speed", "Time per output token and tokens/s", _bars(doc, colors)),
         ("results", "All engines", _table(doc)),
         ("concurrency", "Under concurrency", _concurrency(doc)),
+        ("server", "Server scenario: request rate within the target", _server(doc, colors)),
         ("not-ok", "Rejected, failed and unavailable", not_ok_list(doc["candidates"])),
         ("workload", "Workload and machine", _workload(doc)),
     ]
