@@ -48,3 +48,33 @@ def with_tokenizer(folder: Path) -> Path:
     tokenizer = tiny_lm._tokenizer(["def __init__(self, name): return self.name"] * 20)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+SHORT = ["def __init__(self, name):", "return self.name", "self.name = name"]
+LONG = ["def __init__(self, name): return self.name def __init__(self, name): return self"]
+
+
+def generation_workload(folder: Path, *, extra_data: str = "", quality: str = "") -> Path:
+    """A text-generation workload on a tiny GPT-2 with a tokenizer: short prompts and
+    one long one, a held-out text, 8 new tokens each."""
+    model = with_tokenizer(tiny_gpt2(folder / "model", vocab=320))
+    (folder / "prompts.txt").write_text("\n".join(SHORT + LONG) + "\n")
+    (folder / "heldout.txt").write_text("self.name = name\nreturn self\n")
+    path = folder / "gen.toml"
+    path.write_text(
+        f"""name = "tiny-gpt2"
+
+[model]
+kind = "hf"
+path = "{model.name}"
+task = "text-generation"
+
+[data]
+prompts = "prompts.txt"
+perplexity_text = "heldout.txt"
+max_new_tokens = 8
+{extra_data}
+{quality}
+"""
+    )
+    return path

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from bakeoff import hardware
 from bakeoff.backends import (
     Availability,
     file_reference_note,
@@ -150,7 +151,13 @@ def test_an_int8_tflite_is_its_own_reference_and_gates_openvino(
         quantization = reference["settings"]["quantization"]
         assert quantization == {"weights": "int8, quantized in the file"}
         ov = by_id[f"openvino-fp32-b{batch}"]
-        assert ov["status"] == "ok", ov["reason"]
         assert ov["quality"]["drop"] is not None  # gated against the file on LiteRT
+        if hardware.int8_path() in ("amx", "vnni"):
+            assert ov["status"] == "ok", ov["reason"]
+        else:
+            # Without VNNI, OpenVINO's INT8 kernels round otherwise than LiteRT's
+            # (an AVX2 EPYC: cosine 0.976): gated, with the figure either way.
+            assert ov["status"] in ("ok", "rejected"), ov["reason"]
+            assert ov["status"] == "ok" or "quality gate" in ov["reason"]
     # no NNCF on weights that are int8 already
     assert "already int8" in by_id["left_out"]["openvino-int8-nncf"]

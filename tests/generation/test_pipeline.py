@@ -19,41 +19,14 @@ from bakeoff.workload import parse_spec
 from browser import CHROMIUM, look_at
 from extras import require_program
 from front_door import call
-from tiny_gpt2 import tiny_gpt2, with_tokenizer
+from tiny_gpt2 import generation_workload
 from widths import WIDTHS, assert_fits, printed_at
-
-SHORT = ["def __init__(self, name):", "return self.name", "self.name = name"]
-LONG = ["def __init__(self, name): return self.name def __init__(self, name): return self"]
-
-
-def _workload(folder: Path, *, extra_data: str = "", quality: str = "") -> Path:
-    model = with_tokenizer(tiny_gpt2(folder / "model", vocab=320))
-    (folder / "prompts.txt").write_text("\n".join(SHORT + LONG) + "\n")
-    (folder / "heldout.txt").write_text("self.name = name\nreturn self\n")
-    path = folder / "gen.toml"
-    path.write_text(
-        f"""name = "tiny-gpt2"
-
-[model]
-kind = "hf"
-path = "{model.name}"
-task = "text-generation"
-
-[data]
-prompts = "prompts.txt"
-perplexity_text = "heldout.txt"
-max_new_tokens = 8
-{extra_data}
-{quality}
-"""
-    )
-    return path
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
     folder = tmp_path_factory.mktemp("gen")
-    wl = _workload(folder)
+    wl = generation_workload(folder)
     result = CliRunner().invoke(
         app,
         [
@@ -243,7 +216,7 @@ def test_each_ok_candidate_has_tokens_per_s_and_ttft_p99_at_each_concurrency(
 
 
 def test_concurrency_levels_are_checked(tmp_path: Path) -> None:
-    wl = _workload(tmp_path)
+    wl = generation_workload(tmp_path)
     for bad in ("1,2", "2,2", "x", "-4"):
         got = CliRunner().invoke(app, ["run", str(wl), "--concurrency", bad])
         assert isinstance(got.exception, UserError), bad
@@ -273,19 +246,21 @@ def test_a_spec_for_generation_names_what_it_misses(tmp_path: Path) -> None:
 
 
 def test_a_prompt_too_long_for_the_model_is_refused_before_anything_runs(tmp_path: Path) -> None:
-    wl = _workload(tmp_path, extra_data="")
+    wl = generation_workload(tmp_path, extra_data="")
     (tmp_path / "prompts.txt").write_text("self " * 200 + "\n")
     with pytest.raises(UserError, match="exceeds the model's 128 positions"):
         api.load_generation(str(wl))
 
 
 def test_calibration_text_is_what_awq_and_gptq_tune_on_else_the_prompts(tmp_path: Path) -> None:
-    plain = api.load_generation(str(_workload(tmp_path / "a")))
+    plain = api.load_generation(str(generation_workload(tmp_path / "a")))
     assert plain.calibration_source == "prompts" and plain.calibration == plain.prompts
     folder = tmp_path / "b"
     folder.mkdir()
     (folder / "calib.txt").write_text("class A:\n    pass\n\n")
-    given = api.load_generation(str(_workload(folder, extra_data='calibration_text = "calib.txt"')))
+    given = api.load_generation(
+        str(generation_workload(folder, extra_data='calibration_text = "calib.txt"'))
+    )
     assert given.calibration_source == "data.calibration_text" and len(given.calibration) == 2
     (folder / "calib.txt").write_text("\n")
     with pytest.raises(UserError, match=r"data\.calibration_text = 'calib\.txt'"):
@@ -295,7 +270,7 @@ def test_calibration_text_is_what_awq_and_gptq_tune_on_else_the_prompts(tmp_path
 def test_a_model_that_is_not_a_causal_lm_is_refused(tmp_path: Path) -> None:
     from transformers import BertConfig, BertModel
 
-    wl = _workload(tmp_path)
+    wl = generation_workload(tmp_path)
     config = BertConfig(
         hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
         vocab_size=320,
@@ -309,7 +284,7 @@ def test_other_commands_say_they_do_not_take_generative_workloads_yet(tmp_path: 
     from bakeoff.loader import load_workload
 
     with pytest.raises(UserError, match="text-generation workload"):
-        load_workload(str(_workload(tmp_path)))
+        load_workload(str(generation_workload(tmp_path)))
     with pytest.raises(UserError, match="text-generation workload"):
         load_workload("builtin:tiny-lm")
     flags = CliRunner().invoke(app, ["run", str(tmp_path / "gen.toml"), "--batch-sizes", "1,8"])
@@ -373,7 +348,7 @@ def test_a_runtime_that_crashes_on_one_prompt_length_fails_alone(
     monkeypatch.setenv(
         "PYTHONPATH", os.pathsep.join(filter(None, [str(inject), os.environ.get("PYTHONPATH")]))
     )
-    wl = _workload(tmp_path)
+    wl = generation_workload(tmp_path)
     w = api.load_generation(str(wl))
     assert w is not None
     lengths = [len(p) for p in w.prompts]
@@ -419,7 +394,7 @@ def test_vllm_runs_in_its_own_environment_through_the_gate_and_the_sweep(tmp_pat
     reference's tokens, and the sweep labels its batching as vLLM's continuous one."""
     if generators.availability("vllm"):
         pytest.skip(str(generators.availability("vllm")))
-    wl = _workload(tmp_path)
+    wl = generation_workload(tmp_path)
     result = CliRunner().invoke(
         app,
         [
@@ -438,95 +413,8 @@ def test_vllm_runs_in_its_own_environment_through_the_gate_and_the_sweep(tmp_pat
     assert set(vllm["concurrency"]) == {"1", "4"} and vllm["tpot_ms"]["ci95"]
 
 
-@pytest.fixture(scope="module")
-def server_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path]:
-    """--scenario server on torch and ONNX Runtime GenAI: (document, output, store)."""
-    folder = tmp_path_factory.mktemp("server")
-    wl = _workload(folder)
-    store = folder / "s.db"
-    result = CliRunner().invoke(
-        app,
-        [
-            "run", str(wl), "--quick", "--budget", "3", "--runtimes", "torch,onnxruntime-genai",
-            "--precisions", "fp32", "--scenario", "server", "--slo", "tpot_p99_ms=50",
-            "--json", str(folder / "g.json"), "--store", str(store),
-        ],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    return json.loads((folder / "g.json").read_text()), result.output, store
-
-
-def test_the_server_scenario_finds_each_engines_highest_rate_within_the_target(
-    server_run: tuple[dict, str, Path],
-) -> None:
-    """--scenario server: after the TPOT race, Poisson arrivals at rates searched per
-    engine, the target given in part and derived for the rest, a verdict on the rate,
-    each engine's batching named; the sweep is not run."""
-    doc, output, _ = server_run
-    v = doc["verdict"]["server_rate"]
-    assert v["target"]["tpot_p99_ms"] == 50.0
-    assert v["target"]["how"]["tpot_p99_ms"].startswith("given")
-    assert v["target"]["how"]["ttft_p99_ms"].startswith("4x torch-fp32's p99 TTFT")
-    assert doc["verdicts"] == [doc["verdict"]["tpot_batch_1"], v]
-    assert "tokens_per_s_concurrency" not in doc["verdict"]
-    for c in doc["candidates"]:
-        assert c["status"] == "ok", c["reason"]
-        server = c["server"]
-        assert server["batching"].startswith("static batches")
-        assert len(server["tested"]) >= 3
-        for step in server["tested"]:
-            assert step["requests"] == 24 and step["ttft_ms"]["p99"] >= step["ttft_ms"]["p50"] > 0
-            assert step["goodput"] <= step["completed_per_s"] + 1e-9
-        top = server["highest_rate"]
-        if top is not None:
-            assert top["repeats"] == 3 and top["requests_per_s"] > 0
-    if v["winner"] is not None:
-        assert v["winner"] in {"torch-fp32", "onnxruntime-genai-fp32"} and v["headline"]
-    assert "server scenario: Poisson arrivals" in output
-    assert "each rate sent" in output and "request rate within the target" in output
-
-
-def _server_report(server_run: tuple[dict, str, Path], path: Path) -> str:
-    doc, _, store = server_run
-    argv = ["report", doc["run_id"], "-o", str(path), "--store", str(store)]
-    written = CliRunner().invoke(app, argv)
-    assert written.exit_code == 0, written.output
-    return path.read_text()
-
-
-def test_the_server_scenarios_report_draws_ttft_against_the_offered_rate(
-    server_run: tuple[dict, str, Path], tmp_path: Path
-) -> None:
-    doc, _, _ = server_run
-    page = _server_report(server_run, tmp_path / "r.html")
-    assert 'id="section-server"' in page
-    assert "gen-server-ttft" in page and "gen-server-tradeoff" in page
-    ttft = page[page.index('id="gen-server-ttft"') : page.index('id="gen-server-tradeoff"')]
-    # one line per engine, and the target's, each with its title
-    assert ttft.count('class="line"') == len(doc["candidates"]) + 1
-    assert "target" in ttft
-    assert doc["verdict"]["server_rate"]["headline"] in html.unescape(page)
-
-
-@pytest.mark.browser
-def test_the_server_scenarios_charts_render_in_headless_chromium(
-    server_run: tuple[dict, str, Path], tmp_path: Path
-) -> None:
-    require_program(CHROMIUM, "apt-get install chromium (make browser)")
-    _doc, _, _ = server_run
-    page = tmp_path / "r.html"
-    _server_report(server_run, page)
-    seen = look_at(page, tmp_path / "profile")
-    assert seen["errors"] == [] and seen["outside"] == []
-    by_id = {c["id"]: c for c in seen["charts"]}
-    for chart in ("gen-server-ttft", "gen-server-tradeoff"):  # laid out, lines only
-        assert by_id[chart]["width"] > 300 and by_id[chart]["height"] > 200
-    drawn = [c for c in seen["charts"] if c["marks"]]
-    assert all(c["hit"] and c["titled"] for c in drawn), seen["charts"]
-
-
 def test_slo_belongs_to_the_server_scenario(tmp_path: Path) -> None:
-    wl = _workload(tmp_path)
+    wl = generation_workload(tmp_path)
     said = call("run", str(wl), "--slo", "ttft_p99_ms=100")
     assert said.code == 2 and "--slo: the target of --scenario server" in said.stderr
     said = call("run", str(wl), "--scenario", "server", "--slo", "ttft=1")
@@ -542,7 +430,7 @@ def test_vllm_serves_arrivals_through_its_own_scheduler(tmp_path: Path) -> None:
     do between its batches."""
     if generators.availability("vllm"):
         pytest.skip(str(generators.availability("vllm")))
-    wl = _workload(tmp_path)
+    wl = generation_workload(tmp_path)
     result = CliRunner().invoke(
         app,
         [

@@ -1,17 +1,23 @@
 """The generative server scenario: Poisson arrivals through each engine's own
 scheduler, the search for the highest rate within a TTFT / TPOT target, and its
 verdict; planted engines (one that batches continuously, one that serves one
-request at a time) in simulated time, and real queues around real sleeps."""
+request at a time) in simulated time, real queues around real sleeps, and a whole
+run on two real engines with its report."""
 
 from __future__ import annotations
 
+import html
 import itertools
+import json
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from bakeoff.cli import app
 from bakeoff.errors import UserError
 from bakeoff.generation.candidate import GenCandidate
 from bakeoff.generation.server_scenario import (
@@ -30,6 +36,9 @@ from bakeoff.generators.arrivals import (
     queue_in_batches,
 )
 from bakeoff.trials.jobs import Timed
+from browser import CHROMIUM, look_at
+from extras import require_program
+from tiny_gpt2 import generation_workload
 
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8]]
 TOKENS = 8  # every planted request writes this many
@@ -230,3 +239,92 @@ def test_one_at_a_time_stamps_each_token_and_queues_the_rest() -> None:
     assert first.tokens == second.tokens == 5
     assert second.first_ns > first.last_ns  # it waited for the first
     assert np.isclose(first.tpot_ns, (first.last_ns - first.first_ns) / 4)
+
+
+@pytest.fixture(scope="module")
+def server_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path]:
+    """--scenario server on torch (a queue of static batches) and MLX (one request
+    at a time): (document, output, store)."""
+    folder = tmp_path_factory.mktemp("server")
+    wl = generation_workload(folder)
+    store = folder / "s.db"
+    result = CliRunner().invoke(
+        app,
+        [
+            "run", str(wl), "--quick", "--budget", "3", "--runtimes", "torch,mlx",
+            "--precisions", "fp32", "--scenario", "server", "--slo", "tpot_p99_ms=50",
+            "--json", str(folder / "g.json"), "--store", str(store),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return json.loads((folder / "g.json").read_text()), result.output, store
+
+
+def test_the_server_scenario_finds_each_engines_highest_rate_within_the_target(
+    server_run: tuple[dict, str, Path],
+) -> None:
+    """--scenario server: after the TPOT race, Poisson arrivals at rates searched per
+    engine, the target given in part and derived for the rest, a verdict on the rate,
+    each engine's batching named; the sweep is not run."""
+    doc, output, _ = server_run
+    v = doc["verdict"]["server_rate"]
+    assert v["target"]["tpot_p99_ms"] == 50.0
+    assert v["target"]["how"]["tpot_p99_ms"].startswith("given")
+    assert v["target"]["how"]["ttft_p99_ms"].startswith("4x torch-fp32's p99 TTFT")
+    assert doc["verdicts"] == [doc["verdict"]["tpot_batch_1"], v]
+    assert "tokens_per_s_concurrency" not in doc["verdict"]
+    for c in doc["candidates"]:
+        assert c["status"] == "ok", c["reason"]
+        server = c["server"]
+        kind = "static batches" if c["runtime"] == "torch" else "none"
+        assert server["batching"].startswith(kind)
+        assert len(server["tested"]) >= 3
+        for step in server["tested"]:
+            assert step["requests"] == 24 and step["ttft_ms"]["p99"] >= step["ttft_ms"]["p50"] > 0
+            assert step["goodput"] <= step["completed_per_s"] + 1e-9
+        top = server["highest_rate"]
+        if top is not None:
+            assert top["repeats"] == 3 and top["requests_per_s"] > 0
+    if v["winner"] is not None:
+        assert v["winner"] in {"torch-fp32", "mlx-fp32"} and v["headline"]
+    assert "server scenario: Poisson arrivals" in output
+    assert "each rate sent" in output and "request rate within the target" in output
+
+
+def _server_report(server_run: tuple[dict, str, Path], path: Path) -> str:
+    doc, _, store = server_run
+    argv = ["report", doc["run_id"], "-o", str(path), "--store", str(store)]
+    written = CliRunner().invoke(app, argv)
+    assert written.exit_code == 0, written.output
+    return path.read_text()
+
+
+def test_the_server_scenarios_report_draws_ttft_against_the_offered_rate(
+    server_run: tuple[dict, str, Path], tmp_path: Path
+) -> None:
+    doc, _, _ = server_run
+    page = _server_report(server_run, tmp_path / "r.html")
+    assert 'id="section-server"' in page
+    assert "gen-server-ttft" in page and "gen-server-tradeoff" in page
+    ttft = page[page.index('id="gen-server-ttft"') : page.index('id="gen-server-tradeoff"')]
+    # one line per engine, and the target's, each with its title
+    assert ttft.count('class="line"') == len(doc["candidates"]) + 1
+    assert "target" in ttft
+    assert doc["verdict"]["server_rate"]["headline"] in html.unescape(page)
+
+
+@pytest.mark.browser
+def test_the_server_scenarios_charts_render_in_headless_chromium(
+    server_run: tuple[dict, str, Path], tmp_path: Path
+) -> None:
+    require_program(CHROMIUM, "apt-get install chromium (make browser)")
+    _doc, _, _ = server_run
+    page = tmp_path / "r.html"
+    _server_report(server_run, page)
+    seen = look_at(page, tmp_path / "profile")
+    assert seen["errors"] == [] and seen["outside"] == []
+    by_id = {c["id"]: c for c in seen["charts"]}
+    for chart in ("gen-server-ttft", "gen-server-tradeoff"):  # laid out, lines only
+        assert by_id[chart]["width"] > 300 and by_id[chart]["height"] > 200
+    drawn = [c for c in seen["charts"] if c["marks"]]
+    assert all(c["hit"] and c["titled"] for c in drawn), seen["charts"]

@@ -397,3 +397,32 @@ def test_the_int8_quantizers_write_nothing_beside_the_shared_fp32_file(
     static_int8(str(source), tmp_path / "static", {"x": _x(16)})
     assert written, "the quantizers infer shapes through a file"
     assert all(p.parent != source.parent for p in written), written
+
+
+@pytest.mark.parametrize(
+    ("flags", "seven_bit"),
+    [
+        ("avx2,fma", True),  # U8S8 through 16-bit multiply-adds: 8-bit weights may saturate
+        ("", True),
+        ("avx2,avx512f,avx512_vnni", False),
+        ("avx2,avx_vnni", False),
+        ("avx2,avx512f,amx_int8,avx512_vnni", False),
+    ],
+)
+def test_dynamic_int8_takes_7_bit_weights_on_x86_without_vnni(
+    flags: str, seven_bit: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import onnx
+
+    from bakeoff.transforms.ort_quantize import dynamic_int8, reduce_range_here
+
+    monkeypatch.setenv("BAKEOFF_CPU_FLAGS", flags)
+    assert reduce_range_here() is seven_bit
+    if not seven_bit:
+        return
+    src = mlp_onnx(tmp_path / "mlp.onnx", (8, 16, 4))
+    out = tmp_path / "int8"
+    out.mkdir()
+    built = dynamic_int8(str(src), out, reduce_range=True)
+    assert built["quantization"]["reduce_range"] is True
+    assert onnx.load(built["path"]).graph.node  # a model ONNX Runtime wrote

@@ -21,7 +21,7 @@ import pytest
 
 from bakeoff.backends import Variant
 from bakeoff.generation import messages as generation_messages
-from bakeoff.generation.messages import Concurrent, GenerateJob, GenerateSpec
+from bakeoff.generation.messages import Arrivals, Concurrent, GenerateJob, GenerateSpec
 from bakeoff.inference import messages as inference_messages
 from bakeoff.inference.messages import (
     BuildJob,
@@ -184,6 +184,7 @@ COMMAND_EXAMPLES = [
     ),
     Rebatch(batch_size=32, outputs_path="/data/run/outputs/c-b32.npy"),
     Concurrent(concurrency=4, passes=2),
+    Arrivals(rate_per_s=2.5, requests=8, seed=3, max_batch=4),
     Peak(),
     Exit(),
 ]
@@ -309,7 +310,7 @@ def test_a_malformed_job_is_refused_naming_what_is_wrong(data: Any, words: list[
 @pytest.mark.parametrize(
     ("data", "words"),
     [
-        ({"kind": "exit!"}, ["unknown command kind 'exit!'", "known: concurrent, exit, measure"]),
+        ({"kind": "exit!"}, ["unknown command kind 'exit!'", "known: arrivals, concurrent, exit"]),
         (JOB_EXAMPLES[0].to_json(), ["unknown command kind 'build'"]),
         ({"kind": "measure", "settle": 1}, ["command 'measure'", "missing field 'calls'"]),
         ({"kind": "measure", "calls": 2.5}, ["'calls' must be an integer"]),

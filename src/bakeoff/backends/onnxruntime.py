@@ -88,6 +88,7 @@ def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
         INT4_BLOCK_SIZE,
         dynamic_int8,
         int4_weight_only,
+        reduce_range_here,
         static_int8,
     )
 
@@ -109,10 +110,11 @@ def build(variant: Variant, ctx: BuildContext) -> dict[str, Any]:
             lambda d: int4_weight_only(source, d, INT4_BLOCK_SIZE, normalized),
         )
     elif variant.method == "dynamic":
+        seven_bit = reduce_range_here()  # x86 without VNNI: 8-bit weights may saturate
         step = cached_step(
             ctx.artifacts_dir,
-            "ort-int8-dynamic",
-            lambda d: dynamic_int8(source, d, normalized),
+            "ort-int8-dynamic" + ("-7bit-weights" if seven_bit else ""),
+            lambda d: dynamic_int8(source, d, normalized, reduce_range=seven_bit),
         )
     else:
         calib, layout = calibration_data(ctx)

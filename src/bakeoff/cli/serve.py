@@ -97,12 +97,9 @@ def serve_cmd(
 ) -> None:
     """Serve a measured candidate over the Open Inference Protocol (v2) REST API; a
     text-generation run's winner through its engine's own OpenAI-compatible server."""
-    if not Path(target).is_dir():
-        from bakeoff import api
-
-        record = api.show_run(target, store)
-        if (record.get("settings") or {}).get("kind") == "generate":
-            raise typer.Exit(_serve_generative(record, candidate, host, port, token, store))
+    record = _generative_run(target, Path(store))
+    if record is not None:
+        raise typer.Exit(_serve_generative(record, candidate, host, port, token, Path(store)))
     missing = [m for m in _NEEDS if importlib.util.find_spec(m) is None]
     if missing:
         raise UserError(f"bakeoff serve needs {', '.join(missing)}: pip install 'bakeoff[serve]'")
@@ -132,6 +129,20 @@ def serve_cmd(
     code = serve(model, settings, host=host, port=port)
     if code:
         raise typer.Exit(code)
+
+
+def _generative_run(target: str, store: Path) -> dict | None:
+    """The stored run `target` when it is a text-generation run; None otherwise (an
+    export folder, an inference run, or one the export path will name as missing)."""
+    if Path(target).is_dir() or not store.exists():
+        return None
+    from bakeoff import api
+
+    try:
+        record = api.show_run(target, store)
+    except UserError:
+        return None
+    return record if (record.get("settings") or {}).get("kind") == "generate" else None
 
 
 def _serve_generative(

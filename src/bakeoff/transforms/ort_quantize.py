@@ -57,21 +57,35 @@ def _private(source: str) -> Any:
 
 
 def dynamic_int8(
-    source: str, out_dir: Path, normalized: dict[str, Any] | None = None
+    source: str,
+    out_dir: Path,
+    normalized: dict[str, Any] | None = None,
+    reduce_range: bool = False,
 ) -> dict[str, Any]:
     """`source` is the FP32 file as `onnx_normalize.quantizer_input` gives it, and
-    `normalized` what normalizing did (recorded, and named when the step fails)."""
+    `normalized` what normalizing did (recorded, and named when the step fails).
+    `reduce_range`: 7-bit weights, as ONNX Runtime advises for x86 CPUs without VNNI,
+    where its U8S8 kernels multiply-add through 16 bits (VPMADDUBSW) and 8-bit
+    weights can saturate (`reduce_range_here`)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from bakeoff.transforms import step_failed
     from bakeoff.transforms.onnx_normalize import describe
 
     path = out_dir / "model.onnx"
-    settings: dict[str, Any] = {"per_channel": True, "weight_type": "QInt8", "reduce_range": False}
+    settings: dict[str, Any] = {
+        "per_channel": True,
+        "weight_type": "QInt8",
+        "reduce_range": reduce_range,
+    }
     try:
         with _in_temp_dir():  # the quantizer leaves temporary files in the working directory
             quantize_dynamic(
-                _private(source), str(path), per_channel=True, weight_type=QuantType.QInt8
+                _private(source),
+                str(path),
+                per_channel=True,
+                weight_type=QuantType.QInt8,
+                reduce_range=reduce_range,
             )
     except Exception as exc:
         raise step_failed(DYNAMIC_STEP, exc, DYNAMIC_ADVICE, describe(normalized)) from exc
@@ -79,6 +93,15 @@ def dynamic_int8(
     if normalized is not None:
         settings["onnx_normalization"] = normalized
     return {"path": str(path), "quantization": settings}
+
+
+def reduce_range_here() -> bool:
+    """Whether this CPU wants ONNX Runtime's 7-bit weights for dynamic INT8: x86
+    without VNNI or AMX-INT8 (`hardware.int8_path`), as ONNX Runtime's quantization
+    guide says; a VNNI core accumulates 8-bit products without saturating."""
+    from bakeoff import hardware
+
+    return hardware.int8_path() in ("avx2", "none")
 
 
 def static_int8(
