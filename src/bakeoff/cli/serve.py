@@ -148,10 +148,10 @@ def _generative_run(target: str, store: Path) -> dict | None:
 def _serve_generative(
     record: dict, candidate: str | None, host: str, port: int, token: str | None, store: Path
 ) -> int:
-    """The engine's own server for a generative run's candidate, in the foreground
-    (its exit code), or its command and why bakeoff does not start it (1)."""
+    """The engine's own server for a generative run's candidate, in this process's
+    place, or its command and why bakeoff does not start it (1)."""
     import os
-    import subprocess
+    import sys
 
     from bakeoff.generation import serving
     from bakeoff.paths import RunFolder
@@ -174,4 +174,7 @@ def _serve_generative(
         soft_wrap=True,
     )
     out.print(f"  {shown}", highlight=False, soft_wrap=True)
-    return subprocess.run(engine.command, env={**os.environ, **engine.env}).returncode
+    sys.stdout.flush()
+    # The server replaces this process: a signal to it (Ctrl-C, SIGTERM) is the
+    # server's, and nothing is left running behind it.
+    os.execve(engine.command[0], engine.command, {**os.environ, **engine.env})
