@@ -157,7 +157,7 @@ def test_a_target_no_rate_meets_is_said() -> None:
         return rate_step(timed, rate, seed, impossible)
 
     found = search(probe, 10.0, steps=2, repeats=1)
-    assert found["highest_rate"] is None and len(found["tested"]) == 9  # 1 + 8 halvings
+    assert found["highest_rate"] is None and len(found["tested"]) == 4  # 1 + 3 halvings
     v = server_verdict([_candidate("torch", found)], impossible)
     assert v["winner"] is None and "no engine met the target" in v["headline"]
 
@@ -252,7 +252,8 @@ def server_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Pat
         app,
         [
             "run", str(wl), "--quick", "--budget", "3", "--runtimes", "torch,mlx",
-            "--precisions", "fp32", "--scenario", "server", "--slo", "tpot_p99_ms=50",
+            "--precisions", "fp32", "--scenario", "server",
+            "--slo", "ttft_p99_ms=2000,tpot_p99_ms=50",
             "--json", str(folder / "g.json"), "--store", str(store),
         ],
     )  # fmt: skip
@@ -268,9 +269,9 @@ def test_the_server_scenario_finds_each_engines_highest_rate_within_the_target(
     each engine's batching named; the sweep is not run."""
     doc, output, _ = server_run
     v = doc["verdict"]["server_rate"]
-    assert v["target"]["tpot_p99_ms"] == 50.0
+    # given here (derived ones: test_the_target_is_given_or_derived_from_the_references_rounds)
+    assert (v["target"]["ttft_p99_ms"], v["target"]["tpot_p99_ms"]) == (2000.0, 50.0)
     assert v["target"]["how"]["tpot_p99_ms"].startswith("given")
-    assert v["target"]["how"]["ttft_p99_ms"].startswith("4x torch-fp32's p99 TTFT")
     assert doc["verdicts"] == [doc["verdict"]["tpot_batch_1"], v]
     assert "tokens_per_s_concurrency" not in doc["verdict"]
     for c in doc["candidates"]:

@@ -6,7 +6,7 @@ engine's own scheduler (vLLM's continuous batching) or, for an engine without on
 a queue that forms static batches (or serves one at a time). For every engine that
 passed the gate, after the TPOT race, `ServerSweep` searches the offered rate:
 doubling from half the engine's own one-at-a-time capacity while the target is met
-(halving while it is not), then bisecting between the highest rate met and the
+(halving, at most 3 times, while it is not), then bisecting between the highest rate met and the
 lowest missed, then sending the highest met rate again with other seeds: the
 engine's highest rate is the highest one met in every repeat. A rate is met when
 the p99 TTFT (from arrival, queueing included) and the p99 TPOT are within the
@@ -37,7 +37,11 @@ SLO_KEYS = ("ttft_p99_ms", "tpot_p99_ms")
 # The default target, over the reference's own p99 one request at a time.
 FACTORS = {"ttft_p99_ms": 4.0, "tpot_p99_ms": 2.0}
 KEEPS_UP = 0.9  # completed requests/s over offered, at least
-MAX_GROWTH = 8  # doublings (or halvings) before the search gives up on a bracket
+MAX_GROWTH = 8  # doublings before the search stops looking for a rate it misses
+# Halvings before it gives up on a rate it meets: each one doubles how long a send
+# takes, and an engine that misses at an eighth of its own one-at-a-time rate misses
+# alone (its requests barely queue there), which no lower rate changes.
+MAX_SHRINK = 3
 
 
 def parse_slo(text: str | None) -> dict[str, float]:
@@ -162,7 +166,7 @@ def search(probe: Probe, start: float, steps: int, repeats: int) -> dict[str, An
     rate = start
     first = send(rate)
     lo, hi = (rate, None) if first.met else (None, rate)
-    for _ in range(MAX_GROWTH):
+    for _ in range(MAX_GROWTH if first.met else MAX_SHRINK):
         if lo is not None and hi is not None:
             break
         rate = rate * 2 if hi is None else rate / 2
