@@ -80,13 +80,13 @@ def test_real_data_is_quantized_and_the_outputs_dequantized(
         # hundredths of the range on average, a tenth at most (the weights are drawn
         # anew each session)
         error, span = np.abs(real - expected), float(covered.max() - covered.min())
-        most = 0.1
+        mean, most = 0.03, 0.1
         if runtime == "openvino" and hardware.int8_path() not in ("amx", "vnni"):
             # Without VNNI, u8 x s8 pairs are summed in 16 bits (VPMADDUBSW), which
-            # can saturate on a few rows: an AVX2 EPYC, with one session's weights,
-            # was off by 0.16 of the range at most (0.025 on average).
-            most = 0.25
-        assert error.mean() < 0.03 * span and error.max() < most * span, (runtime, error)
+            # can saturate: on an AVX2 EPYC, two sessions' weights were off by 0.025
+            # and 0.031 of the range on average, 0.16 at most.
+            mean, most = 0.06, 0.25
+        assert error.mean() < mean * span and error.max() < most * span, (runtime, error)
         assert _cosine(real, check["y"]) > 0.9, runtime
         assert _cosine(out.quantize(check["y"]).astype(np.float32), check["y"]) < 0.9
 

@@ -142,6 +142,24 @@ def test_continuous_batching_sustains_the_higher_rate_and_the_verdict_says_so() 
     assert v["target"]["ttft_p99_ms"] == 50.0
 
 
+def test_a_spent_budget_stops_the_search_with_what_it_has() -> None:
+    """Out of time after the second send: no more growing or narrowing; the repeats
+    still go to the highest rate met, and `stopped` says the bracket stayed open."""
+    sends = []
+
+    def probe(rate: float, seed: int):  # type: ignore[no-untyped-def]
+        sends.append(rate)
+        return _probe(continuous_engine)(rate, seed)
+
+    found = search(probe, 10.0, steps=4, repeats=2, out_of_time=lambda: len(sends) >= 2)
+    assert sends == [10.0, 20.0, 20.0, 20.0]  # two sends, then the repeats of the highest
+    assert found["stopped"] == "its share of the budget was spent before the bracket closed"
+    top = found["highest_rate"]
+    assert top["requests_per_s"] == 20.0 and top["bracket"] == [20.0, None]
+    full = search(_probe(continuous_engine), 10.0, steps=4, repeats=2)
+    assert full["stopped"] == "the bracket closed"
+
+
 def test_an_engine_not_shown_to_miss_the_leaders_rate_is_tied_with_it() -> None:
     found = search(_probe(continuous_engine), 10.0, steps=4, repeats=2)
     never_missed = {**found, "lowest_missed": None}

@@ -308,6 +308,8 @@ def _server_sweep(opts: GenerateOptions, events: _Events) -> ServerSweep:
         repeats=2 if quick else 3,
         timeout_s=opts.trial_timeout_s,
         note=lambda text: events.note(text, None),
+        # each engine's search as long as the TPOT rounds' budget (--budget)
+        budget_s=opts.budget_s if opts.budget_s is not None else (30.0 if quick else 90.0),
     )
 
 

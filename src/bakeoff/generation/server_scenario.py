@@ -20,6 +20,7 @@ p99 TTFT and 2x its p99 TPOT one request at a time, from this run's own rounds.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -151,11 +152,19 @@ def rate_step(timed: Timed, rate: float, seed: int, target: Target) -> RateStep:
 Probe = Callable[[float, int], RateStep]  # (rate, seed) -> what the engine did
 
 
-def search(probe: Probe, start: float, steps: int, repeats: int) -> dict[str, Any]:
+def search(
+    probe: Probe,
+    start: float,
+    steps: int,
+    repeats: int,
+    out_of_time: Callable[[], bool] = lambda: False,
+) -> dict[str, Any]:
     """The highest rate met in every repeat: a bracket by doubling or halving from
     `start`, `steps` geometric bisections, then `repeats` more sends of the highest
     met rate with other seeds (a rate met once but missed in a repeat gives way to
-    the next lower one met, and becomes the rate missed)."""
+    the next lower one met, and becomes the rate missed). Once `out_of_time`, the
+    bracket stops growing and narrowing and the repeats go to the highest rate met so
+    far only: the result is coarser for it, and `stopped` says so."""
     tested: list[RateStep] = []
 
     def send(rate: float, seed: int = 0) -> RateStep:
@@ -166,16 +175,23 @@ def search(probe: Probe, start: float, steps: int, repeats: int) -> dict[str, An
     rate = start
     first = send(rate)
     lo, hi = (rate, None) if first.met else (None, rate)
+    stopped = ""
     for _ in range(MAX_GROWTH if first.met else MAX_SHRINK):
         if lo is not None and hi is not None:
+            break
+        if out_of_time():
+            stopped = "its share of the budget was spent before the bracket closed"
             break
         rate = rate * 2 if hi is None else rate / 2
         if send(rate).met:
             lo = rate if lo is None else max(lo, rate)
         else:
             hi = rate if hi is None else min(hi, rate)
-    for _ in range(steps if lo is not None and hi is not None else 0):
+    for done in range(steps if lo is not None and hi is not None else 0):
         assert lo is not None and hi is not None
+        if out_of_time():
+            stopped = f"its share of the budget was spent after {done} of {steps} bisections"
+            break
         mid = math.sqrt(lo * hi)
         if send(mid).met:
             lo = mid
@@ -184,14 +200,18 @@ def search(probe: Probe, start: float, steps: int, repeats: int) -> dict[str, An
     highest, goodputs = None, []
     # Down the rates met once, highest first, until one is met in every repeat.
     met_rates = sorted({s.rate for s in tested if s.met}, reverse=True)
-    for rate in met_rates:
+    for rate in met_rates[: 1 if out_of_time() else None]:
         runs = [s for s in tested if s.rate == rate and s.met][:1]
         runs += [send(rate, seed) for seed in range(1, repeats + 1)]
         if all(s.met for s in runs):
             highest, goodputs = rate, [s.goodput for s in runs]
             break
         hi = rate if hi is None else min(hi, rate)
-    doc: dict[str, Any] = {"tested": [s.to_json() for s in tested], "highest_rate": None}
+    doc: dict[str, Any] = {
+        "tested": [s.to_json() for s in tested],
+        "highest_rate": None,
+        "stopped": stopped or "the bracket closed",
+    }
     if highest is not None:
         good = stats.mean_interval(np.asarray(goodputs))
         doc["highest_rate"] = {
@@ -220,9 +240,11 @@ class ServerSweep:
         repeats: int,
         timeout_s: float,
         note: Callable[[str], None],
+        budget_s: float = math.inf,
     ) -> None:
         self.given, self.requests, self.steps, self.repeats = given, requests, steps, repeats
         self.timeout_s, self.note = timeout_s, note
+        self.budget_s = budget_s  # each engine's share, for its search
         self.target: Target | None = None
 
     def __call__(self, lanes: Sequence[tuple[GenCandidate, Worker]], /) -> set[str]:
@@ -234,23 +256,15 @@ class ServerSweep:
         )
         lost: set[str] = set()
         for c, worker in lanes:
-
-            def probe(
-                rate: float, seed: int, c: GenCandidate = c, worker: Worker = worker
-            ) -> RateStep:
-                cmd = Arrivals(rate_per_s=rate, requests=self.requests, seed=seed)
-                step = rate_step(
-                    Timed.from_json(worker.request(cmd, self.timeout_s)), rate, seed, target
-                )
-                self.note(
-                    f"{c.id}: {rate:.3g} requests/s: p99 TTFT {step.ttft_ms['p99']:.3g} ms, "
-                    f"p99 TPOT {step.tpot_ms['p99']:.3g} ms, goodput {step.goodput:.3g}/s: "
-                    + ("met" if step.met else "missed")
-                )
-                return step
-
+            ends = time.monotonic() + self.budget_s
             try:
-                found = search(probe, 0.5 * own_capacity(c), self.steps, self.repeats)
+                found = search(
+                    self._probe(c, worker, target),
+                    0.5 * own_capacity(c),
+                    self.steps,
+                    self.repeats,
+                    _after(ends),
+                )
             except WorkerFailed as exc:
                 lost.add(c.id)
                 c.server = {"lost": f"its worker was lost in the server scenario: {exc}"}
@@ -272,6 +286,10 @@ class ServerSweep:
             return step
 
         return probe
+
+
+def _after(deadline: float) -> Callable[[], bool]:
+    return lambda: time.monotonic() > deadline
 
 
 def own_capacity(c: GenCandidate) -> float:
