@@ -58,3 +58,25 @@ def test_ls_show_and_compare_fit_with_every_id_whole(tmp_path: Path) -> None:
         ]:
             shown = printed_at(width, lambda argv=argv: call(*argv, "--store", store).stdout)
             assert_fits(shown, width, expected)
+
+
+def test_what_the_advice_left_out_of_the_grid_is_said_with_the_results() -> None:
+    """On a CPU without native BF16 the default grid has no BF16: the run says so
+    where it shows the advice, not only `bakeoff advise` and the JSON."""
+    doc = json.loads((FIXTURES / "digits_quick_document.json").read_text())
+    left_out = {
+        "id": "cpu-bf16",
+        "text": "BF16 is left out of the default grid: this CPU has no native BF16",
+        "reason": "without it BF16 is emulated, usually slower than FP32",
+        "excludes": [["bf16", "left out of the default grid"]],
+        "confirm": None,
+        "confirmed": None,
+        "why": "nothing a run measures",
+    }
+    plain = {**left_out, "id": "words", "text": "Words alone", "excludes": []}
+    doc["advice"] = {**(doc.get("advice") or {"target": "server-cpu"}), "advice": [left_out, plain]}
+    console = Console(width=200, file=io.StringIO(), record=True, color_system=None)
+    print_result(doc, console)
+    text = console.export_text()
+    assert "- BF16 is left out of the default grid: this CPU has no native BF16: without it" in text
+    assert "Words alone" not in text

@@ -121,7 +121,9 @@ COLUMNS = (
 
 def row_cells(c: dict[str, Any]) -> list[str]:
     cold = c["cold_start_s"]
-    status = c["status"] + (f", {c['validity']}" if c["validity"] not in ("", "valid") else "")
+    # validity qualifies a measured candidate; one that never ran is just its status
+    noisy = c["status"] == "ok" and c["validity"] not in ("", "valid")
+    status = c["status"] + (f", {c['validity']}" if noisy else "")
     return [
         c["id"],
         status,

@@ -439,7 +439,9 @@ def _advice(console: Console, document: dict[str, Any]) -> None:
     marks = {True: "[green]✓[/]", False: "[yellow]✗[/]"}
     for a in advice["advice"]:
         if a.get("confirm") is None:
-            continue  # text-only advice: shown by `bakeoff advise` and in the JSON
+            if a.get("excludes"):  # what it left out of the grid (BF16 without native BF16)
+                console.print(f"  [dim]-[/] {escape(a['text'])}: {escape(a['reason'])}")
+            continue  # other text-only advice: shown by `bakeoff advise` and in the JSON
         mark = marks.get(a.get("confirmed"), "[dim]-[/]")
         console.print(f"  {mark} {escape(a['text'])}: {escape(a['why'])}", highlight=False)
 
