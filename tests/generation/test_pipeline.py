@@ -388,24 +388,30 @@ def test_the_generative_tables_fit_ordinary_terminals(run: tuple[dict, str]) -> 
         assert_fits(shown, width, ids)
 
 
-@pytest.mark.vllm
-def test_vllm_runs_in_its_own_environment_through_the_gate_and_the_sweep(tmp_path: Path) -> None:
-    """Its workers run the vLLM venv's Python on the same protocol: FP32 writes the
-    reference's tokens, and the sweep labels its batching as vLLM's continuous one."""
+def _torch_and_vllm(tmp_path: Path, *flags: str, budget: str = "3") -> tuple[dict, dict]:
+    """A quick run of torch and vLLM at FP32 with `flags`: its document and vLLM's
+    candidate (skipped where vLLM's environment is not made)."""
     if generators.availability("vllm"):
         pytest.skip(str(generators.availability("vllm")))
     wl = generation_workload(tmp_path)
     result = CliRunner().invoke(
         app,
         [
-            "run", str(wl), "--quick", "--budget", "3", "--runtimes", "torch,vllm",
-            "--precisions", "fp32", "--concurrency", "4", "--json", str(tmp_path / "g.json"),
+            "run", str(wl), "--quick", "--budget", budget, "--runtimes", "torch,vllm",
+            "--precisions", "fp32", *flags, "--json", str(tmp_path / "g.json"),
             "--store", str(tmp_path / "s.db"),
         ],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     doc = json.loads((tmp_path / "g.json").read_text())
-    vllm = next(c for c in doc["candidates"] if c["id"] == "vllm-fp32")
+    return doc, next(c for c in doc["candidates"] if c["id"] == "vllm-fp32")
+
+
+@pytest.mark.vllm
+def test_vllm_runs_in_its_own_environment_through_the_gate_and_the_sweep(tmp_path: Path) -> None:
+    """Its workers run the vLLM venv's Python on the same protocol: FP32 writes the
+    reference's tokens, and the sweep labels its batching as vLLM's continuous one."""
+    _doc, vllm = _torch_and_vllm(tmp_path, "--concurrency", "4")
     assert vllm["status"] == "ok", vllm["reason"]
     assert vllm["quality"]["token_agreement"] == 1.0
     assert vllm["settings"]["batching"].startswith("continuous batching")
@@ -428,20 +434,8 @@ def test_vllm_serves_arrivals_through_its_own_scheduler(tmp_path: Path) -> None:
     """In the server scenario vLLM takes each request as it arrives: at the higher
     rates it runs several at once (continuous batching), which a static queue cannot
     do between its batches."""
-    if generators.availability("vllm"):
-        pytest.skip(str(generators.availability("vllm")))
-    wl = generation_workload(tmp_path)
-    result = CliRunner().invoke(
-        app,
-        [
-            "run", str(wl), "--quick", "--budget", "3", "--runtimes", "torch,vllm",
-            "--precisions", "fp32", "--scenario", "server", "--json", str(tmp_path / "g.json"),
-            "--store", str(tmp_path / "s.db"),
-        ],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    doc = json.loads((tmp_path / "g.json").read_text())
-    vllm = next(c for c in doc["candidates"] if c["id"] == "vllm-fp32")
+    # a search long enough to double past vLLM's one-at-a-time rate, where requests overlap
+    doc, vllm = _torch_and_vllm(tmp_path, "--scenario", "server", budget="15")
     assert vllm["server"]["batching"].startswith("continuous batching")
     assert max(s["mean_running"] for s in vllm["server"]["tested"]) > 1.0
     assert doc["verdict"]["server_rate"]["ranking"]

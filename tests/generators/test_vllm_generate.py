@@ -4,7 +4,7 @@ tokens, its scheduler answers a batch with each prompt's own tokens, and its pro
 log-probabilities give PyTorch's perplexity.
 
 The engine imports in the vLLM venv, not in the one these tests run in, so each
-case runs a small script there. These tests need that venv (about 700 MB) and run
+case runs a small script there. These tests need that venv (3.2 GB on disk) and run
 under `make test-vllm` (marker `vllm`), not in make test."""
 
 from __future__ import annotations

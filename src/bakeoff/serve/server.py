@@ -14,7 +14,7 @@ import uvicorn
 
 from bakeoff.errors import UserError
 from bakeoff.serve.app import create_app
-from bakeoff.serve.exposure import check_exposure, is_loopback  # noqa: F401 (theirs too)
+from bakeoff.serve.exposure import check_exposure
 from bakeoff.serve.model import Servable
 from bakeoff.serve.serving import ServeSettings, Serving
 
