@@ -8,7 +8,7 @@ TEST_STAMP := $(VENV)/.installed-test
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test test-slow test-gpu test-llama-cpp test-vllm vllm test-report browser lint format typecheck bench bench-serve clean frameworks fastai
+.PHONY: demo test test-slow test-gpu test-llama-cpp test-vllm vllm aiperf bench-genai-serve test-report browser lint format typecheck bench bench-serve clean frameworks fastai
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -137,6 +137,23 @@ vllm: $(STAMP) $(VLLM_STAMP)
 test-vllm: $(TEST_STAMP) $(VLLM_STAMP)
 	$(PY) -m pytest -m vllm
 
+# NVIDIA's AIPerf, an LLM load tool, in a venv of its own (its pins are not ours):
+# benchmarks/genai_serve_crosscheck.py checks bakeoff's TTFT / TPOT against it on
+# vLLM's own server.
+AIPERF_VENV := .venv-aiperf
+AIPERF_STAMP := $(AIPERF_VENV)/.installed
+$(AIPERF_STAMP):
+	$(PYTHON) -m venv $(AIPERF_VENV)
+	$(AIPERF_VENV)/bin/python -m pip install --quiet uv==0.13.8
+	$(AIPERF_VENV)/bin/uv pip install --quiet --python $(AIPERF_VENV)/bin/python aiperf==0.13.0
+	touch $(AIPERF_STAMP)
+
+aiperf: $(AIPERF_STAMP)
+
+bench-genai-serve: $(STAMP) $(VLLM_STAMP) $(AIPERF_STAMP)
+	$(INSTALL) -e '.[serve]'
+	$(PY) benchmarks/genai_serve_crosscheck.py
+
 # The HTML report in headless Chromium alone; keeps its screenshot in test-output/.
 test-report: $(TEST_STAMP) browser
 	@test -x $(CHROMIUM) || { echo "Chromium is needed: apt-get install chromium"; exit 1; }
@@ -164,4 +181,4 @@ bench-serve: $(STAMP)
 	$(PY) benchmarks/serve_overhead.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .bakeoff build *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) $(AIPERF_VENV) .bakeoff build *.egg-info src/*.egg-info

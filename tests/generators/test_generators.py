@@ -282,6 +282,21 @@ def test_a_batch_of_prompts_gets_each_prompts_own_greedy_tokens(
     assert len(batch.first_token_ns) == len(PROMPTS) and min(batch.first_token_ns) > 0
 
 
+def test_openvino_genais_continuous_batching_refuses_the_folder_and_the_label_says_why(
+    genai_folders: dict[str, Path],
+) -> None:
+    """The server scenario labels OpenVINO GenAI's batching with the measured reason
+    its own scheduler is not used: ContinuousBatchingPipeline refuses the folder."""
+    import openvino_genai as ovg
+
+    g = generators.load("openvino-genai", genai_folders["openvino-genai-fp32"], threads=1)
+    assert g.settings["server_batching"].startswith("static batches from a queue")
+    with pytest.raises(RuntimeError, match="No ScaledDotProductAttention operation"):
+        ovg.ContinuousBatchingPipeline(
+            str(genai_folders["openvino-genai-fp32"]), ovg.SchedulerConfig(), "CPU"
+        )
+
+
 def test_genai_quantized_folders_are_smaller_and_say_how_they_were_made(
     genai_folders: dict[str, Path],
 ) -> None:

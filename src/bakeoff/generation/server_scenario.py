@@ -270,7 +270,9 @@ class ServerSweep:
                 c.server = {"lost": f"its worker was lost in the server scenario: {exc}"}
                 self.note(f"{c.id}: {c.server['lost']}")
                 continue
-            c.server = {"batching": c.settings.get("batching", ""), **found}
+            # an engine whose server path differs from its batches says so apart
+            batching = c.settings.get("server_batching") or c.settings.get("batching", "")
+            c.server = {"batching": batching, **found}
         return lost
 
     def _probe(self, c: GenCandidate, worker: Worker, target: Target) -> Probe:

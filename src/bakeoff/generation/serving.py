@@ -99,7 +99,9 @@ def engine_server(
         command += ["--host", host, "--port", str(port), "--default-seed", "0"]
         if runtime == "torch-compile":
             command.append("--compile")
-        missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
+        # what transformers' is_serve_available() asks for
+        needs: tuple[str, ...] = ("fastapi", "uvicorn", "pydantic", "openai")
+        missing = [m for m in needs if importlib.util.find_spec(m) is None]
         why = (
             f"pip install 'transformers[serving]' (missing: {', '.join(missing)})"
             if missing

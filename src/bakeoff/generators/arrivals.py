@@ -60,14 +60,25 @@ def poisson_schedule(
 ) -> list[Arrival]:
     """`requests` arrivals at `rate_per_s` on average (exponential gaps), each with a
     prompt drawn at random from `prompts`; the first arrives at 0."""
-    if rate_per_s <= 0 or requests < 1 or not prompts:
+    return [
+        Arrival(at, list(prompts[i]))
+        for at, i in poisson_times(rate_per_s, requests, len(prompts), seed)
+    ]
+
+
+def poisson_times(
+    rate_per_s: float, requests: int, choices: int, seed: int
+) -> list[tuple[int, int]]:
+    """(arrival ns, which of `choices` prompts) for `requests` Poisson arrivals: the
+    schedule itself, for prompts of any kind (token ids here, text for a server)."""
+    if rate_per_s <= 0 or requests < 1 or choices < 1:
         raise ValueError(f"a schedule needs a rate above 0 and requests, not {rate_per_s}")
     rng = np.random.default_rng(seed)
     gaps = rng.exponential(1.0 / rate_per_s, requests)
     gaps[0] = 0.0
     at = np.cumsum(gaps)
-    picks = rng.integers(0, len(prompts), requests)
-    return [Arrival(int(t * 1e9), list(prompts[i])) for t, i in zip(at, picks, strict=True)]
+    picks = rng.integers(0, choices, requests)
+    return [(int(t * 1e9), int(i)) for t, i in zip(at, picks, strict=True)]
 
 
 Clock = Callable[[], int]

@@ -55,6 +55,13 @@ class OvGenaiGenerator:
             **{k.lower(): v for k, v in self.properties.items()},
             "threads": threads,
             "batching": "static batches: one left-padded TokenizedInputs per batch",
+            # Measured (openvino-genai 2026.4.1): its scheduler turns the stateful
+            # model's ScaledDotProductAttention ops into paged attention, and this
+            # folder, converted from bakeoff's ONNX export, has none.
+            "server_batching": "static batches from a queue: OpenVINO GenAI's "
+            "ContinuousBatchingPipeline refuses this folder (no ScaledDotProductAttention "
+            "operation in the graph, which its SDPAToPagedAttention pass needs: the ONNX "
+            "export's attention is MatMul and Softmax)",
         }
 
     def _config(self, max_new_tokens: int) -> Any:

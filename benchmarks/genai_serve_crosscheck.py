@@ -1,0 +1,220 @@
+"""Cross-check bakeoff's TTFT and TPOT under Poisson arrivals against NVIDIA's AIPerf,
+on one engine's own OpenAI-compatible server.
+
+What: vLLM's server (the CPU build, from `make vllm`) serves the built-in tiny-lm
+at float32; the same Poisson schedule (bakeoff's `poisson_times`: the same prompts
+at the same arrival times) is sent to it by bakeoff's own client
+(`bakeoff.generators.openai_endpoint`) and by AIPerf 0.13.0 (`make aiperf`, a venv
+of its own), which replays it with `--fixed-schedule` from a single-turn JSONL
+file whose rows carry each prompt, its arrival time and its output length. The
+figures are the ratios of their medians, bakeoff / AIPerf, for TTFT and for TPOT
+(AIPerf's inter-token latency: (end-to-end - TTFT) / (output tokens - 1), the
+definition bakeoff's `Served.tpot_ns` uses); target 0.95-1.05.
+
+Why this shape:
+- Same requests: greedy, `max_tokens` N with `ignore_eos`, so every answer is N
+  tokens long on both sides, and token counts are the server's own
+  (`--use-server-token-count`; bakeoff reads `usage.completion_tokens`), so no
+  tokenizer decides a figure.
+- Drift: bakeoff's client runs before and after AIPerf, and the mean of its two
+  medians is compared; when they disagree by more than 5% the script says so.
+- A warm-up schedule goes first (vLLM's first requests are slower).
+- One machine: the server, and either client, share its cores. AIPerf spawns a
+  handful of service processes (one worker and one record processor are asked
+  for); the CPU time each client spent is printed beside the figures.
+
+    make vllm aiperf && HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/genai_serve_crosscheck.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from bakeoff.builtins import tiny_lm
+from bakeoff.generation import serving
+from bakeoff.generators import openai_endpoint
+from bakeoff.generators.arrivals import Served, poisson_times
+
+AIPERF = Path(".venv-aiperf/bin/aiperf")
+NAME = "tiny-lm"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_vllm(folder: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    doc = {"workload": {"folder": str(folder), "name": NAME}}
+    c = {
+        "id": "vllm-fp32",
+        "runtime": "vllm",
+        "precision": "fp32",
+        "settings": {"dtype": "float32", "kv_cache_space_gib": 1},
+    }
+    engine = serving.engine_server(doc, c, folder, "127.0.0.1", port, None)
+    if not engine.startable:
+        raise SystemExit(f"vLLM cannot start: {engine.why}")
+    print("$ " + serving.printable(engine.command, engine.env), flush=True)
+    env = dict(os.environ, **engine.env, HF_HUB_OFFLINE="1")
+    return subprocess.Popen(
+        engine.command, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT
+    )
+
+
+def wait_ready(url: str, server: subprocess.Popen[bytes], log: Path, limit_s: float = 300) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise SystemExit(
+                f"vLLM's server ended ({server.returncode}):\n{log.read_text()[-3000:]}"
+            )
+        try:
+            with urllib.request.urlopen(url + "/v1/models", timeout=2):
+                return
+        except OSError:
+            time.sleep(1)
+    raise SystemExit(f"vLLM's server was not ready in {limit_s:.0f} s")
+
+
+def medians_ms(served: list[Served]) -> tuple[float, float]:
+    ttft = np.median([s.ttft_ns for s in served]) / 1e6
+    tpot = np.median([s.tpot_ns for s in served]) / 1e6
+    return float(ttft), float(tpot)
+
+
+def bakeoff_client(
+    url: str, schedule: list[tuple[int, str]], tokens: int
+) -> tuple[float, float, float]:
+    cpu = time.process_time()
+    served, stamps = openai_endpoint.send(url, NAME, schedule, tokens, extra={"ignore_eos": True})
+    cpu = time.process_time() - cpu
+    failed = [s.error for s in stamps if s.error]
+    if failed:
+        raise SystemExit(f"{len(failed)} requests failed, e.g. {failed[0]}")
+    short = [s.tokens for s in served if s.tokens != tokens]
+    if short:
+        raise SystemExit(f"{len(short)} answers were not {tokens} tokens long: {short[:5]}")
+    ttft, tpot = medians_ms(served)
+    return ttft, tpot, cpu
+
+
+def aiperf_client(
+    url: str, schedule: list[tuple[int, str]], tokens: int, model: Path, folder: Path
+) -> tuple[float, float, float]:
+    data = folder / "schedule.jsonl"
+    with data.open("w") as f:
+        for at_ns, prompt in schedule:
+            row = {"text": prompt, "timestamp": at_ns / 1e6, "output_length": tokens}
+            f.write(json.dumps(row) + "\n")
+    out = folder / "aiperf"
+    cmd = [
+        str(AIPERF), "profile", "--model", NAME, "--url", url, "--endpoint-type", "completions",
+        "--streaming", "--input-file", str(data), "--custom-dataset-type", "single_turn",
+        "--fixed-schedule", "--tokenizer", str(model), "--use-server-token-count",
+        "--extra-inputs", "ignore_eos:true", "--extra-inputs", "temperature:0",
+        "--workers-max", "1", "--record-processors", "1", "--ui-type", "none",
+        "--output-artifact-dir", str(out), "--export-level", "records",
+    ]  # fmt: skip
+    print("$ " + " ".join(cmd[:3]) + " ...", flush=True)
+    env = dict(os.environ, HOME=str(folder), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    tree = psutil.Process(proc.pid)
+    cpu = 0.0
+    seen: dict[int, float] = {}
+    while proc.poll() is None:  # sum the CPU time of AIPerf's process tree as it runs
+        for p in [tree, *tree.children(recursive=True)]:
+            try:
+                t = p.cpu_times()
+                seen[p.pid] = t.user + t.system
+            except psutil.Error:
+                pass
+        time.sleep(0.5)
+    cpu = sum(seen.values())
+    output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+    summary = out / "profile_export_aiperf.json"
+    if proc.returncode != 0 or not summary.exists():
+        raise SystemExit(f"aiperf failed ({proc.returncode}):\n{output[-3000:]}")
+    doc = json.loads(summary.read_text())
+    ttft = doc["time_to_first_token"]
+    itl = doc["inter_token_latency"]
+    units = {"ms": 1.0, "ns": 1e-6, "us": 1e-3, "s": 1e3}
+    count = doc.get("request_count", {}).get("avg")
+    if count is not None and int(count) != len(schedule):
+        raise SystemExit(f"aiperf completed {count} of {len(schedule)} requests")
+    return ttft["p50"] * units[ttft["unit"]], itl["p50"] * units[itl["unit"]], cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=float, default=4.0, help="requests/s offered")
+    parser.add_argument("--requests", type=int, default=160)
+    parser.add_argument("--tokens", type=int, default=32, help="output tokens per request")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    if not AIPERF.exists():
+        raise SystemExit("AIPerf is not installed: make aiperf")
+    folder = tiny_lm.train_if_needed()
+    model = folder / "model"
+    prompts = [p for p in (folder / "prompts.txt").read_text().splitlines() if p]
+    times = poisson_times(args.rate, args.requests, len(prompts), args.seed)
+    schedule = [(at, prompts[i]) for at, i in times]
+    warm = [(at, prompts[i]) for at, i in poisson_times(args.rate, 20, len(prompts), 99)]
+    print(
+        f"tiny-lm on vLLM's server: {args.requests} requests, Poisson at {args.rate:g}/s "
+        f"(seed {args.seed}), {len(prompts)} prompts, {args.tokens} tokens each",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="bakeoff-genai-xcheck-") as tmp:
+        root = Path(tmp)
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        log = root / "vllm.log"
+        server = start_vllm(model, port, log)
+        try:
+            wait_ready(url, server, log)
+            openai_endpoint.send(url, NAME, warm, args.tokens, extra={"ignore_eos": True})
+            before = bakeoff_client(url, schedule, args.tokens)
+            theirs = aiperf_client(url, schedule, args.tokens, model, root)
+            after = bakeoff_client(url, schedule, args.tokens)
+        finally:
+            server.terminate()
+            try:
+                server.wait(30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+    print()
+    print(f"{'':28}{'TTFT p50 ms':>12}{'TPOT p50 ms':>12}{'client CPU s':>14}")
+    for label, (ttft, tpot, cpu) in (
+        ("bakeoff (before)", before),
+        ("AIPerf 0.13.0", theirs),
+        ("bakeoff (after)", after),
+    ):
+        print(f"{label:28}{ttft:12.2f}{tpot:12.3f}{cpu:14.1f}")
+    ours = [(before[k] + after[k]) / 2 for k in (0, 1)]
+    for k, what in ((0, "TTFT"), (1, "TPOT")):
+        drift = abs(before[k] - after[k]) / max(ours[k], 1e-9)
+        if drift > 0.05:
+            print(f"note: bakeoff's two {what} medians differ by {drift:.0%}: the machine drifted")
+    for k, what in ((0, "TTFT"), (1, "TPOT")):
+        ratio = ours[k] / theirs[k]
+        verdict = "within" if 0.95 <= ratio <= 1.05 else "OUTSIDE"
+        print(f"{what} p50 ratio bakeoff / AIPerf: {ratio:.3f} ({verdict} the 0.95-1.05 target)")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
