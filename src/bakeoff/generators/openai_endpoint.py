@@ -44,7 +44,7 @@ def _text_of(event: dict[str, Any]) -> str:
 
 
 async def _one(
-    client: Any, url: str, body: dict[str, Any], start: int, at_ns: int, headers: dict[str, str]
+    session: Any, url: str, body: dict[str, Any], start: int, at_ns: int, headers: dict[str, str]
 ) -> Stamps:
     clock = time.perf_counter_ns
     left = start + at_ns - clock()
@@ -53,27 +53,34 @@ async def _one(
     sent = clock() - start
     first = last = usage = None
     chunks = 0
+    pending = b""
     try:
-        async with client.stream("POST", url, json=body, headers=headers) as response:
-            if response.status_code != 200:
-                text = (await response.aread()).decode(errors="replace")[:200]
-                return Stamps(sent, None, None, 0, None, f"HTTP {response.status_code}: {text}")
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
+        async with session.post(url, json=body, headers=headers) as response:
+            if response.status != 200:
+                text = (await response.read()).decode(errors="replace")[:200]
+                return Stamps(sent, None, None, 0, None, f"HTTP {response.status}: {text}")
+            # raw bytes as they arrive, stamped then (not when a reader has buffered
+            # a line), split into server-sent events here
+            async for data in response.content.iter_any():
                 now = clock() - start
-                event = json.loads(data)
-                if "error" in event:
-                    return Stamps(sent, first, last, chunks, usage, str(event["error"])[:200])
-                if _text_of(event):
-                    chunks += 1
-                    first = now if first is None else first
-                    last = now
-                if isinstance(event.get("usage"), dict):
-                    usage = event["usage"].get("completion_tokens")
+                pending += data
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if not line.startswith(b"data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == b"[DONE]":
+                        break
+                    event = json.loads(payload)
+                    if "error" in event:
+                        error = str(event["error"])[:200]
+                        return Stamps(sent, first, last, chunks, usage, error)
+                    if _text_of(event):
+                        chunks += 1
+                        first = now if first is None else first
+                        last = now
+                    if isinstance(event.get("usage"), dict):
+                        usage = event["usage"].get("completion_tokens")
     except Exception as e:  # a refused or broken connection is this request's failure
         return Stamps(sent, first, last, chunks, usage, f"{type(e).__name__}: {e}"[:200])
     return Stamps(sent, first, last, chunks, usage)
@@ -101,13 +108,15 @@ async def _send_all(
     headers: dict[str, str],
     timeout_s: float,
 ) -> list[Stamps]:
-    import httpx
+    import aiohttp
 
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=len(bodies))
-    async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
+    # no limit on connections: no request waits for another's to be free
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         start = time.perf_counter_ns()
         tasks = [
-            _one(client, url, b, start, t, headers) for b, t in zip(bodies, at_ns, strict=True)
+            _one(session, url, b, start, t, headers) for b, t in zip(bodies, at_ns, strict=True)
         ]
         return list(await asyncio.gather(*tasks))
 
@@ -126,8 +135,8 @@ def send(
     `base_url`/v1/completions, greedy, streamed; `extra` joins each request's body
     (e.g. `ignore_eos` on vLLM). Returns what each answered request saw, and every
     request's stamps (a failed one has `error`)."""
-    if importlib_missing("httpx"):
-        raise UserError("bakeoff's OpenAI client needs httpx: pip install 'bakeoff[serve]'")
+    if importlib_missing("aiohttp"):
+        raise UserError("bakeoff's OpenAI client needs aiohttp: pip install 'bakeoff[serve]'")
     url = base_url.rstrip("/") + "/v1/completions"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     bodies = [
