@@ -261,8 +261,8 @@ def test_one_at_a_time_stamps_each_token_and_queues_the_rest() -> None:
 
 @pytest.fixture(scope="module")
 def server_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path]:
-    """--scenario server on torch (a queue of static batches) and MLX (one request
-    at a time): (document, output, store)."""
+    """--scenario server on torch (transformers' continuous batching) and MLX (one
+    request at a time): (document, output, store)."""
     folder = tmp_path_factory.mktemp("server")
     wl = generation_workload(folder)
     store = folder / "s.db"
@@ -295,7 +295,7 @@ def test_the_server_scenario_finds_each_engines_highest_rate_within_the_target(
     for c in doc["candidates"]:
         assert c["status"] == "ok", c["reason"]
         server = c["server"]
-        kind = "static batches" if c["runtime"] == "torch" else "none"
+        kind = "continuous batching" if c["runtime"] == "torch" else "none"
         assert server["batching"].startswith(kind)
         assert len(server["tested"]) >= 3
         for step in server["tested"]:

@@ -91,6 +91,25 @@ def test_torch_reports_each_greedy_token_as_it_arrives_and_scores_text(gpt2: Pat
     assert eager.nll(text[:1]) == (0.0, 0)
 
 
+def test_torch_serves_arrivals_through_transformers_continuous_batching(gpt2: Path) -> None:
+    """The server scenario's path for eager torch: requests join transformers'
+    continuous batching as they arrive; those that arrive together run beside one
+    another, each gets as many tokens as alone, and a later one is not held back."""
+    from bakeoff.generators.arrivals import Arrival
+
+    g = generators.load("torch", gpt2, threads=1)
+    assert g.settings["server_batching"].startswith("continuous batching: transformers'")
+    assert not hasattr(generators.load("torch-compile", gpt2, threads=1), "serve")
+    alone = [g.generate(p, 8, lambda _t: None) for p in PROMPTS]
+    schedule = [Arrival(0, p) for p in PROMPTS] + [Arrival(300_000_000, PROMPTS[0])]
+    for _ in range(2):  # the manager is started once and serves every send
+        served = g.serve(schedule, 8)  # type: ignore[attr-defined]
+        assert [s.tokens for s in served] == [len(t) for t in alone] + [len(alone[0])]
+        assert all(s.arrived_ns < s.first_ns <= s.last_ns for s in served)
+        assert min(s.running for s in served[:4]) > 1.0  # batched beside one another
+        assert served[4].first_ns >= 300_000_000 and served[4].running == 1.0
+
+
 # Slow (about 45 s on 2 cores: torch.compile compiles a GPT-2 at each shape): make test
 # keeps torch eager and the genai runtimes; make test-slow runs it.
 @pytest.mark.slow

@@ -81,6 +81,21 @@ def poisson_times(
     return [(int(t * 1e9), int(i)) for t, i in zip(at, picks, strict=True)]
 
 
+def mean_in_flight(spans: Sequence[tuple[int, int]]) -> list[float]:
+    """Per request (from, to), the mean number of requests in flight over its life,
+    itself included: what can be said of an engine's batch from outside it (a
+    client's view, or a scheduler that reports no batch)."""
+    means = []
+    for a0, a1 in spans:
+        life = a1 - a0
+        if life <= 0:
+            means.append(1.0)
+            continue
+        overlap = sum(max(0, min(a1, b1) - max(a0, b0)) for b0, b1 in spans)
+        means.append(overlap / life)
+    return means
+
+
 Clock = Callable[[], int]
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bakeoff.errors import UserError
-from bakeoff.generators.arrivals import Served
+from bakeoff.generators.arrivals import Served, mean_in_flight
 
 
 @dataclass(frozen=True)
@@ -89,16 +89,9 @@ async def _one(
 def in_flight_beside(stamps: Sequence[Stamps]) -> list[float]:
     """Per request, the mean number of requests in flight over its life (itself
     included), from the client's send and last-chunk times."""
-    spans = [(s.sent_ns, s.last_ns if s.last_ns is not None else s.sent_ns) for s in stamps]
-    means = []
-    for a0, a1 in spans:
-        life = a1 - a0
-        if life <= 0:
-            means.append(1.0)
-            continue
-        overlap = sum(max(0, min(a1, b1) - max(a0, b0)) for b0, b1 in spans)
-        means.append(overlap / life)
-    return means
+    return mean_in_flight(
+        [(s.sent_ns, s.last_ns if s.last_ns is not None else s.sent_ns) for s in stamps]
+    )
 
 
 async def _send_all(

@@ -6,6 +6,13 @@ sets it up; the compile happens on the first calls, which the caller times apart
 Greedy decoding, the folder's own weights, no code from the folder (remote code
 is refused). Output tokens are reported by a streamer that `generate` calls as
 each token is chosen, so their timestamps are the runtime's own.
+
+In the server scenario, eager torch serves requests through transformers' own
+scheduler, its continuous batching (`init_continuous_batching`: paged attention,
+requests admitted and decoded together step by step), each added as it arrives;
+its tokens are stamped by transformers as they are chosen (`record_timestamps`).
+torch-compile, whose forward is compiled for `generate`'s static cache, is fed by
+the queue of static batches.
 """
 
 from __future__ import annotations
@@ -17,6 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.generators import Batch, OnToken, eos_ids, until_end
+from bakeoff.generators.arrivals import Arrival, Served, mean_in_flight, wait_until
+
+# transformers' continuous batching: the KV cache's page size (tokens) and how many
+# requests one step may hold; stated, since its own defaults size a GPU's memory.
+CB_PAGE_SIZE = 16
+CB_MAX_REQUESTS = 64
 
 
 def _threads(threads: int) -> None:
@@ -58,6 +71,15 @@ class TorchGenerator:
             "cache": "static" if runtime == "torch-compile" else "dynamic",
             "batching": "static batches: the prompts left-padded to the longest",
         }
+        self._manager: Any = None
+        self._sends = 0
+        if runtime == "torch":
+            self.serve = self._serve_continuously
+            self.settings["server_batching"] = (
+                "continuous batching: transformers' ContinuousBatchingManager (paged "
+                f"attention, pages of {CB_PAGE_SIZE} tokens, at most {CB_MAX_REQUESTS} "
+                "requests a step)"
+            )
 
     def _fits(self, prompt: Sequence[int], max_new_tokens: int) -> None:
         if len(prompt) + max_new_tokens > self.max_positions:
@@ -112,6 +134,83 @@ class TorchGenerator:
         tokens = [until_end(row[width:].tolist(), self.eos) for row in out]
         # Every sequence of a static batch gets its first token at the same step.
         return Batch(tokens, [first[0] if first else done] * len(prompts))
+
+    def _continuous_manager(self, max_new_tokens: int, warm_prompt: Sequence[int]) -> Any:
+        """transformers' continuous-batching manager, started once for this worker
+        and warmed by one request (its cache and first step are set up then, not in
+        the first timed request); stopped when the worker exits."""
+        import atexit
+
+        from transformers import GenerationConfig
+        from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+        if self._manager is not None:
+            return self._manager
+        config = GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            num_beams=1,
+            eos_token_id=sorted(self.eos) or None,
+            pad_token_id=self.pad,
+        )
+        # pages enough for every request at the model's full length, no more: left
+        # to size itself, the cache takes a share of the machine's memory (a 28 s
+        # start for a 2-layer model here)
+        pages = -(-CB_MAX_REQUESTS * self.max_positions // CB_PAGE_SIZE)
+        batching = ContinuousBatchingConfig(
+            page_size=CB_PAGE_SIZE, max_requests_per_batch=CB_MAX_REQUESTS, num_blocks=pages
+        )
+        manager = self.model.init_continuous_batching(config, batching)
+        manager.start()
+        atexit.register(manager.stop, block=True)
+        self._manager = manager
+        manager.add_request(list(warm_prompt), "warm-up", max_new_tokens)
+        self._results(manager, {"warm-up"})
+        return manager
+
+    @staticmethod
+    def _results(manager: Any, ids: set[str]) -> dict[str, Any]:
+        outputs: dict[str, Any] = {}
+        while len(outputs) < len(ids):
+            out = manager.get_result(timeout=1.0)
+            if out is None and not manager.is_running():
+                raise RuntimeError("transformers' continuous batching stopped early")
+            if out is not None and out.is_finished() and out.request_id in ids:
+                if out.error:
+                    raise RuntimeError(f"request {out.request_id}: {out.error}")
+                outputs[out.request_id] = out
+        return outputs
+
+    def _serve_continuously(self, schedule: Sequence[Arrival], max_new_tokens: int) -> list[Served]:
+        """Requests as they arrive, through transformers' continuous batching: each
+        added to its manager when its time comes; the manager's own thread admits
+        and decodes them, stamping each token as it is chosen."""
+        for arrival in schedule:
+            self._fits(arrival.prompt, max_new_tokens)
+        manager = self._continuous_manager(max_new_tokens, schedule[0].prompt)
+        clock = time.perf_counter_ns
+        self._sends += 1
+        ids = [f"s{self._sends}-{i}" for i in range(len(schedule))]
+        start = clock()
+        for rid, arrival in zip(ids, schedule, strict=True):
+            wait_until(clock, start, arrival.at_ns)
+            manager.add_request(list(arrival.prompt), rid, max_new_tokens, record_timestamps=True)
+        outputs = self._results(manager, set(ids))
+        served = []
+        for rid, arrival in zip(ids, schedule, strict=True):
+            out = outputs[rid]
+            tokens = until_end(out.generated_tokens, self.eos)
+            stamps = [int(t * 1e9) - start for t in out.timestamps or []]
+            if not stamps:  # nothing stamped: its answer came when it finished
+                stamps = [int(out.lifespan[1] * 1e9) - start]
+            last = stamps[min(max(len(tokens), 1), len(stamps)) - 1]
+            served.append(Served(arrival.at_ns, stamps[0], last, len(tokens), 1.0))
+        # transformers reports no batch: the requests' overlap, arrival to last token
+        running = mean_in_flight([(s.arrived_ns, s.last_ns) for s in served])
+        return [
+            Served(s.arrived_ns, s.first_ns, s.last_ns, s.tokens, r)
+            for s, r in zip(served, running, strict=True)
+        ]
 
     def nll(self, tokens: Sequence[int]) -> tuple[float, int]:
         import torch
