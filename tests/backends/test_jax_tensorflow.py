@@ -40,6 +40,11 @@ CHILD = textwrap.dedent(
 )
 
 
+# Slow (make test-slow): 58 s of make test's 12 minutes (two runs, each importing
+# JAX or TensorFlow, XLA compiles). make test keeps both frameworks through Keras on
+# JAX and TensorFlow (tests/end_to_end/test_keras_litert.py) and the SavedModel
+# through OpenVINO (tests/inference/test_gate.py).
+@pytest.mark.slow
 def test_jax_function_and_savedmodel_with_xla_on_and_off(tmp_path: Path, tf_models: Path) -> None:
     jax_workload(tmp_path)
     # A CPU without native BF16, simulated on every machine: bf16 asked for is still

@@ -296,8 +296,13 @@ def test_the_server_scenario_finds_each_engines_highest_rate_within_the_target(
         assert c["status"] == "ok", c["reason"]
         server = c["server"]
         kind = "continuous batching" if c["runtime"] == "torch" else "none"
-        assert server["batching"].startswith(kind)
-        assert len(server["tested"]) >= 3
+        assert server["batching"].startswith(kind), server["batching"]
+        # A busy machine can spend an engine's budget (--budget 3) before its bracket
+        # closes: then the search says so, having sent at least its first rate.
+        if server["stopped"] == "the bracket closed":
+            assert len(server["tested"]) >= 3, server
+        else:
+            assert "budget" in server["stopped"] and server["tested"], server
         for step in server["tested"]:
             assert step["requests"] == 24 and step["ttft_ms"]["p99"] >= step["ttft_ms"]["p50"] > 0
             assert step["goodput"] <= step["completed_per_s"] + 1e-9
