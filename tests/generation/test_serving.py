@@ -56,6 +56,7 @@ def test_vllm_is_served_with_the_measured_settings_and_a_token_off_loopback(
     assert "--no-enable-prefix-caching" in command  # as the run measured it
     assert command[command.index("--api-key") + 1] == "s3cret"
     assert engine.env == {"VLLM_CPU_KVCACHE_SPACE": "2"}
+    assert engine.model == "tiny-lm"  # --served-model-name
     shown = serving.printable(command, engine.env)
     assert "s3cret" not in shown and shown.startswith("VLLM_CPU_KVCACHE_SPACE=2 ")
 
@@ -65,6 +66,7 @@ def test_transformers_serve_stays_on_loopback_and_others_say_why_not(tmp_path: P
     torch, _, ort, llama = doc["candidates"]
     engine = serving.engine_server(doc, torch, tmp_path, "127.0.0.1", 8002, None)
     assert engine.command[1:3] == ["serve", "/models/tiny"] and "--port" in engine.command
+    assert engine.model == "/models/tiny"  # transformers serve is pinned to the folder
     with pytest.raises(UserError, match="transformers serve takes no API key"):
         serving.engine_server(doc, torch, tmp_path, "0.0.0.0", 8002, "t")
     none = serving.engine_server(doc, ort, tmp_path, "127.0.0.1", 8002, None)

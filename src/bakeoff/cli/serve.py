@@ -169,7 +169,8 @@ def _serve_generative(
             out.print(f"  the command: {shown}", highlight=False, soft_wrap=True)
         return 1
     out.print(
-        f"serving {c['id']} ({why}) through {engine.server} on http://{host}:{port}/v1",
+        f"serving {c['id']} ({why}) through {engine.server} on http://{host}:{port}/v1; "
+        f"requests name the model {engine.model!r}",
         highlight=False,
         soft_wrap=True,
     )

@@ -35,6 +35,7 @@ class EngineServer:
     env: dict[str, str] = field(default_factory=dict)
     startable: bool = True
     why: str = ""  # why it is not started, or how to install what it needs
+    model: str = ""  # the name a request's "model" field gives
 
 
 def chosen_candidate(doc: dict[str, Any], candidate: str | None) -> tuple[dict[str, Any], str]:
@@ -88,7 +89,9 @@ def engine_server(
             command += ["--api-key", token]
         env = {"VLLM_CPU_KVCACHE_SPACE": f"{settings.get('kv_cache_space_gib', 1):g}"}
         why = "" if python is not None and python.exists() else runtime_envs.OWN["vllm"].install
-        return EngineServer(c["id"], "vLLM's OpenAI-compatible server", command, env, not why, why)
+        return EngineServer(
+            c["id"], "vLLM's OpenAI-compatible server", command, env, not why, why, name
+        )
     if runtime in ("torch", "torch-compile"):
         if host not in LOOPBACK:
             raise UserError(
@@ -107,7 +110,8 @@ def engine_server(
             if missing
             else ""
         )
-        return EngineServer(c["id"], "transformers' own server", command, {}, not why, why)
+        # transformers serve is pinned to the folder: a request names it, or no model
+        return EngineServer(c["id"], "transformers' own server", command, {}, not why, why, folder)
     if runtime == "llama-cpp":
         gguf = run_folder / "artifacts" / "llama-cpp" / f"model-{c['precision']}.gguf"
         command = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf)]
@@ -123,7 +127,7 @@ def engine_server(
         )
         if not gguf.exists():
             why = f"{gguf} is not there (the run's folder was cleared?)"
-        return EngineServer(c["id"], "llama-cpp-python's server", command, {}, not why, why)
+        return EngineServer(c["id"], "llama-cpp-python's server", command, {}, not why, why, name)
     nothing = {
         "onnxruntime-genai": "ONNX Runtime GenAI has no server of its own",
         "openvino-genai": "OpenVINO GenAI's server is OpenVINO Model Server, a separate "
