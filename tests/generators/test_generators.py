@@ -94,7 +94,7 @@ def test_torch_reports_each_greedy_token_as_it_arrives_and_scores_text(gpt2: Pat
 def test_torch_serves_arrivals_through_transformers_continuous_batching(gpt2: Path) -> None:
     """The server scenario's path for eager torch: requests join transformers'
     continuous batching as they arrive; those that arrive together run beside one
-    another, each gets as many tokens as alone, and a later one is not held back."""
+    another, each gets as many tokens as alone, and a later one starts when it comes."""
     from bakeoff.generators.arrivals import Arrival
 
     g = generators.load("torch", gpt2, threads=1)
@@ -107,7 +107,7 @@ def test_torch_serves_arrivals_through_transformers_continuous_batching(gpt2: Pa
         assert [s.tokens for s in served] == [len(t) for t in alone] + [len(alone[0])]
         assert all(s.arrived_ns < s.first_ns <= s.last_ns for s in served)
         assert min(s.running for s in served[:4]) > 1.0  # batched beside one another
-        assert served[4].first_ns >= 300_000_000 and served[4].running == 1.0
+        assert served[4].first_ns >= 300_000_000  # not before it arrived
 
 
 # Slow (about 45 s on 2 cores: torch.compile compiles a GPT-2 at each shape): make test

@@ -88,7 +88,9 @@ def test_requests_go_out_at_their_arrival_times_and_are_timed_per_token(
     for s in served:
         assert 1 <= s.tokens <= 6  # the server's own count (usage.completion_tokens)
         assert s.arrived_ns < s.first_ns <= s.last_ns
-        assert s.ttft_ns > 0 and s.tpot_ns > 0 and s.running >= 1.0
+        # transformers serve writes the text it has queued in one event: on a busy
+        # machine a whole answer can come as one chunk, first and last at once
+        assert s.ttft_ns > 0 and s.tpot_ns >= 0 and s.running >= 1.0
 
 
 def test_a_refused_request_is_that_requests_failure_not_the_clients(
