@@ -177,15 +177,16 @@ def aiperf_client(
     print("$ " + " ".join(cmd[:3]) + " ...", flush=True)
     env = dict(os.environ, HOME=str(folder), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env["HF_HUB_CACHE"] = str(hub_cache_with(model, folder / "hub"))
-    proc = subprocess.Popen(
-        cmd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        preexec_fn=lambda: os.sched_setaffinity(0, cores),
-    )
+    log = folder / "aiperf.log"  # a file, not a pipe nobody reads while it runs
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: os.sched_setaffinity(0, cores),
+        )
     tree = psutil.Process(proc.pid)
-    cpu = 0.0
     seen: dict[int, float] = {}
     while proc.poll() is None:  # sum the CPU time of AIPerf's process tree as it runs
         for p in [tree, *tree.children(recursive=True)]:
@@ -196,7 +197,7 @@ def aiperf_client(
                 pass
         time.sleep(0.5)
     cpu = sum(seen.values())
-    output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+    output = log.read_text(errors="replace")
     summary = out / "profile_export_aiperf.json"
     if proc.returncode != 0 or not summary.exists():
         raise SystemExit(f"aiperf failed ({proc.returncode}):\n{output[-3000:]}")

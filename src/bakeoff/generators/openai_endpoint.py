@@ -3,8 +3,8 @@
 scenario times an engine in-process (`generators.arrivals.Served`).
 
 This is bakeoff's own client for an engine's *own* server (`bakeoff serve` of a
-generative run starts one): each request goes out at its arrival time on a
-connection of its own (no request waits for another to be sent), streams its
+generative run starts one): each request goes out at its arrival time, never
+waiting for a free connection (the pool has no limit), streams its
 answer as server-sent events, and is stamped on the client's clock at the first
 and last chunk that carries text. Its token count is the server's own
 (`usage.completion_tokens`, asked for with `stream_options.include_usage`), else
@@ -18,6 +18,7 @@ mean number of requests in flight beside it (itself included) over its life.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import time
 from collections.abc import Sequence
@@ -128,7 +129,7 @@ def send(
     `base_url`/v1/completions, greedy, streamed; `extra` joins each request's body
     (e.g. `ignore_eos` on vLLM). Returns what each answered request saw, and every
     request's stamps (a failed one has `error`)."""
-    if importlib_missing("aiohttp"):
+    if importlib.util.find_spec("aiohttp") is None:
         raise UserError("bakeoff's OpenAI client needs aiohttp: pip install 'bakeoff[serve]'")
     url = base_url.rstrip("/") + "/v1/completions"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -158,9 +159,3 @@ def send(
         if s.error is None and s.first_ns is not None and s.last_ns is not None
     ]
     return served, stamps
-
-
-def importlib_missing(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is None

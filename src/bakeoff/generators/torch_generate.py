@@ -196,21 +196,19 @@ class TorchGenerator:
             wait_until(clock, start, arrival.at_ns)
             manager.add_request(list(arrival.prompt), rid, max_new_tokens, record_timestamps=True)
         outputs = self._results(manager, set(ids))
-        served = []
+        spans = []  # (arrival, first, last, tokens) per request
         for rid, arrival in zip(ids, schedule, strict=True):
             out = outputs[rid]
             tokens = until_end(out.generated_tokens, self.eos)
             stamps = [int(t * 1e9) - start for t in out.timestamps or []]
             if not stamps:  # nothing stamped: its answer came when it finished
                 stamps = [int(out.lifespan[1] * 1e9) - start]
+            # its last token's stamp (an end-of-text after it is stamped too, not counted)
             last = stamps[min(max(len(tokens), 1), len(stamps)) - 1]
-            served.append(Served(arrival.at_ns, stamps[0], last, len(tokens), 1.0))
+            spans.append((arrival.at_ns, stamps[0], last, len(tokens)))
         # transformers reports no batch: the requests' overlap, arrival to last token
-        running = mean_in_flight([(s.arrived_ns, s.last_ns) for s in served])
-        return [
-            Served(s.arrived_ns, s.first_ns, s.last_ns, s.tokens, r)
-            for s, r in zip(served, running, strict=True)
-        ]
+        running = mean_in_flight([(a, last) for a, _, last, _ in spans])
+        return [Served(*span, r) for span, r in zip(spans, running, strict=True)]
 
     def nll(self, tokens: Sequence[int]) -> tuple[float, int]:
         import torch
