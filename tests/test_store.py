@@ -105,6 +105,23 @@ def test_trial_samples_round_trip_exactly(store: Store) -> None:
     assert block == (sum(rounds[1]) + 17, 7)
 
 
+def test_a_rounds_figures_are_stored_with_it_and_a_phase_can_be_dropped(store: Store) -> None:
+    store.start_run("r1", "w.toml", ENV, SETTINGS)
+    extra = {"ttft_ns": [5, 6], "tokens": [8, 8]}
+    store.add_trial("r1", "c", 0, "measure", [1, 2], 3, 1, extra)
+    store.add_trial("r1", "c", 0, "concurrency-2", [4], 9)
+    assert store.rounds("r1", "c") == [(0, [1, 2], 3, 1)]
+    assert store.by_round("r1", "c", "measure:ttft_ns") == {0: [5, 6]}
+    assert store.by_round("r1", "c", "measure:tokens") == {0: [8, 8]}
+    # a transaction that fails stores none of the round's rows
+    with pytest.raises(OverflowError):
+        store.add_trial("r1", "c", 1, "measure", [1], 1, 0, {"tokens": [2**70]})
+    assert store.by_round("r1", "c", "measure") == {0: [1, 2]}
+    store.drop_trials("r1", "concurrency-")
+    assert store.samples("r1", "c", "concurrency-2") == []
+    assert store.by_round("r1", "c", "measure") == {0: [1, 2]}
+
+
 def test_finish_run_with_document(store: Store) -> None:
     store.start_run("r1", "w.toml", ENV, SETTINGS)
     document = {

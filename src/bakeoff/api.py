@@ -9,16 +9,18 @@ engine); `advise` the advice; `list_runs` and `show_run` read the store.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from bakeoff import advise as advising
 from bakeoff.errors import UserError
-from bakeoff.generation.pipeline import GenerateOptions, GenerateResult, run_generation
+from bakeoff.generation.options import GenerateOptions
+from bakeoff.generation.pipeline import GenerateResult, run_generation
 from bakeoff.inference.document import SCHEMA_VERSION, write_json
 from bakeoff.inference.options import SCENARIOS, RunOptions
-from bakeoff.inference.pipeline import RunResult, plan_shares, run, workload_ref
-from bakeoff.loader import load_generation
+from bakeoff.inference.pipeline import RunResult, plan_shares, run
+from bakeoff.loader import load_generation, workload_ref
 from bakeoff.paths import DEFAULT_STORE
 from bakeoff.report import Reporter
 from bakeoff.store import Store
@@ -47,10 +49,12 @@ __all__ = [
     "load_generation",
     "plan_shares",
     "resume",
+    "resume_generation",
     "resume_training",
     "run",
     "run_generation",
     "show_run",
+    "stored_run",
     "train",
     "training_to_resume",
     "workload_ref",
@@ -74,8 +78,8 @@ def resume(
     st = record["settings"]
     if st.get("kind") == "generate":
         raise UserError(
-            f"run {record['run_id']} is a text-generation run, which cannot be resumed yet: "
-            "run it again"
+            f"run {record['run_id']} is a text-generation run: `bakeoff run --resume "
+            f"{record['run_id']}` finishes it (api.resume_generation)"
         )
     if st.get("kind") == "train":
         raise UserError(
@@ -86,6 +90,38 @@ def resume(
         raise UserError(f"run {record['run_id']} was stored without what is needed to resume it")
     opts = RunOptions.from_settings(st, store=store, json_path=json_path)
     return run(st["workload_ref"], opts, reporter, resume_record=record)
+
+
+def stored_run(run_id: str, store: str | Path = DEFAULT_STORE) -> dict[str, Any]:
+    """The stored run `run_id` (or a unique prefix of it)."""
+    if not Path(store).exists():
+        raise UserError(f"no store at {store} (pass --store)")
+    with Store(store) as s:
+        return s.run(run_id)
+
+
+def resume_generation(
+    run_id: str, store: str | Path = DEFAULT_STORE, say: Any = lambda text: None
+) -> GenerateResult:
+    """Finish an interrupted or killed text-generation run (`generation.resume` says
+    what is kept and what is done again)."""
+    record = stored_run(run_id, store)
+    st = record["settings"]
+    if st.get("kind") != "generate":
+        raise UserError(f"run {record['run_id']} is not a text-generation run")
+    if record["status"] == "done":
+        raise UserError(f"run {record['run_id']} already finished; see `bakeoff show`")
+    if "options" not in st:
+        raise UserError(
+            f"run {record['run_id']} was stored before generative runs could resume: run it again"
+        )
+    workload = load_generation(st["workload_ref"], say)
+    if workload is None:
+        raise UserError(f"{st['workload_ref']}: no longer a text-generation workload")
+    opts = GenerateOptions.from_settings(st, store)
+    # the threads it was measured with, not this machine's default now
+    opts = dataclasses.replace(opts, threads=st["threads"])
+    return run_generation(workload, opts, say, resume_record=record)
 
 
 def training_to_resume(

@@ -17,6 +17,7 @@ import bakeoff
 from bakeoff import hardware
 from bakeoff.backends import get_backend, runtime_names, runtime_origin
 from bakeoff.backends.gpu import gpu_info
+from bakeoff.errors import UserError
 
 _PACKAGES = (
     "torch",
@@ -106,6 +107,18 @@ def package_changes(then: dict[str, Any], now: dict[str, Any]) -> list[str]:
         for name in sorted(set(old) | set(new))
         if old.get(name) != new.get(name)
     ]
+
+
+def check_same_packages(record: dict[str, Any], now: dict[str, Any]) -> None:
+    """Refuse to resume the stored run `record` where an installed library's version
+    changed since it started: what it finished was measured with the old one."""
+    changed = package_changes(record["environment"], now)
+    if changed:
+        raise UserError(
+            f"installed libraries changed since run {record['run_id']} started "
+            f"({'; '.join(changed)}): what it finished was measured with the old versions; "
+            "reinstall those to resume, or start a new run"
+        )
 
 
 def runtimes() -> list[dict[str, Any]]:

@@ -137,7 +137,9 @@ class StoreEvents:
         slot: int,
         extra: dict[str, list[int]] | None = None,
     ) -> None:
-        self.store.add_trial(self.run_id, entrant.id, round_index, kind, latency_ns, block_ns, slot)
+        self.store.add_trial(
+            self.run_id, entrant.id, round_index, kind, latency_ns, block_ns, slot, extra
+        )
         if extra:
             self.figures(entrant, kind, extra)
 

@@ -27,6 +27,12 @@ from bakeoff.workload import (
 )
 
 
+def workload_ref(ref: str | None) -> str:
+    """What a resumed run loads again: builtins by name, files by absolute path."""
+    ref = ref or "builtin:minilm"
+    return ref if ref.startswith("builtin:") else str(Path(ref).resolve())
+
+
 def load_generation(
     ref: str | None, say: Callable[[str], None] = lambda _: None
 ) -> GenerationWorkload | None:

@@ -239,22 +239,31 @@ class Store:
         latency_ns: list[int],
         block_ns: int | None,
         process: int = 0,
+        extra: dict[str, list[int]] | None = None,
     ) -> None:
-        blob = np.asarray(latency_ns, dtype="<i8").tobytes()
+        """One timed block; `extra`: figures per call beside the timed one (a generated
+        request's TTFT and tokens), kept as rows of kind "KIND:NAME" in the same
+        transaction, so a round is stored whole or not at all."""
+        rows = [(kind, latency_ns, block_ns)]
+        rows += [(f"{kind}:{name}", values, None) for name, values in (extra or {}).items()]
+        now = time.time()
         with self._tx():
-            self.db.execute(
+            self.db.executemany(
                 "INSERT INTO trials VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    run_id,
-                    candidate_id,
-                    round_index,
-                    kind,
-                    len(latency_ns),
-                    block_ns,
-                    blob,
-                    time.time(),
-                    process,
-                ),
+                [
+                    (
+                        run_id,
+                        candidate_id,
+                        round_index,
+                        row_kind,
+                        len(values),
+                        row_block,
+                        np.asarray(values, dtype="<i8").tobytes(),
+                        now,
+                        process,
+                    )
+                    for row_kind, values, row_block in rows
+                ],
             )
 
     def leave_out(self, run_id: str, candidate_ids: list[str], settings: dict[str, Any]) -> None:
@@ -270,10 +279,14 @@ class Store:
                 "UPDATE runs SET settings = ? WHERE run_id = ?", (json.dumps(settings), run_id)
             )
 
-    def drop_trials(self, run_id: str) -> None:
-        """Forget a run's timed trials (a stage that starts again whole)."""
+    def drop_trials(self, run_id: str, kind_prefix: str = "") -> None:
+        """Forget a run's timed trials (a stage that starts again whole), or those whose
+        kind starts with `kind_prefix`."""
         with self._tx():
-            self.db.execute("DELETE FROM trials WHERE run_id = ?", (run_id,))
+            self.db.execute(
+                "DELETE FROM trials WHERE run_id = ? AND substr(kind, 1, ?) = ?",
+                (run_id, len(kind_prefix), kind_prefix),
+            )
 
     def finish_run(self, run_id: str, status: str, document: dict[str, Any] | None) -> None:
         with self._tx():
@@ -348,6 +361,15 @@ class Store:
             (run_id, candidate_id, kind),
         ).fetchall()
         return [np.frombuffer(blob, dtype="<i8") for (blob,) in rows]
+
+    def by_round(self, run_id: str, candidate_id: str, kind: str) -> dict[int, list[int]]:
+        """A candidate's rows of one kind, by round (an `extra` figure's, say)."""
+        rows = self.db.execute(
+            "SELECT round, latency_ns FROM trials WHERE run_id = ? AND candidate_id = ? "
+            "AND kind = ? ORDER BY round",
+            (run_id, candidate_id, kind),
+        ).fetchall()
+        return {int(r): np.frombuffer(b, dtype="<i8").tolist() for r, b in rows}
 
     def rounds(self, run_id: str, candidate_id: str) -> list[tuple[int, list[int], int, int]]:
         """Measured rounds of a candidate: (round, latencies ns, block ns, process), in order."""

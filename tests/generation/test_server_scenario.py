@@ -21,6 +21,7 @@ from bakeoff.cli import app
 from bakeoff.errors import UserError
 from bakeoff.generation.candidate import GenCandidate
 from bakeoff.generation.server_scenario import (
+    ServerSweep,
     Target,
     parse_slo,
     rate_step,
@@ -140,6 +141,56 @@ def test_continuous_batching_sustains_the_higher_rate_and_the_verdict_says_so() 
     assert v["winner"] == "vllm-fp32" and v["ranking"] == ["vllm-fp32", "torch-fp32"]
     assert v["ties"] == [] and "torch-fp32 missed it at" in v["headline"]
     assert v["target"]["ttft_p99_ms"] == 50.0
+
+
+class PlantedWorker:
+    """A measuring worker's channel, answering `Arrivals` with a planted engine."""
+
+    def __init__(self, engine) -> None:  # type: ignore[no-untyped-def]
+        self.engine, self.asked = engine, 0
+
+    def request(self, cmd, timeout_s: float) -> dict:  # type: ignore[no-untyped-def]
+        self.asked += 1
+        schedule = poisson_schedule(cmd.rate_per_s, cmd.requests, PROMPTS, cmd.seed)
+        return self.engine(schedule).to_json()
+
+
+def test_a_resumed_server_scenario_keeps_its_target_and_the_searches_that_finished(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "server_target.json"
+    serial, continuous = GenCandidate("torch", "fp32"), GenCandidate("vllm", "fp32")
+    for c in (serial, continuous):  # one request at a time: 40 requests/s
+        c.rounds_ns, c.ttft_ns, c.block_ns = [[3_000_000] * 4], [[5_000_000] * 4], [100_000_000]
+    saved: list[GenCandidate] = []
+
+    def sweep(given: dict[str, float]) -> ServerSweep:
+        return ServerSweep(
+            given, 64, 2, 1, 5.0, lambda _: None, target_path=path, changed=saved.append
+        )
+
+    first = sweep({"ttft_p99_ms": 200.0, "tpot_p99_ms": 10.0})
+    assert (
+        first(
+            [
+                (serial, PlantedWorker(one_at_a_time_engine)),
+                (continuous, PlantedWorker(continuous_engine)),
+            ]
+        )
+        == set()
+    )
+    assert saved == [serial, continuous]  # each to the store as its search ends
+    assert json.loads(path.read_text())["ttft_p99_ms"] == 200.0
+    kept = serial.server
+    continuous.server = {}  # its search had not finished when the run was interrupted
+    again = sweep({})  # would derive another target from the rounds, if it had none
+    workers = PlantedWorker(one_at_a_time_engine), PlantedWorker(continuous_engine)
+    again([(serial, workers[0]), (continuous, workers[1])])
+    assert again.target == first.target and serial.server is kept
+    assert workers[0].asked == 0 and workers[1].asked > 0
+    assert (
+        continuous.server["highest_rate"]["requests_per_s"] > kept["highest_rate"]["requests_per_s"]
+    )
 
 
 def test_a_spent_budget_stops_the_search_with_what_it_has() -> None:

@@ -340,7 +340,7 @@ def test_a_run_stored_before_the_round_trips_resumes(tmp_path: Path) -> None:
     except UserError as exc:
         # Refused only when this machine's runtimes are not the ones it was measured
         # with; then the run stays as it was.
-        assert "installed runtimes changed since run" in str(exc), exc
+        assert "installed libraries changed since run" in str(exc), exc
         assert _measured(db) == before
         with Store(db) as s:
             assert s.run(run_id)["status"] == "interrupted"

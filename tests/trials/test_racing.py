@@ -786,7 +786,7 @@ def test_a_resume_is_refused_when_what_the_rounds_were_measured_with_changed(
         env = json.loads(env)
         env["packages"]["numpy"] = "1.0.0"
         conn.execute("UPDATE runs SET environment = ?", (json.dumps(env),))
-    refused(r"installed runtimes changed since run .* \(numpy 1\.0\.0 -> " + np.__version__)
+    refused(r"installed libraries changed since run .* \(numpy 1\.0\.0 -> " + np.__version__)
     with sqlite3.connect(store) as conn:
         env["packages"]["numpy"] = np.__version__
         conn.execute("UPDATE runs SET environment = ?", (json.dumps(env),))

@@ -34,6 +34,7 @@ from bakeoff.cache.events import (
 from bakeoff.cache.keys import (
     code_hash,
     data_hash,
+    folder_hash,
     model_hash,
     prepare_run,
     run_model_hash,
@@ -87,6 +88,7 @@ __all__ = [
     "entries",
     "events_offset",
     "file_digests",
+    "folder_hash",
     "iter_steps",
     "local",
     "log_event",

@@ -62,6 +62,12 @@ def _folder_files(folder: Path) -> list[tuple[str, Path]]:
     return out
 
 
+def folder_hash(folder: Path) -> str:
+    """A folder's identity by content: every file's relative path and sha256 (hidden
+    ones left out, as `_folder_files` does)."""
+    return _hash_json({rel: sha256_file(p) for rel, p in _folder_files(folder)})
+
+
 def _onnx_files(path: Path) -> list[tuple[str, Path]]:
     """The .onnx file and the external-data files beside it that it names.
 

@@ -63,11 +63,21 @@ def run(
     json_path: Path | None,
 ) -> int:
     result = api.run_generation(workload, opts, lambda text: err.print(escape(text)))
+    return _finish(result, json_path)
+
+
+def _finish(result: api.GenerateResult, json_path: Path | None) -> int:
     print_generation(result.document)
     if json_path is not None:
         api.write_json(result.document, json_path)
         err.print(f"wrote {json_path}")
     return result.exit_code
+
+
+def resume(run_id: str, store: Path, json_path: Path | None) -> int:
+    """`bakeoff run --resume RUN_ID` of a text-generation run."""
+    result = api.resume_generation(run_id, store, lambda text: err.print(escape(text)))
+    return _finish(result, json_path)
 
 
 def print_generation(doc: dict[str, Any]) -> None:

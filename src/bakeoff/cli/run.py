@@ -173,6 +173,12 @@ def _resume(
 
     if workload is not None:
         raise UserError("--resume takes the workload from the stored run; give no WORKLOAD")
+    if api.stored_run(run_id, store)["settings"].get("kind") == "generate":
+        if mlflow is not None:
+            raise UserError("--mlflow: not for a text-generation run")
+        from bakeoff.cli import generation  # rich tables of its own, loaded when needed
+
+        return generation.resume(run_id, store, json_path)
     with RichReporter(err) as reporter:
         resumed = api.resume(run_id, store, reporter, json_path)
     print_result(resumed.document, out)

@@ -36,7 +36,7 @@ from bakeoff.distributed.session import (
 )
 from bakeoff.errors import UserError
 from bakeoff.inference.options import STORED_FIELDS
-from bakeoff.inference.pipeline import workload_ref
+from bakeoff.loader import workload_ref
 from bakeoff.paths import DEFAULT_STORE
 from bakeoff.store import Store, check_store
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +43,15 @@ from bakeoff.generation.document import (
     tpot_verdict,
 )
 from bakeoff.generation.messages import Concurrent, GenerateJob, GenerateSpec
+from bakeoff.generation.options import GenerateOptions
 from bakeoff.generation.reference import GenReference, reference_outputs
+from bakeoff.generation.resume import check_resumable, model_digest, restore
 from bakeoff.generation.server_scenario import ServerSweep, server_verdict
 from bakeoff.judge import generation as gen
-from bakeoff.lifecycle import FinishedRun, StoreEvents, lifecycle, new_run_id
-from bakeoff.paths import DEFAULT_STORE
-from bakeoff.store import Store, check_store
+from bakeoff.lifecycle import FinishedRun, Run, StoreEvents, lifecycle, new_run_id
+from bakeoff.loader import workload_ref
+from bakeoff.paths import resume_command
+from bakeoff.store import check_store
 from bakeoff.trials.engine import Checked, Engine, run_trials
 from bakeoff.trials.jobs import Job, Timed
 from bakeoff.trials.launcher import LocalLauncher, Worker, WorkerFailed
@@ -83,24 +85,6 @@ GRID: tuple[tuple[str, str] | tuple[str, str, str], ...] = (
     ("vllm", "bf16"),
 )
 GGUF_ARCHITECTURES = ("GPT2LMHeadModel",)
-# Requests submitted together in the sweep; one at a time is the TPOT rounds' own.
-CONCURRENCY = (2, 4, 8)
-
-
-@dataclass(frozen=True)
-class GenerateOptions:
-    runtimes: tuple[str, ...] | None = None
-    precisions: tuple[str, ...] | None = None
-    quick: bool = False
-    store: Path = DEFAULT_STORE
-    threads: int | None = None
-    trial_timeout_s: float = 600.0
-    budget_s: float | None = None  # the rounds' budget (default 90 s, --quick 30 s)
-    concurrency: tuple[int, ...] = CONCURRENCY
-    # "server": after the TPOT race, the highest request rate each engine sustains
-    # within the target `slo` (generation.server_scenario), instead of the sweep
-    scenario: str = "latency"
-    slo: dict[str, float] = field(default_factory=dict)
 
 
 # a finished run of this kind: its id, document and exit code
@@ -109,7 +93,12 @@ GenerateResult = FinishedRun
 
 class _Events(StoreEvents):
     """The engine's progress to the terminal; timed requests to the store, and their
-    TTFT and tokens to the candidate."""
+    TTFT and tokens to the candidate; each candidate to the store as it changes (what
+    a resume reads, and `bakeoff show` of an unfinished run)."""
+
+    def changed(self, entrant: Any | None) -> None:
+        if isinstance(entrant, GenCandidate):
+            self.store.put_candidate(self.run_id, candidate_document(entrant))
 
     def figures(self, entrant: Any, kind: str, extra: dict[str, list[int]]) -> None:
         if kind == "measure" and isinstance(entrant, GenCandidate):
@@ -266,9 +255,15 @@ def _unavailable(c: GenCandidate, w: GenerationWorkload) -> str | None:
 
 
 def run_generation(
-    w: GenerationWorkload, opts: GenerateOptions, say: Callable[[str], None] = lambda _: None
+    w: GenerationWorkload,
+    opts: GenerateOptions,
+    say: Callable[[str], None] = lambda _: None,
+    resume_record: dict[str, Any] | None = None,
 ) -> GenerateResult:
-    """Build, check and time every generative candidate; decide TPOT at batch 1."""
+    """Build, check and time every generative candidate; decide TPOT at batch 1.
+
+    With `resume_record` (see `api.resume_generation`), the run continues under its
+    own id with what it had finished (`generation.resume`)."""
     t_start = time.perf_counter()
     if opts.budget_s is not None and opts.budget_s <= 0:
         raise UserError(f"--budget: seconds above 0, not {opts.budget_s:g}")
@@ -276,22 +271,35 @@ def run_generation(
     check_store(opts.store)  # before the run's folder is made beside it
     threads = opts.threads or environment.default_threads()
     env = {**environment.fingerprint(), "threads": threads}
-    run_id = new_run_id("gen-")
+    run_id = new_run_id("gen-") if resume_record is None else resume_record["run_id"]
     store_path = Path(opts.store).resolve()
-    # Not resumable: an interrupted generative run is marked failed.
-    with lifecycle(store_path, run_id, resumable=False) as run:
-        asked = {
-            "kind": "generate",
-            "workload": w.origin,
-            "quick": opts.quick,
-            "scenario": opts.scenario,
-        }
-        run.start(w.name, env, {**asked, "threads": threads})
+    resume = resume_command(run_id, opts.store)
+
+    def say_how_to_resume() -> None:
+        say(f"interrupted: what finished is in the store; `{resume}` finishes the run")
+
+    inputs = {"prompts": w.prompts, "text": w.text, "calibration": w.calibration}
+    with lifecycle(store_path, run_id, resumable=True, on_interrupt=say_how_to_resume) as run:
+        if resume_record is None:
+            asked = {
+                "kind": "generate",
+                "workload": w.origin,
+                "workload_ref": workload_ref(w.origin),  # what a resume loads again
+                "quick": opts.quick,
+                "scenario": opts.scenario,
+                "options": opts.to_settings(),
+                "model_digest": model_digest(w),
+            }
+            run.start(w.name, env, {**asked, "threads": threads})
+        else:
+            check_resumable(resume_record, w, env, inputs, run.folder.path)
+            run.resume()
+        # Said first: a killed run cannot say later which id to resume.
         say(
             f"run {run_id}: {w.name}, {len(w.prompts)} prompts, {w.max_new_tokens} new "
-            f"tokens each, greedy; {threads} thread(s)"
+            f"tokens each, greedy; {threads} thread(s); if it is interrupted, `{resume}`"
         )
-        doc = _measure(w, grid, opts, threads, env, run_id, run.folder.path, run.store, say)
+        doc = _measure(w, grid, opts, threads, env, run, inputs, resume_record, say)
         doc["timing_s"]["total"] = round(time.perf_counter() - t_start, 3)
         for c in doc["candidates"]:
             run.store.put_candidate(run_id, c)
@@ -299,7 +307,7 @@ def run_generation(
         return GenerateResult(run_id, doc)
 
 
-def _server_sweep(opts: GenerateOptions, events: _Events) -> ServerSweep:
+def _server_sweep(opts: GenerateOptions, events: _Events, folder: Path) -> ServerSweep:
     quick = opts.quick
     return ServerSweep(
         opts.slo,
@@ -310,6 +318,8 @@ def _server_sweep(opts: GenerateOptions, events: _Events) -> ServerSweep:
         note=lambda text: events.note(text, None),
         # each engine's search as long as the TPOT rounds' budget (--budget)
         budget_s=opts.budget_s if opts.budget_s is not None else (30.0 if quick else 90.0),
+        target_path=folder / "server_target.json",  # kept for a resume
+        changed=events.changed,
     )
 
 
@@ -342,13 +352,13 @@ def _measure(
     opts: GenerateOptions,
     threads: int,
     env: dict[str, Any],
-    run_id: str,
-    folder: Path,
-    store: Store,
+    run: Run,
+    inputs: dict[str, Any],
+    resume_record: dict[str, Any] | None,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
+    run_id, folder, store = run.run_id, run.folder.path, run.store
     (folder / "outputs").mkdir(parents=True, exist_ok=True)
-    inputs = {"prompts": w.prompts, "text": w.text, "calibration": w.calibration}
     (folder / "inputs.json").write_text(json.dumps(inputs))
     launcher = LocalLauncher(folder / "logs")
     t_ref = time.perf_counter()
@@ -368,6 +378,17 @@ def _measure(
         if why:
             c.set_status("unavailable", why)
             say(f"{c.id}: unavailable: {why}")
+    if resume_record is not None:
+        kept = restore(candidates, resume_record, store)
+        whole = [c.id for c in candidates if c.status in ("rejected", "failed")]
+        say(
+            f"resuming: {kept} timed rounds kept"
+            + (f"; {', '.join(whole)} kept as they ended" if whole else "")
+            + "; the concurrency sweep starts again"
+        )
+        store.drop_trials(run_id, "concurrency-")  # its rounds are measured again whole
+    for c in candidates:
+        store.put_candidate(run_id, candidate_document(c))
     pending = [c for c in candidates if c.status == "pending"]
     jobs: dict[str, Job] = {
         c.id: GenerateJob(generate=_spec(w, c, folder, threads, c.id), python=_python(c.runtime))
@@ -385,7 +406,7 @@ def _measure(
         settings.seed,
         events,
     )
-    server = _server_sweep(opts, events) if opts.scenario == "server" else None
+    server = _server_sweep(opts, events, folder) if opts.scenario == "server" else None
     outcome = run_trials(
         pending,
         jobs,

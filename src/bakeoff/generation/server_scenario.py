@@ -19,10 +19,12 @@ p99 TTFT and 2x its p99 TPOT one request at a time, from this run's own rounds.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -241,21 +243,41 @@ class ServerSweep:
         timeout_s: float,
         note: Callable[[str], None],
         budget_s: float = math.inf,
+        target_path: Path | None = None,
+        changed: Callable[[GenCandidate], None] = lambda _: None,
     ) -> None:
         self.given, self.requests, self.steps, self.repeats = given, requests, steps, repeats
         self.timeout_s, self.note = timeout_s, note
         self.budget_s = budget_s  # each engine's share, for its search
         self.target: Target | None = None
+        # Where the target is kept once derived: a resumed run judges every engine
+        # against the one its first searches had, and keeps those searches.
+        self.target_path, self.changed = target_path, changed
+
+    def _target(self, candidates: list[GenCandidate]) -> tuple[Target, bool]:
+        """The run's target, and whether it is the one kept from before a resume."""
+        if self.target_path is not None and self.target_path.is_file():
+            kept = json.loads(self.target_path.read_text())
+            return Target(kept["ttft_p99_ms"], kept["tpot_p99_ms"], kept["how"]), True
+        target = target_for(candidates, self.given)
+        if self.target_path is not None:
+            self.target_path.write_text(json.dumps(target.to_json()))
+        return target, False
 
     def __call__(self, lanes: Sequence[tuple[GenCandidate, Worker]], /) -> set[str]:
-        self.target = target = target_for([c for c, _ in lanes], self.given)
+        target, kept = self._target([c for c, _ in lanes])
+        self.target = target
         self.note(
             f"server scenario: target p99 TTFT {target.ttft_p99_ms:.4g} ms "
             f"({target.how['ttft_p99_ms']}), p99 TPOT {target.tpot_p99_ms:.4g} ms "
             f"({target.how['tpot_p99_ms']}); {self.requests} Poisson arrivals per rate"
+            + ("; kept from before the run was interrupted" if kept else "")
         )
         lost: set[str] = set()
         for c, worker in lanes:
+            if kept and "tested" in c.server:
+                self.note(f"{c.id}: its search finished before the interruption; kept")
+                continue
             ends = time.monotonic() + self.budget_s
             try:
                 found = search(
@@ -273,6 +295,7 @@ class ServerSweep:
             # an engine whose server path differs from its batches says so apart
             batching = c.settings.get("server_batching") or c.settings.get("batching", "")
             c.server = {"batching": batching, **found}
+            self.changed(c)
         return lost
 
     def _probe(self, c: GenCandidate, worker: Worker, target: Target) -> Probe:

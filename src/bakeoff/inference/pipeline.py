@@ -37,7 +37,7 @@ from bakeoff.inference.split import split_data
 from bakeoff.inference.variants import build_all
 from bakeoff.judge.verdict import Verdict
 from bakeoff.lifecycle import Run, lifecycle, new_run_id
-from bakeoff.loader import load_workload
+from bakeoff.loader import load_workload, workload_ref
 from bakeoff.paths import RunFolder, resume_command
 from bakeoff.report import NullReporter, Reporter
 from bakeoff.store import check_store
@@ -68,12 +68,6 @@ class Grid:
     candidates_from: str
     grid_from: dict[str, str]
     left_out: dict[str, str] = field(default_factory=dict)
-
-
-def workload_ref(ref: str | None) -> str:
-    """What a resumed run loads again: builtins by name, files by absolute path."""
-    ref = ref or "builtin:minilm"
-    return ref if ref.startswith("builtin:") else str(Path(ref).resolve())
 
 
 def advice_for(workload: Workload, target: str | None) -> advising.AdviceReport:

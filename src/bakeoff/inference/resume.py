@@ -67,13 +67,7 @@ def check_resumable(
             f"{quality['metric']} max_drop {quality['max_drop']:g}, now {spec.metric} "
             f"max_drop {spec.max_drop:g}){start_over}"
         )
-    changed = environment.package_changes(record["environment"], env)
-    if changed:
-        raise UserError(
-            f"installed runtimes changed since run {run_id} started ({'; '.join(changed)}): "
-            "its rounds were measured with the old versions; reinstall those to resume, "
-            "or start a new run"
-        )
+    environment.check_same_packages(record, env)
     built_with = variant_cache.run_model_hash(folder.artifacts)
     if built_with is not None:
         model = variant_cache.model_hash(workload.source)

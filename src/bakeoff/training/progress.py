@@ -139,13 +139,7 @@ def check_resumable(record: dict[str, Any], recipe: Recipe, env: dict[str, Any])
             f"the recipe {record['settings']['recipe']} (its data or settings) changed since "
             f"run {run_id} started{start_over}"
         )
-    changed = environment.package_changes(record["environment"], env)
-    if changed:
-        raise UserError(
-            f"installed libraries changed since run {run_id} started ({'; '.join(changed)}): "
-            "what it finished was measured with the old versions; reinstall those to "
-            "resume, or start a new run"
-        )
+    environment.check_same_packages(record, env)
     cpu_then, cpu_now = _cpu(record["environment"]), _cpu(env)
     if cpu_then != cpu_now:
         raise UserError(
