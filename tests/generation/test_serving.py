@@ -61,7 +61,10 @@ def test_vllm_is_served_with_the_measured_settings_and_a_token_off_loopback(
     assert "s3cret" not in shown and shown.startswith("VLLM_CPU_KVCACHE_SPACE=2 ")
 
 
-def test_transformers_serve_stays_on_loopback_and_others_say_why_not(tmp_path: Path) -> None:
+def test_transformers_serve_stays_on_loopback_and_others_say_why_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BAKEOFF_LLAMA_SERVER", str(tmp_path / "no-llama-server"))
     doc = _doc()
     torch, _, ort, llama = doc["candidates"]
     engine = serving.engine_server(doc, torch, tmp_path, "127.0.0.1", 8002, None)
@@ -74,3 +77,29 @@ def test_transformers_serve_stays_on_loopback_and_others_say_why_not(tmp_path: P
     gguf = serving.engine_server(doc, llama, tmp_path, "127.0.0.1", 8002, None)
     assert not gguf.startable and "model-q8_0.gguf is not there" in gguf.why
     assert "llama_cpp.server" in gguf.command
+
+
+def test_llama_cpp_is_served_by_llama_server_with_the_slots_it_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = _doc()
+    llama = doc["candidates"][3]
+    measured = {"slots": 4, "context_per_slot": 128, "threads": 2, "prompt_cache": False}
+    llama["settings"] = {"threads": 2, "llama_server": measured}
+    binary = tmp_path / "llama-server"
+    binary.write_text("")
+    monkeypatch.setenv("BAKEOFF_LLAMA_SERVER", str(binary))
+    gguf = tmp_path / "artifacts" / "llama-cpp" / "model-q8_0.gguf"
+    gguf.parent.mkdir(parents=True)
+    gguf.write_bytes(b"GGUF")
+    engine = serving.engine_server(doc, llama, tmp_path, "0.0.0.0", 8003, "s3cret")
+    command = engine.command
+    assert engine.startable and command[0] == str(binary) and engine.model == "tiny-lm"
+
+    def given(flag: str) -> str:
+        return command[command.index(flag) + 1]
+
+    assert given("--model") == str(gguf) and given("--host") == "0.0.0.0"
+    assert (given("--parallel"), given("--ctx-size"), given("--threads")) == ("4", "512", "2")
+    assert given("--alias") == "tiny-lm" and given("--api-key") == "s3cret"
+    assert "s3cret" not in serving.printable(command, engine.env)

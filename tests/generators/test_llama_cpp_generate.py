@@ -6,13 +6,17 @@ under `make test-llama-cpp` (marker `llama_cpp`), not in make test."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from bakeoff import generators
+from bakeoff.generators import llama_server
+from bakeoff.generators.arrivals import Arrival, poisson_schedule
 from bakeoff.judge import generation as gen
 from bakeoff.transforms import gguf_export
+from extras import require_program
 from tiny_gpt2 import PROMPTS, greedy, tiny_gpt2, with_tokenizer
 
 pytestmark = pytest.mark.llama_cpp
@@ -93,3 +97,29 @@ def test_requests_submitted_together_queue_one_after_another(
     assert batch.tokens == ref
     assert batch.first_token_ns == sorted(batch.first_token_ns) and batch.first_token_ns[0] > 0
     assert "one after another" in llama.settings["batching"]
+
+
+def test_llama_servers_slots_answer_requests_as_they_arrive_several_at_once(
+    folder: Path, reference: tuple[generators.Generator, list[list[int]]], tmp_path: Path
+) -> None:
+    """The server scenario's path for llama.cpp: its own server on the same GGUF file,
+    whose slots decode the requests that have arrived together (llama-cpp-python's
+    Llama answers them one after another)."""
+    if llama_server.binary() is None:
+        require_program(Path(sys.prefix) / "bin" / "llama-server", llama_server.INSTALL)
+    _, ref = reference
+    llama = generators.load(
+        "llama-cpp", gguf_export.write_gguf(folder, tmp_path / "s.gguf", "f32"), 1
+    )
+    assert "llama.cpp's server, 8 slots" in llama.settings["server_batching"]
+    assert llama.settings["llama_server"]["prompt_cache"] is False
+    serve = llama.serve  # type: ignore[attr-defined]
+    burst = serve([Arrival(0, p) for p in PROMPTS * 2], 16)
+    # every request answered, as long as torch's greedy answer to it
+    assert sorted(s.tokens for s in burst) == sorted(len(r) for r in ref * 2)
+    assert max(s.running for s in burst) > 1.5  # several in the engine at once
+    assert all(s.ttft_ns > 0 and s.last_ns >= s.first_ns for s in burst)
+    arriving = serve(poisson_schedule(20.0, 12, PROMPTS, seed=0), 16)
+    assert len(arriving) == 12 and all(s.arrived_ns >= 0 for s in arriving)
+    llama._server.close()  # type: ignore[attr-defined]
+    assert llama._server.proc.poll() is not None  # type: ignore[attr-defined]

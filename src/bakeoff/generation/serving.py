@@ -7,8 +7,10 @@ command where bakeoff cannot start it. bakeoff writes no LLM server of its own.
   measured dtype, KV-cache size and prefix caching; `--api-key` off loopback.
 - torch, torch-compile: `transformers serve`, transformers' own server (FastAPI),
   on the model folder; it has no API key, so it stays on loopback.
-- llama-cpp: llama-cpp-python's server on the GGUF file the run built, where its
-  server extra is installed (else its command, and how to install it).
+- llama-cpp: llama.cpp's own server (`llama-server`, `make llama-server`) on the GGUF
+  file the run built, with the slots, context and threads it measured; else
+  llama-cpp-python's server where its server extra is installed (else its command,
+  and how to install it).
 - ONNX Runtime GenAI, OpenVINO GenAI and MLX: no server of their own that takes
   the folder the run built is installed here: why, and the folder to serve.
 """
@@ -23,6 +25,7 @@ from typing import Any
 
 from bakeoff import runtime_envs
 from bakeoff.errors import UserError
+from bakeoff.generators import llama_server
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -114,6 +117,9 @@ def engine_server(
         return EngineServer(c["id"], "transformers' own server", command, {}, not why, why, folder)
     if runtime == "llama-cpp":
         gguf = run_folder / "artifacts" / "llama-cpp" / f"model-{c['precision']}.gguf"
+        server = llama_server.binary()
+        if server is not None:
+            return _llama_server(c, server, gguf, host, port, token, name)
         command = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf)]
         command += ["--host", host, "--port", str(port), "--model_alias", name]
         if token:
@@ -143,6 +149,35 @@ def engine_server(
         why=f"{nothing.get(runtime, runtime + ' has no server bakeoff knows')}; the run's "
         f"folder is {run_folder / 'artifacts'}",
     )
+
+
+def _llama_server(
+    c: dict[str, Any],
+    server: Path,
+    gguf: Path,
+    host: str,
+    port: int,
+    token: str | None,
+    name: str,
+) -> EngineServer:
+    """llama.cpp's own server with the slots, context and threads the run measured."""
+    settings = c.get("settings") or {}
+    measured = settings.get("llama_server") or {}
+    command = llama_server.command(
+        server,
+        gguf,
+        host,
+        port,
+        int(measured.get("threads") or settings.get("threads") or 1),
+        int(measured.get("context_per_slot") or settings.get("context") or 512),
+        int(measured.get("slots") or llama_server.SLOTS),
+    )
+    command += ["--alias", name]
+    if token:
+        command += ["--api-key", token]
+    why = "" if gguf.exists() else f"{gguf} is not there (the run's folder was cleared?)"
+    whose = "llama.cpp's server (llama-server)"
+    return EngineServer(c["id"], whose, command, {}, not why, why, name)
 
 
 def printable(command: list[str], env: dict[str, str]) -> str:

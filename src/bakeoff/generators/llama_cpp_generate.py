@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bakeoff.generators import Batch, OnToken, one_after_another, summed_nll
+from bakeoff.generators import Batch, OnToken, llama_server, one_after_another, summed_nll
+from bakeoff.generators.arrivals import Arrival, Served
 
 
 def _open(path: Path, threads: int, logits_all: bool) -> Any:
@@ -61,6 +62,20 @@ class LlamaCppGenerator:
             # server batches; its Python binding does not).
             "batching": "none: requests submitted together are answered one after another",
         }
+        # Arrivals over time go through llama.cpp's own server, whose slots batch.
+        self._server: llama_server.LlamaServer | None = None
+        if llama_server.binary() is not None:
+            self.serve = self._serve_through_slots
+            self.settings["server_batching"] = (
+                f"continuous batching: llama.cpp's server, {llama_server.SLOTS} slots "
+                "(--parallel), in a process of its own"
+            )
+            self.settings["llama_server"] = llama_server.settings(threads, self.max_positions)
+        else:
+            self.settings["server_batching"] = (
+                "none: one request at a time (llama.cpp's server, whose slots batch, is not "
+                f"installed: {llama_server.INSTALL})"
+            )
 
     def generate(self, prompt: Sequence[int], max_new_tokens: int, on_token: OnToken) -> list[int]:
         if len(prompt) + max_new_tokens > self.max_positions:
@@ -83,6 +98,21 @@ class LlamaCppGenerator:
 
     def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> Batch:
         return one_after_another(self.generate, prompts, max_new_tokens)
+
+    def _serve_through_slots(
+        self, schedule: Sequence[Arrival], max_new_tokens: int
+    ) -> list[Served]:
+        """Requests as they arrive, through llama-server's slots: started once for this
+        worker on the same GGUF file, and warmed up with every prompt before the
+        first schedule (its first requests would otherwise pay for it)."""
+        if self._server is None:
+            log = self.path.parent / f"llama-server-{self.path.stem}.log"
+            self._server = llama_server.LlamaServer(
+                self.path, self.threads, self.max_positions, log
+            )
+            for prompt in {tuple(a.prompt) for a in schedule}:
+                self._server.send([Arrival(0, list(prompt))], max_new_tokens)
+        return self._server.send(schedule, max_new_tokens)
 
     def nll(self, tokens: Sequence[int]) -> tuple[float, int]:
         if len(tokens) < 2:

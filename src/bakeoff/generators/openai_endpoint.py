@@ -118,14 +118,14 @@ async def _send_all(
 def send(
     base_url: str,
     model: str,
-    schedule: Sequence[tuple[int, str]],
+    schedule: Sequence[tuple[int, str | list[int]]],
     max_tokens: int,
     *,
     api_key: str | None = None,
     extra: dict[str, Any] | None = None,
     timeout_s: float = 600.0,
 ) -> tuple[list[Served], list[Stamps]]:
-    """Send `schedule` ((arrival ns, prompt text), in arrival order) to
+    """Send `schedule` ((arrival ns, prompt text or token ids), in arrival order) to
     `base_url`/v1/completions, greedy, streamed; `extra` joins each request's body
     (e.g. `ignore_eos` on vLLM). Returns what each answered request saw, and every
     request's stamps (a failed one has `error`)."""
