@@ -6,7 +6,11 @@ under `make test-llama-cpp` (marker `llama_cpp`), not in make test."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -123,3 +127,39 @@ def test_llama_servers_slots_answer_requests_as_they_arrive_several_at_once(
     assert len(arriving) == 12 and all(s.arrived_ns >= 0 for s in arriving)
     llama._server.close()  # type: ignore[attr-defined]
     assert llama._server.proc.poll() is not None  # type: ignore[attr-defined]
+
+
+KILLED_WORKER = """
+import sys, time
+from pathlib import Path
+from bakeoff.generators.llama_server import LlamaServer
+server = LlamaServer(Path(sys.argv[1]), 1, 128, Path(sys.argv[2]))
+print(server.proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_worker_leaves_no_llama_server_behind(folder: Path, tmp_path: Path) -> None:
+    if llama_server.binary() is None:
+        require_program(Path(sys.prefix) / "bin" / "llama-server", llama_server.INSTALL)
+    gguf = gguf_export.write_gguf(folder, tmp_path / "k.gguf", "f32")
+    worker = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WORKER, str(gguf), str(tmp_path / "server.log")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stdout is not None
+    server_pid = int(worker.stdout.readline())
+    os.kill(server_pid, 0)  # running
+    worker.kill()  # as the orchestrator kills a worker past its timeout: no atexit
+    worker.wait()
+    ends = time.monotonic() + 15
+    while time.monotonic() < ends:
+        try:
+            os.kill(server_pid, 0)
+        except ProcessLookupError:
+            return
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(server_pid, os.WNOHANG)
+        time.sleep(0.1)
+    pytest.fail(f"llama-server {server_pid} outlived the worker that started it")

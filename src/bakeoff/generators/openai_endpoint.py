@@ -101,11 +101,12 @@ async def _send_all(
     at_ns: Sequence[int],
     headers: dict[str, str],
     timeout_s: float,
+    keep_alive: bool,
 ) -> list[Stamps]:
     import aiohttp
 
     # no limit on connections: no request waits for another's to be free
-    connector = aiohttp.TCPConnector(limit=0)
+    connector = aiohttp.TCPConnector(limit=0, force_close=not keep_alive)
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         start = time.perf_counter_ns()
@@ -124,11 +125,14 @@ def send(
     api_key: str | None = None,
     extra: dict[str, Any] | None = None,
     timeout_s: float = 600.0,
+    keep_alive: bool = True,
 ) -> tuple[list[Served], list[Stamps]]:
     """Send `schedule` ((arrival ns, prompt text or token ids), in arrival order) to
     `base_url`/v1/completions, greedy, streamed; `extra` joins each request's body
-    (e.g. `ignore_eos` on vLLM). Returns what each answered request saw, and every
-    request's stamps (a failed one has `error`)."""
+    (e.g. `ignore_eos` on vLLM). `keep_alive=False`: a connection of its own per
+    request, for a server that closes kept connections under the client (llama.cpp's:
+    a request sent on one fails). Returns what each
+    answered request saw, and every request's stamps (a failed one has `error`)."""
     if importlib.util.find_spec("aiohttp") is None:
         raise UserError("bakeoff's OpenAI client needs aiohttp: pip install 'bakeoff[serve]'")
     url = base_url.rstrip("/") + "/v1/completions"
@@ -145,7 +149,8 @@ def send(
         }
         for _, prompt in schedule
     ]
-    stamps = asyncio.run(_send_all(url, bodies, [t for t, _ in schedule], headers, timeout_s))
+    at_ns = [t for t, _ in schedule]
+    stamps = asyncio.run(_send_all(url, bodies, at_ns, headers, timeout_s, keep_alive))
     running = in_flight_beside(stamps)
     served = [
         Served(
