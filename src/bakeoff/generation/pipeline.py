@@ -381,10 +381,15 @@ def _measure(
     if resume_record is not None:
         kept = restore(candidates, resume_record, store)
         whole = [c.id for c in candidates if c.status in ("rejected", "failed")]
+        after = (
+            "the server scenario keeps the searches that finished"
+            if opts.scenario == "server"
+            else "the concurrency sweep starts again"
+        )
         say(
             f"resuming: {kept} timed rounds kept"
             + (f"; {', '.join(whole)} kept as they ended" if whole else "")
-            + "; the concurrency sweep starts again"
+            + f"; {after}"
         )
         store.drop_trials(run_id, "concurrency-")  # its rounds are measured again whole
     for c in candidates:
