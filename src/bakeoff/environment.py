@@ -194,16 +194,19 @@ def generative_runtimes() -> list[dict[str, Any]]:
             named = sorted(dists.get(module, []), key=lambda d: d.replace("-", "_") != module)
             for dist in named[:1]:
                 found.append(f"{dist} {importlib.metadata.version(dist)}")
-        rows.append(
-            {
-                "runtime": runtime,
-                "available": reason is None,
-                "version": ", ".join(found) or None,
-                # the Python environment its workers run in
-                "environment": environment,
-                "reason": reason,
-            }
-        )
+        row = {
+            "runtime": runtime,
+            "available": reason is None,
+            "version": ", ".join(found) or None,
+            # the Python environment its workers run in
+            "environment": environment,
+            "reason": reason,
+        }
+        if runtime == "llama-cpp":  # its server, which the server scenario goes through
+            from bakeoff.generators import llama_server
+
+            row["server"] = llama_server.describe()
+        rows.append(row)
     return rows
 
 

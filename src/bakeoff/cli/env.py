@@ -81,5 +81,7 @@ def env(
     for row in gens:
         avail = "yes" if row["available"] else "[red]no[/]"
         where = row["environment"] if row["available"] else row["reason"]
+        if row.get("server"):
+            where = f"{where}; {row['server']}"
         t.add_row(escape(row["runtime"]), avail, escape(row["version"] or "-"), escape(where))
     out.print(fitted(t, out.width))

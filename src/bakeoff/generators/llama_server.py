@@ -56,6 +56,30 @@ def binary() -> Path | None:
     return Path(found) if found else None
 
 
+def version(server: Path) -> str | None:
+    """What `llama-server --version` says of its build ("0.5.0-dev (build 1, commit
+    0c1e570)"); None where it does not run."""
+    try:
+        said = subprocess.run(
+            [str(server), "--version"], capture_output=True, text=True, timeout=20
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in (said.stdout + said.stderr).splitlines():
+        if line.startswith("version:"):
+            return line.removeprefix("version:").strip()
+    return None
+
+
+def describe() -> str:
+    """For `bakeoff env`: the llama-server the llama-cpp runtime serves through, or
+    how to build it."""
+    server = binary()
+    if server is None:
+        return f"llama-server (the server scenario's slots, bakeoff serve): not built: {INSTALL}"
+    return f"llama-server {version(server) or '(its version unreadable)'} at {server}"
+
+
 def command(
     server: Path, gguf: Path, host: str, port: int, threads: int, context: int, slots: int = SLOTS
 ) -> list[str]:
