@@ -116,7 +116,9 @@ def test_llama_servers_slots_answer_requests_as_they_arrive_several_at_once(
         "llama-cpp", gguf_export.write_gguf(folder, tmp_path / "s.gguf", "f32"), 1
     )
     assert "llama.cpp's server, 8 slots" in llama.settings["server_batching"]
-    assert llama.settings["llama_server"]["prompt_cache"] is False
+    recorded = llama.settings["llama_server"]
+    assert recorded["prompt_cache"] is False and recorded["slots"] == 8
+    assert recorded["version"] and "commit" in recorded["version"]  # llama-server --version
     serve = llama.serve  # type: ignore[attr-defined]
     burst = serve([Arrival(0, p) for p in PROMPTS * 2], 16)
     # every request answered, as long as torch's greedy answer to it

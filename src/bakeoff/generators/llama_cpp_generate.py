@@ -64,13 +64,16 @@ class LlamaCppGenerator:
         }
         # Arrivals over time go through llama.cpp's own server, whose slots batch.
         self._server: llama_server.LlamaServer | None = None
-        if llama_server.binary() is not None:
+        server = llama_server.binary()
+        if server is not None:
             self.serve = self._serve_through_slots
             self.settings["server_batching"] = (
                 f"continuous batching: llama.cpp's server, {llama_server.SLOTS} slots "
                 "(--parallel), in a process of its own"
             )
-            self.settings["llama_server"] = llama_server.settings(threads, self.max_positions)
+            self.settings["llama_server"] = llama_server.settings(
+                server, threads, self.max_positions
+            )
         else:
             self.settings["server_batching"] = (
                 "none: one request at a time (llama.cpp's server, whose slots batch, is not "

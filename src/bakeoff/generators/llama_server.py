@@ -186,6 +186,13 @@ class LlamaServer:
         atexit.unregister(self.close)
 
 
-def settings(threads: int, context: int) -> dict[str, Any]:
+def settings(server: Path, threads: int, context: int) -> dict[str, Any]:
     """What the candidate records of the server path (where llama-server is there)."""
-    return {"slots": SLOTS, "context_per_slot": context, "threads": threads, "prompt_cache": False}
+    return {
+        "binary": str(server),
+        "version": version(server),
+        "slots": SLOTS,
+        "context_per_slot": context,
+        "threads": threads,
+        "prompt_cache": False,
+    }
