@@ -247,7 +247,10 @@ def _server(doc: dict[str, Any], colors: dict[str, str]) -> str:
 def _highest(c: dict[str, Any]) -> str:
     top = c["server"].get("highest_rate")
     if top is None:
-        return "met at no rate tried"
+        # the search keeps only a rate met in every send; one met now and then is not
+        lowest = c["server"].get("lowest_missed")
+        missed = f"; missed at {num(lowest)}/s" if lowest is not None else ""
+        return f"met in every send at no rate tried{missed}"
     good = top["goodput"]
     return (
         f"{num(top['requests_per_s'])}/s (goodput {num(good['value'])} "
