@@ -118,7 +118,7 @@ test-llama-cpp: $(LLAMA_STAMP) $(LLAMA_SERVER)
 # the server scenario's scheduler for llama-cpp, and what `bakeoff serve` starts for it.
 # llama-cpp-python builds only the library, so this builds the server from the
 # llama.cpp it vendors (the same sources, its sdist from the registry), static, into
-# the venv's bin/; no web UI (nothing to download). About 10 minutes on 2 cores.
+# the venv's bin/; no web UI (nothing to download). About 7 minutes on 2 cores.
 LLAMA_SERVER := $(VENV)/bin/llama-server
 LLAMA_SERVER_SRC := .llama-server-build
 $(LLAMA_SERVER): | $(STAMP)

@@ -9,7 +9,6 @@ engine); `advise` the advice; `list_runs` and `show_run` read the store.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +53,6 @@ __all__ = [
     "run",
     "run_generation",
     "show_run",
-    "stored_run",
     "train",
     "training_to_resume",
     "workload_ref",
@@ -92,20 +90,12 @@ def resume(
     return run(st["workload_ref"], opts, reporter, resume_record=record)
 
 
-def stored_run(run_id: str, store: str | Path = DEFAULT_STORE) -> dict[str, Any]:
-    """The stored run `run_id` (or a unique prefix of it)."""
-    if not Path(store).exists():
-        raise UserError(f"no store at {store} (pass --store)")
-    with Store(store) as s:
-        return s.run(run_id)
-
-
 def resume_generation(
     run_id: str, store: str | Path = DEFAULT_STORE, say: Any = lambda text: None
 ) -> GenerateResult:
     """Finish an interrupted or killed text-generation run (`generation.resume` says
     what is kept and what is done again)."""
-    record = stored_run(run_id, store)
+    record = show_run(run_id, store)
     st = record["settings"]
     if st.get("kind") != "generate":
         raise UserError(f"run {record['run_id']} is not a text-generation run")
@@ -119,8 +109,6 @@ def resume_generation(
     if workload is None:
         raise UserError(f"{st['workload_ref']}: no longer a text-generation workload")
     opts = GenerateOptions.from_settings(st, store)
-    # the threads it was measured with, not this machine's default now
-    opts = dataclasses.replace(opts, threads=st["threads"])
     return run_generation(workload, opts, say, resume_record=record)
 
 

@@ -173,7 +173,7 @@ def _resume(
 
     if workload is not None:
         raise UserError("--resume takes the workload from the stored run; give no WORKLOAD")
-    if api.stored_run(run_id, store)["settings"].get("kind") == "generate":
+    if api.show_run(run_id, store)["settings"].get("kind") == "generate":
         if mlflow is not None:
             raise UserError("--mlflow: not for a text-generation run")
         from bakeoff.cli import generation  # rich tables of its own, loaded when needed

@@ -45,7 +45,8 @@ class GenerateOptions:
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any], store: str | Path) -> GenerateOptions:
-        """The options a stored run was started with (`options` in its settings)."""
+        """The options a stored run was started with (`options` in its settings), with
+        the threads it resolved."""
         o = settings["options"]
 
         def names(key: str) -> tuple[str, ...] | None:
@@ -56,7 +57,8 @@ class GenerateOptions:
             precisions=names("precisions"),
             quick=bool(o["quick"]),
             store=Path(store),
-            threads=o["threads"],
+            # the threads it was measured with, not this machine's default now
+            threads=int(settings["threads"]),
             trial_timeout_s=float(o["trial_timeout_s"]),
             budget_s=o["budget_s"],
             concurrency=tuple(int(n) for n in o["concurrency"]),

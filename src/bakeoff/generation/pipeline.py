@@ -45,7 +45,7 @@ from bakeoff.generation.document import (
 from bakeoff.generation.messages import Concurrent, GenerateJob, GenerateSpec
 from bakeoff.generation.options import GenerateOptions
 from bakeoff.generation.reference import GenReference, reference_outputs
-from bakeoff.generation.resume import check_resumable, model_digest, restore
+from bakeoff.generation.resume import FINAL, check_resumable, model_digest, restore
 from bakeoff.generation.server_scenario import ServerSweep, server_verdict
 from bakeoff.judge import generation as gen
 from bakeoff.lifecycle import FinishedRun, Run, StoreEvents, lifecycle, new_run_id
@@ -380,7 +380,7 @@ def _measure(
             say(f"{c.id}: unavailable: {why}")
     if resume_record is not None:
         kept = restore(candidates, resume_record, store)
-        whole = [c.id for c in candidates if c.status in ("rejected", "failed")]
+        whole = [c.id for c in candidates if c.status in FINAL]
         after = (
             "the server scenario keeps the searches that finished"
             if opts.scenario == "server"

@@ -24,7 +24,7 @@ from bakeoff.judge.generation import GenerationQuality
 from bakeoff.store import Store
 from bakeoff.workload import GenerationWorkload
 
-__all__ = ["check_resumable", "model_digest", "restore"]
+__all__ = ["FINAL", "check_resumable", "model_digest", "restore"]
 
 # Statuses a candidate has for good before the rounds end: put back, not run again.
 FINAL = ("rejected", "failed")

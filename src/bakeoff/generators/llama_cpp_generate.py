@@ -64,15 +64,15 @@ class LlamaCppGenerator:
         }
         # Arrivals over time go through llama.cpp's own server, whose slots batch.
         self._server: llama_server.LlamaServer | None = None
-        server = llama_server.binary()
-        if server is not None:
+        self._server_binary = llama_server.binary()
+        if self._server_binary is not None:
             self.serve = self._serve_through_slots
             self.settings["server_batching"] = (
                 f"continuous batching: llama.cpp's server, {llama_server.SLOTS} slots "
                 "(--parallel), in a process of its own"
             )
             self.settings["llama_server"] = llama_server.settings(
-                server, threads, self.max_positions
+                self._server_binary, threads, self.max_positions
             )
         else:
             self.settings["server_batching"] = (
@@ -109,9 +109,10 @@ class LlamaCppGenerator:
         worker on the same GGUF file, and warmed up with every prompt before the
         first schedule (its first requests would otherwise pay for it)."""
         if self._server is None:
+            assert self._server_binary is not None  # `serve` is set only where there is one
             log = self.path.parent / f"llama-server-{self.path.stem}.log"
             self._server = llama_server.LlamaServer(
-                self.path, self.threads, self.max_positions, log
+                self._server_binary, self.path, self.threads, self.max_positions, log
             )
             for prompt in {tuple(a.prompt) for a in schedule}:
                 self._server.send([Arrival(0, list(prompt))], max_new_tokens)

@@ -34,7 +34,7 @@ from typing import IO, Any
 from bakeoff.generators.arrivals import Arrival, Served
 
 ENV = "BAKEOFF_LLAMA_SERVER"
-INSTALL = "make llama-server (builds llama.cpp's server: about 10 minutes on 2 cores)"
+INSTALL = "make llama-server (builds llama.cpp's server: about 7 minutes on 2 cores)"
 # Requests decoded together (`--parallel`): a stated default, recorded with the
 # candidate; each slot has the model's whole context.
 SLOTS = 8
@@ -113,10 +113,9 @@ class LlamaServer:
     """A running llama-server on loopback for one GGUF file, stopped by `close`
     (and when the process exits)."""
 
-    def __init__(self, gguf: Path, threads: int, context: int, log_path: Path) -> None:
-        server = binary()
-        if server is None:
-            raise RuntimeError(f"llama.cpp's server is not installed: {INSTALL}")
+    def __init__(
+        self, server: Path, gguf: Path, threads: int, context: int, log_path: Path
+    ) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
